@@ -1,0 +1,1 @@
+"""SDN controller apps for the emulated fabric, written against the Ryu API (run under os-ken)."""

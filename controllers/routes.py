@@ -1,0 +1,84 @@
+"""Proactive route computation over the topology the testbed hands to the controller.
+
+Pure Python (no OpenFlow), so it is unit-tested without switches. For every SDN switch and every
+destination host it yields the equal-cost output ports; the app turns one port into an output
+action (`single`) and several into a select group (`ecmp`).
+
+Front-end switches never carry GPU-to-GPU traffic: on rail-only fabrics that keeps rails apart,
+as the fabric has no spine between them.
+"""
+from __future__ import annotations
+
+from collections import deque
+
+MODES = ("single", "ecmp")
+
+
+class Topology:
+    def __init__(self, spec: dict):
+        self.kind = spec["kind"]
+        self.switches = {s["name"]: s for s in spec["switches"]}
+        self.hosts = {h["name"]: h for h in spec["hosts"]}
+        self.adj: dict[str, list[tuple[str, int]]] = {name: [] for name in self.switches}
+        self.host_port: dict[str, tuple[str, int]] = {}
+        for link in spec["links"]:
+            a, b = link["a"], link["b"]
+            if a in self.switches and b in self.switches:
+                self.adj[a].append((b, link["a_port"]))
+                self.adj[b].append((a, link["b_port"]))
+            elif b in self.switches and a in self.hosts:
+                self.host_port[a] = (b, link["b_port"])
+            elif a in self.switches and b in self.hosts:
+                self.host_port[b] = (a, link["a_port"])
+
+    def by_dpid(self, dpid: int) -> str | None:
+        for name, sw in self.switches.items():
+            if sw["dpid"] == dpid:
+                return name
+        return None
+
+    def _is_transit(self, switch: str, dst: dict) -> bool:
+        return dst["kind"] != "gpu" or self.switches[switch]["kind"] != "frontend"
+
+    def distances(self, dst: dict) -> dict[str, int]:
+        """Hop distance from every switch that can reach dst (BFS from its edge switch)."""
+        edge, _ = self.host_port[dst["name"]]
+        dist = {edge: 0}
+        queue = deque([edge])
+        while queue:
+            here = queue.popleft()
+            if here != edge and not self._is_transit(here, dst):
+                continue   # reachable from here, but do not route onward through it
+            for nbr, _ in self.adj[here]:
+                if nbr not in dist:
+                    dist[nbr] = dist[here] + 1
+                    queue.append(nbr)
+        return dist
+
+    def next_hops(self, dst_name: str) -> dict[str, list[int]]:
+        """switch -> sorted equal-cost output ports towards dst (switches that cannot reach it are absent)."""
+        dst = self.hosts[dst_name]
+        edge, host_port = self.host_port[dst_name]
+        dist = self.distances(dst)
+        hops = {edge: [host_port]}
+        for sw, d in dist.items():
+            if sw == edge:
+                continue
+            ports = sorted(port for nbr, port in self.adj[sw]
+                           if dist.get(nbr) == d - 1 and (nbr == edge or self._is_transit(nbr, dst)))
+            if ports:
+                hops[sw] = ports
+        return hops
+
+    def routes(self, mode: str) -> dict[str, dict[str, list[int]]]:
+        """switch -> {destination IP: output ports}; `single` keeps one port per destination,
+        spread over the equal-cost ports by destination index so that paths differ per pair."""
+        if mode not in MODES:
+            raise ValueError(f"unknown routing mode {mode!r}; choose one of {', '.join(MODES)}")
+        table: dict[str, dict[str, list[int]]] = {name: {} for name in self.switches}
+        for index, (name, host) in enumerate(sorted(self.hosts.items())):
+            if name not in self.host_port:
+                continue
+            for sw, ports in self.next_hops(name).items():
+                table[sw][host["ip"]] = [ports[index % len(ports)]] if mode == "single" else ports
+        return table

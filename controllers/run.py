@@ -1,0 +1,31 @@
+"""Start the fabric controller under os-ken, listening on loopback only.
+
+    python -m controllers.run --topology TOPO.json --mode ecmp --port 6653 --state STATE.json
+
+(os-ken from PyPI has no `osken-manager`; this is its AppManager.run_apps, as the manager does.)
+"""
+from __future__ import annotations
+
+import argparse
+import os
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--topology", required=True)
+    ap.add_argument("--mode", default="ecmp")
+    ap.add_argument("--port", type=int, default=6653)
+    ap.add_argument("--state", required=True)
+    args = ap.parse_args()
+    os.environ.update(TESTBED_TOPOLOGY=args.topology, TESTBED_ROUTING=args.mode, TESTBED_STATE=args.state)
+
+    from os_ken import cfg, log
+    from os_ken.base import app_manager  # before os_ken.controller.controller, which needs its options
+    cfg.CONF(["--ofp-listen-host", "127.0.0.1", "--ofp-tcp-listen-port", str(args.port)],
+             project="os_ken", default_config_files=[])
+    log.init_log()
+    app_manager.AppManager.run_apps(["controllers.fabric_app"])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,241 @@
+"""Bring a fabric model up on Mininet + Open vSwitch with the routing controller, and tear it down.
+
+    with Network(build("rail-optimized", 2, 4), routing="ecmp") as net:
+        net.host("s0g0").cmd("ping -c1 10.11.1.0")
+
+Rail, ToR, spine and front-end switches are OVS bridges (userspace datapath here, kernel where the
+module exists) controlled over OpenFlow 1.5 by controllers/fabric_app.py on loopback; HB domains are
+Linux bridges. Host NICs are shaped with tbf at both ends of their veth; uplinks are OVS patch ports
+(fastest here) unless oversubscribed, then tbf-shaped veths. Hosts use static neighbour entries.
+Everything carries the testbed prefix and is recorded in the run directory for `testbed clean`.
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+from mininet.link import Link, OVSLink
+from mininet.log import setLogLevel
+from mininet.net import Mininet
+from mininet.node import Host, OVSSwitch, RemoteController
+from mininet.nodelib import LinuxBridge
+
+from testbed import PREFIX, RUN_ROOT, ovs
+from testbed.topo import Fabric
+
+PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HB_MTU = 9000
+
+
+class NetworkError(RuntimeError):
+    pass
+
+
+def sysname(node: str) -> str:
+    """Name of a switch on the machine (bridge name, port-name stem)."""
+    return PREFIX + node
+
+
+def tbf(dev: str, mbps: float, mtu: int = 1500) -> str:
+    """A tbf qdisc holding `mbps`; its queue is larger than a socket send buffer, so that paced
+    senders block rather than lose packets at their own NIC."""
+    burst = max(2 * (mtu + 100), int(mbps * 1e6 / 8 / 250))     # ~4 ms of traffic, at least 2 frames
+    return f"tc qdisc replace dev {dev} root tbf rate {mbps}mbit burst {burst} limit {max(4 * burst, 1 << 20)}"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Network:
+    def __init__(self, fabric: Fabric, routing: str = "ecmp", run_dir: str | None = None):
+        self.fabric = fabric
+        self.routing = routing
+        self.run_dir = run_dir or os.path.join(RUN_ROOT, f"run-{os.getpid()}-{int(time.time() * 1000)}")
+        self.mn: Mininet | None = None
+        self.controller: subprocess.Popen | None = None
+        self.timings: dict[str, float] = {}
+
+    # -- lifecycle ----------------------------------------------------------------------------
+    def __enter__(self) -> "Network":
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def start(self, ready_timeout: float = 60) -> None:
+        t0 = time.monotonic()
+        ovs.require_running()
+        os.makedirs(self.run_dir, exist_ok=True)
+        self._record(bridges=[sysname(s.name) for s in self.fabric.switches.values()])
+        port = free_port()
+        self._start_controller(port)
+        setLogLevel("warning")
+        self.mn = Mininet(topo=None, build=False, controller=None, autoSetMacs=False, waitConnected=False)
+        self.mn.addController(RemoteController("tb-c0", ip="127.0.0.1", port=port))
+        self._add_nodes()
+        self.mn.build()
+        self._record(host_pids={h.name: h.pid for h in self.mn.hosts},
+                     switch_pids={s.name: s.pid for s in self.mn.switches})
+        self.mn.start()
+        self._configure_hosts()
+        self._shape()
+        self._wait_routes(ready_timeout)
+        self.timings["bring_up_s"] = time.monotonic() - t0
+
+    def stop(self) -> None:
+        t0 = time.monotonic()
+        if self.mn is not None:
+            try:
+                self.mn.stop()
+            finally:
+                self.mn = None
+        if self.controller is not None:
+            self.controller.terminate()
+            try:
+                self.controller.wait(5)
+            except subprocess.TimeoutExpired:
+                self.controller.kill()
+                self.controller.wait()
+            self.controller = None
+        state = os.path.join(self.run_dir, "state.json")
+        if os.path.exists(state):
+            os.remove(state)      # nothing left for `testbed clean` to do; logs stay for reading
+        self.timings["tear_down_s"] = time.monotonic() - t0
+
+    # -- building -----------------------------------------------------------------------------
+    def _add_nodes(self) -> None:
+        fab, mn = self.fabric, self.mn
+        protocols = "OpenFlow13,OpenFlow15"
+        dp = "user" if ovs.datapath() == "user" else "kernel"
+        for sw in fab.switches.values():
+            if sw.sdn:
+                mn.addSwitch(sysname(sw.name), cls=OVSSwitch, datapath=dp, protocols=protocols,
+                             dpid=f"{sw.dpid:016x}", failMode="secure", inband=False)
+            else:
+                mn.addSwitch(sysname(sw.name), cls=LinuxBridge)
+        for h in fab.hosts.values():
+            mn.addHost(h.name, cls=Host, ip=f"{h.ip}/16", mac=h.mac)
+        for l in fab.links:
+            a_host, b_host = l.a in fab.hosts, l.b in fab.hosts
+            n1 = mn.get(l.a if a_host else sysname(l.a))
+            n2 = mn.get(l.b if b_host else sysname(l.b))
+            i1 = f"eth{l.a_port}" if a_host else f"{sysname(l.a)}-p{l.a_port}"
+            i2 = f"eth{l.b_port}" if b_host else f"{sysname(l.b)}-p{l.b_port}"
+            patch = l.kind in ("uplink", "frontend") and self._unshaped(l)
+            mn.addLink(n1, n2, port1=l.a_port, port2=l.b_port, intfName1=i1, intfName2=i2,
+                       cls=OVSLink if patch else Link)
+
+    def _unshaped(self, link) -> bool:
+        # Without oversubscription an uplink never limits below the shaped host NICs: use a patch port.
+        return link.kind == "frontend" or self.fabric.params["oversubscription"] == 1.0
+
+    def _configure_hosts(self) -> None:
+        fab = self.fabric
+        nic_peers = list(fab.hosts.values())
+        for h in fab.hosts.values():
+            node = self.mn.get(h.name)
+            lines = ["sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1",
+                     f"ip link set eth0 address {h.mac}"]
+            neigh = [f"neigh replace {p.ip} lladdr {p.mac} dev eth0 nud permanent"
+                     for p in nic_peers if p.name != h.name]
+            if h.hb_ip:
+                lines += [f"ip link set eth1 mtu {HB_MTU} address {h.hb_mac}",
+                          f"ip addr replace {h.hb_ip}/24 dev eth1", "ip link set eth1 up"]
+                neigh += [f"neigh replace {p.hb_ip} lladdr {p.hb_mac} dev eth1 nud permanent"
+                          for p in fab.gpus() if p.server == h.server and p.name != h.name]
+            batch = os.path.join(self.run_dir, f"neigh-{h.name}")
+            with open(batch, "w") as f:
+                f.write("\n".join(neigh) + "\n")
+            lines.append(f"ip -batch {batch}")
+            out = node.cmd(" && ".join(lines) + " || echo TESTBED-FAILED")
+            if "TESTBED-FAILED" in out:
+                raise NetworkError(f"configuring host {h.name} failed: {out.strip()}")
+
+    def _shape(self) -> None:
+        """tbf at both ends of every shaped link (the host side in the host's namespace)."""
+        fab, cmds = self.fabric, []
+        for l in fab.links:
+            if l.kind in ("uplink", "frontend") and self._unshaped(l):
+                continue
+            mtu = HB_MTU if l.kind == "hb" else 1500
+            for node, port in ((l.a, l.a_port), (l.b, l.b_port)):
+                if node in fab.hosts:
+                    self.mn.get(node).cmd(tbf(f"eth{port}", l.mbps, mtu))
+                else:
+                    dev = f"{sysname(node)}-p{port}"
+                    if l.kind == "hb":
+                        cmds.append(f"ip link set {dev} mtu {HB_MTU}")
+                    cmds.append(tbf(dev, l.mbps, mtu))
+        subprocess.run(["sh", "-c", "\n".join(cmds)], check=True, capture_output=True)
+
+    # -- controller ---------------------------------------------------------------------------
+    def _start_controller(self, port: int) -> None:
+        topo = os.path.join(self.run_dir, "topology.json")
+        with open(topo, "w") as f:
+            json.dump(self.fabric.to_controller(), f)
+        self.controller_state = os.path.join(self.run_dir, "controller-state.json")
+        log = open(os.path.join(self.run_dir, "controller.log"), "w")
+        env = dict(os.environ, PYTHONPATH=PROJECT_ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        self.controller = subprocess.Popen(
+            [sys.executable, "-m", "controllers.run", "--topology", topo, "--mode", self.routing,
+             "--port", str(port), "--state", self.controller_state],
+            stdout=log, stderr=subprocess.STDOUT, env=env, cwd=PROJECT_ROOT, start_new_session=True)
+        self._record(controller_pid=self.controller.pid)
+
+    def _wait_routes(self, timeout: float) -> None:
+        """Wait until the controller reports every SDN switch's routes installed."""
+        want = {s.name for s in self.fabric.sdn_switches()}
+        deadline = time.monotonic() + timeout
+        state: dict = {}
+        while time.monotonic() < deadline:
+            if self.controller.poll() is not None:
+                raise NetworkError(f"the controller exited (status {self.controller.returncode}); "
+                                   f"see {self.run_dir}/controller.log")
+            try:
+                with open(self.controller_state) as f:
+                    state = json.load(f)
+            except (OSError, ValueError):
+                state = {}
+            if state.get("errors"):
+                raise NetworkError(f"switches rejected the controller's rules: {state['errors'][0]}")
+            if want <= set(state.get("switches", {})):
+                return
+            time.sleep(0.05)
+        missing = sorted(want - set(state.get("switches", {})))
+        raise NetworkError(f"routes not installed within {timeout:.0f} s on: {', '.join(missing)}")
+
+    # -- use ----------------------------------------------------------------------------------
+    def host(self, name: str) -> Host:
+        return self.mn.get(name)
+
+    def sdn_bridges(self) -> dict[str, str]:
+        return {sysname(s.name): s.name for s in self.fabric.sdn_switches()}
+
+    def counters(self) -> dict[str, dict[str, int]]:
+        """"SWITCH:PORT" -> byte and packet counters of every SDN switch port, now."""
+        bridges = self.sdn_bridges()
+        raw = ovs.port_counters(list(bridges))
+        return {f"{bridges[br]}:{port}": c for (br, port), c in sorted(raw.items())}
+
+    def _record(self, **items) -> None:
+        """Merge into the run's state file, which `testbed clean` reads after a crash."""
+        path = os.path.join(self.run_dir, "state.json")
+        state = {}
+        if os.path.exists(path):
+            with open(path) as f:
+                state = json.load(f)
+        state.update(items, owner_pid=os.getpid())
+        with open(path, "w") as f:
+            json.dump(state, f)
