@@ -81,7 +81,7 @@ class Network:
         self._record(bridges=[sysname(s.name) for s in self.fabric.switches.values()])
         port = free_port()
         self._start_controller(port)
-        setLogLevel("warning")
+        setLogLevel("error")   # Mininet warns about br_netfilter sysctls we do not rely on
         self.mn = Mininet(topo=None, build=False, controller=None, autoSetMacs=False, waitConnected=False)
         self.mn.addController(RemoteController("tb-c0", ip="127.0.0.1", port=port))
         self._add_nodes()
@@ -193,6 +193,17 @@ class Network:
              "--port", str(port), "--state", self.controller_state],
             stdout=log, stderr=subprocess.STDOUT, env=env, cwd=PROJECT_ROOT, start_new_session=True)
         self._record(controller_pid=self.controller.pid)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:       # listening before switches are pointed at it
+            if self.controller.poll() is not None:
+                raise NetworkError(f"the controller exited (status {self.controller.returncode}); "
+                                   f"see {self.run_dir}/controller.log")
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                return
+            except OSError:
+                time.sleep(0.05)
+        raise NetworkError(f"the controller did not listen on 127.0.0.1:{port} within 30 s")
 
     def _wait_routes(self, timeout: float) -> None:
         """Wait until the controller reports every SDN switch's routes installed."""

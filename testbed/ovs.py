@@ -1,8 +1,8 @@
 """Open vSwitch on this machine: which datapath to use, whether it runs, and port counters."""
 from __future__ import annotations
 
-import json
 import os
+import re
 import subprocess
 
 from testbed import PREFIX
@@ -49,22 +49,23 @@ def our_bridges() -> list[str]:
     return [b for b in out.split() if b.startswith(PREFIX)]
 
 
+PORT_STATS_RE = re.compile(r"port\s+(\d+): rx pkts=(\d+), bytes=(\d+).*?tx pkts=(\d+), bytes=(\d+)", re.S)
+
+
 def port_counters(bridges: list[str]) -> dict[tuple[str, int], dict[str, int]]:
-    """(bridge, OpenFlow port) -> {tx_bytes, rx_bytes, tx_packets, rx_packets}, from OVSDB in one call."""
-    out = vsctl("--format=json", "--columns=name,ofport,statistics", "list", "Interface")
-    owner: dict[str, str] = {}
-    for br in bridges:
-        for port in vsctl("list-ports", br).split():
-            owner[port] = br
-    table = json.loads(out)
-    cols = table["headings"]
+    """(bridge, OpenFlow port) -> {tx_bytes, rx_bytes, tx_packets, rx_packets}.
+
+    OpenFlow port stats, not OVSDB's (those refresh every 5 s and stay 0 on patch ports). Patch-port
+    counters are credited when the revalidators account datapath flows, so wait for a round first.
+    """
+    subprocess.run(["ovs-appctl", "revalidator/wait"], capture_output=True, timeout=10)
     counters: dict[tuple[str, int], dict[str, int]] = {}
-    for row in table["data"]:
-        rec = dict(zip(cols, row))
-        br = owner.get(rec["name"])
-        if br is None or not isinstance(rec["ofport"], int) or rec["ofport"] < 1:
-            continue
-        stats = dict(rec["statistics"][1]) if rec["statistics"][0] == "map" else {}
-        counters[(br, rec["ofport"])] = {k: int(stats.get(k, 0)) for k in
-                                         ("tx_bytes", "rx_bytes", "tx_packets", "rx_packets")}
+    for br in bridges:
+        proc = subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", "dump-ports", br],
+                              capture_output=True, text=True, timeout=10)
+        if proc.returncode != 0:
+            raise OVSError(f"ovs-ofctl dump-ports {br}: {proc.stderr.strip()}")
+        for port, rxp, rxb, txp, txb in PORT_STATS_RE.findall(proc.stdout):
+            counters[(br, int(port))] = {"rx_packets": int(rxp), "rx_bytes": int(rxb),
+                                         "tx_packets": int(txp), "tx_bytes": int(txb)}
     return counters

@@ -1,0 +1,167 @@
+"""Concurrent UDP and TCP flows run inside an emulated host, measured per flow.
+
+    python -m hosts.flows SPEC.json
+
+SPEC: {"start_at": epoch, "deadline": epoch,
+       "listen": [{"flow": 3, "proto": "udp", "port": 6001, "bytes": N}],
+       "send":   [{"flow": 3, "proto": "udp", "dst": "10.11.1.1", "dport": 6001, "sport": 5001,
+                   "bytes": N, "rate_mbps": 4.5}]}
+UDP senders pace themselves (unpaced bursts overflow switch queues and measure the emulator, not
+the fabric); each datagram carries (flow, sequence) so receivers count loss. TCP senders are
+limited by the shaped NICs. Prints {"received": [...], "sent": [...]} as JSON on stdout.
+"""
+from __future__ import annotations
+
+import json
+import socket
+import struct
+import sys
+import threading
+import time
+
+DATAGRAM = 1024
+HEADER = struct.Struct("!IQ")       # flow id, sequence number
+SOCK_BUF = 1 << 20
+
+
+def wait_until(t: float) -> None:
+    delay = t - time.time()
+    if delay > 0:
+        time.sleep(delay)
+
+
+def udp_send(f: dict, start_at: float) -> dict:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SOCK_BUF)
+    sock.bind(("0.0.0.0", f["sport"]))
+    packets = -(-f["bytes"] // DATAGRAM)
+    gap = DATAGRAM * 8 / (f["rate_mbps"] * 1e6)
+    payload = bytearray(DATAGRAM)
+    wait_until(start_at)
+    t0 = next_at = time.time()
+    for seq in range(packets):
+        HEADER.pack_into(payload, 0, f["flow"], seq)
+        sock.sendto(payload, (f["dst"], f["dport"]))
+        next_at += gap
+        delay = next_at - time.time()
+        if delay > 0:
+            time.sleep(delay)
+    sock.close()
+    return {"flow": f["flow"], "bytes": packets * DATAGRAM, "seconds": time.time() - t0}
+
+
+def tcp_send(f: dict, start_at: float) -> dict:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("0.0.0.0", f["sport"]))
+    wait_until(start_at)
+    t0 = time.time()
+    for _ in range(50):           # the receiver may still be starting
+        try:
+            sock.connect((f["dst"], f["dport"]))
+            break
+        except ConnectionRefusedError:
+            time.sleep(0.1)
+    chunk, left = bytes(65536), f["bytes"]
+    while left > 0:
+        left -= sock.send(chunk[:min(left, len(chunk))])
+    sock.shutdown(socket.SHUT_WR)
+    sock.recv(1)                  # wait for the receiver's close: all bytes delivered
+    sock.close()
+    return {"flow": f["flow"], "bytes": f["bytes"], "seconds": time.time() - t0}
+
+
+def udp_receive(f: dict, start_at: float, deadline: float, ready: threading.Event) -> dict:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SOCK_BUF)
+    sock.bind(("0.0.0.0", f["port"]))
+    ready.set()
+    expected = -(-f["bytes"] // DATAGRAM)
+    seen: set[int] = set()
+    size = 0
+    last = None
+    while len(seen) < expected and (left := deadline - time.time()) > 0:
+        sock.settimeout(left)
+        try:
+            data = sock.recv(65536)
+        except socket.timeout:
+            break
+        flow, seq = HEADER.unpack_from(data)
+        if flow == f["flow"] and seq not in seen:
+            seen.add(seq)
+            size += len(data)
+            last = time.time()
+    sock.close()
+    return result(f, size, len(seen), expected, start_at, last)
+
+
+def tcp_receive(f: dict, start_at: float, deadline: float, ready: threading.Event) -> dict:
+    srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind(("0.0.0.0", f["port"]))
+    srv.listen(1)
+    ready.set()
+    srv.settimeout(max(0.1, deadline - time.time()))
+    size, last = 0, None
+    try:
+        conn, _ = srv.accept()
+        while (left := deadline - time.time()) > 0:
+            conn.settimeout(left)
+            data = conn.recv(1 << 16)
+            if not data:
+                break
+            size += len(data)
+            last = time.time()
+        conn.close()
+    except socket.timeout:
+        pass
+    srv.close()
+    return result(f, size, None, None, start_at, last)
+
+
+def result(f, size, packets, expected, start_at, last) -> dict:
+    seconds = (last - start_at) if last else None
+    out = {"flow": f["flow"], "proto": f["proto"], "bytes": size, "expected_bytes": f["bytes"],
+           "seconds": seconds, "mbps": size * 8 / seconds / 1e6 if seconds else 0.0}
+    if packets is not None:
+        out.update(packets=packets, lost_packets=expected - packets)
+    return out
+
+
+def run(spec: dict) -> dict:
+    out = {"received": [], "sent": []}
+    lock = threading.Lock()
+
+    def keep(kind, fn, *args):
+        try:
+            r = fn(*args)
+        except OSError as exc:
+            r = {"flow": args[0]["flow"], "error": f"{type(exc).__name__}: {exc}"}
+        with lock:
+            out[kind].append(r)
+
+    threads = []
+    for f in spec.get("listen", []):
+        ready = threading.Event()
+        fn = udp_receive if f["proto"] == "udp" else tcp_receive
+        threads.append(threading.Thread(target=keep, args=("received", fn, f, spec["start_at"],
+                                                            spec["deadline"], ready)))
+        threads[-1].start()
+        ready.wait(5)
+    for f in spec.get("send", []):
+        fn = udp_send if f["proto"] == "udp" else tcp_send
+        threads.append(threading.Thread(target=keep, args=("sent", fn, f, spec["start_at"])))
+        threads[-1].start()
+    for t in threads:
+        t.join()
+    return out
+
+
+def main() -> None:
+    with open(sys.argv[1]) as fh:
+        spec = json.load(fh)
+    print(json.dumps(run(spec)), flush=True)
+
+
+if __name__ == "__main__":
+    main()

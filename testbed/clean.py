@@ -1,0 +1,96 @@
+"""`testbed clean`: remove what runs of the testbed left behind, and nothing else.
+
+Only objects carrying the testbed prefix, or processes recorded by PID in a run's state file (and
+still looking like what was recorded), are touched. Never name patterns of other tools.
+"""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import shutil
+import signal
+import subprocess
+
+from pyroute2 import IPRoute
+
+from testbed import PREFIX, RUN_ROOT, ovs
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _kill(pid: int, must_contain: str) -> bool:
+    """SIGKILL pid if it is alive and its command line still shows what we started."""
+    if pid and must_contain in _cmdline(pid):
+        try:
+            os.kill(pid, signal.SIGKILL)
+            return True
+        except ProcessLookupError:
+            pass
+    return False
+
+
+def stale_processes() -> list[tuple[int, str]]:
+    """(pid, marker) of processes recorded by runs that are no longer tearing themselves down."""
+    found = []
+    for path in glob.glob(os.path.join(RUN_ROOT, "run-*", "state.json")):
+        try:
+            with open(path) as f:
+                state = json.load(f)
+        except (OSError, ValueError):
+            continue
+        if "controller_pid" in state:
+            found.append((state["controller_pid"], "controllers.run"))
+        for name, pid in {**state.get("host_pids", {}), **state.get("switch_pids", {})}.items():
+            found.append((pid, f"mininet:{name}"))
+    return found
+
+
+def clean(echo=print) -> dict:
+    removed = {"processes": 0, "bridges": 0, "links": 0, "netns": 0, "run_dirs": 0}
+    for pid, marker in stale_processes():
+        removed["processes"] += _kill(pid, marker)
+
+    for br in ovs.our_bridges():
+        try:
+            ovs.vsctl("--if-exists", "del-br", br)
+            removed["bridges"] += 1
+        except ovs.OVSError as exc:
+            echo(f"clean: {exc}")
+
+    # Linux bridges (HB domains) and veth ends left in the root namespace.
+    with IPRoute() as ipr:
+        for link in ipr.get_links():
+            name = link.get_attr("IFLA_IFNAME")
+            if name and name.startswith(PREFIX):
+                try:
+                    ipr.link("del", index=link["index"])
+                    removed["links"] += 1
+                except Exception:  # already gone with its peer
+                    pass
+
+    # Named namespaces of the testbed (tests create some): kill what runs inside, then delete.
+    listing = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    for ns in (line.split()[0] for line in listing.splitlines() if line.strip()):
+        if not ns.startswith(PREFIX):
+            continue
+        pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split()
+        for pid in pids:
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+                removed["processes"] += 1
+            except (ProcessLookupError, ValueError):
+                pass
+        subprocess.run(["ip", "netns", "delete", ns], capture_output=True)
+        removed["netns"] += 1
+
+    for run_dir in glob.glob(os.path.join(RUN_ROOT, "run-*")):
+        shutil.rmtree(run_dir, ignore_errors=True)
+        removed["run_dirs"] += 1
+    return removed

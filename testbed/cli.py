@@ -1,0 +1,122 @@
+"""The `testbed` command line.
+
+    testbed topo KIND --servers N --gpus K [--spines S] [--json]
+    testbed run SCENARIO.yaml [--set key=value ...] [--out DIR]
+    testbed clean
+
+Exit status: 0 success; 1 a check failed; 2 bad input (one line on stderr naming the problem);
+130 interrupted.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from testbed import topo
+
+EXIT_FAILED, EXIT_USAGE = 1, 2
+
+
+class UsageError(Exception):
+    pass
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse that reports bad input as one line and exit status 2 (its own default too)."""
+
+    def error(self, message):
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+def cmd_topo(args) -> int:
+    fabric = topo.build(args.kind, args.servers, args.gpus, spines=args.spines,
+                        oversubscription=args.oversubscription, nic_mbps=args.nic_mbps,
+                        hb_mbps=args.hb_mbps, cpu_hosts=args.cpu_hosts)
+    if args.json:
+        print(json.dumps(fabric.to_json()))
+        return 0
+    c = fabric.counts()
+    print(f"{fabric.kind}: {c['servers']} servers x {c['gpus_per_server']} GPUs, "
+          f"{c['switches']} switches, {c['hosts']} hosts, {c['links']} links")
+    for sw in fabric.switches.values():
+        ports = [l for l in fabric.links if sw.name in (l.a, l.b)]
+        print(f"  {sw.name:<8} {sw.kind:<8} {len(ports):>3} ports")
+    return 0
+
+
+def cmd_run(args) -> int:
+    from testbed import runner, scenario   # heavy imports only when running
+    doc = scenario.load(args.scenario, args.set or [])
+    fabric = runner.fabric_of(doc)                  # validates sizes before anything is touched
+    problem = runner.unsupported(doc)
+    if problem:
+        raise UsageError(f"{args.scenario}: {problem}")
+    if os.geteuid() != 0:
+        raise UsageError("`testbed run` needs root (namespaces, Open vSwitch); try sudo")
+    from testbed import ovs
+    ovs.require_running()
+    del fabric
+    out = args.out or runner.default_out_dir(doc)
+    results = runner.run(doc, out)
+    print(runner.summary_table(results))
+    print(f"\nresults: {os.path.join(out, 'results.json')}")
+    if any(c["name"] == "interrupted" for c in results["checks"]):
+        return 130
+    return 0 if results["ok"] else EXIT_FAILED
+
+
+def cmd_clean(args) -> int:
+    from testbed import clean
+    removed = clean.clean()
+    print("removed: " + ", ".join(f"{v} {k}" for k, v in removed.items()))
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    p = Parser(prog="testbed", description="Emulation testbed for AI-training networks")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=Parser)
+
+    t = sub.add_parser("topo", help="print a fabric's switches, hosts and links (no root needed)")
+    t.add_argument("kind", help="rail-only | rail-optimized | clos")
+    t.add_argument("--servers", type=int, required=True)
+    t.add_argument("--gpus", type=int, required=True, help="GPUs per server (= rails)")
+    t.add_argument("--spines", type=int, default=2)
+    t.add_argument("--oversubscription", type=float, default=1.0)
+    t.add_argument("--nic-mbps", type=float, default=5.0)
+    t.add_argument("--hb-mbps", type=float, default=None, help="default 9 x NIC")
+    t.add_argument("--cpu-hosts", type=int, default=0)
+    t.add_argument("--json", action="store_true")
+    t.set_defaults(func=cmd_topo)
+
+    r = sub.add_parser("run", help="run a scenario and write results.json")
+    r.add_argument("scenario")
+    r.add_argument("--set", action="append", metavar="KEY=VALUE",
+                   help="override a scenario value, e.g. fabric.servers=4 or workloads.0.size=2MiB")
+    r.add_argument("--out", help="output directory (default results/<scenario>/<timestamp>)")
+    r.set_defaults(func=cmd_run)
+
+    c = sub.add_parser("clean", help="remove everything the testbed left behind")
+    c.set_defaults(func=cmd_clean)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    from testbed.scenario import ScenarioError
+    args = parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (topo.TopologyError, ScenarioError, UsageError) as exc:
+        print(f"testbed {args.command}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("testbed: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:   # e.g. OVS not running: one line, not a traceback
+        print(f"testbed {args.command}: error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,51 @@
+"""Fidelity guard: sample the machine's CPU idle time while a workload runs.
+
+Results are meant to be link-bound; when the emulating machine had no CPU headroom (ovs-vswitchd and
+the host processes share 2 cores) the figures measure the emulator instead, and the run says so.
+"""
+from __future__ import annotations
+
+import threading
+
+CPU_BOUND_IDLE_PCT = 10.0
+
+
+def _cpu_times() -> tuple[int, int]:
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    idle = fields[3] + fields[4]          # idle + iowait
+    return idle, sum(fields)
+
+
+class CpuSampler:
+    """Context manager sampling overall CPU idle % every `period` seconds."""
+
+    def __init__(self, period: float = 0.5):
+        self.period = period
+        self.samples: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        last = _cpu_times()
+        while not self._stop.wait(self.period):
+            now = _cpu_times()
+            total = now[1] - last[1]
+            if total > 0:
+                self.samples.append(100.0 * (now[0] - last[0]) / total)
+            last = now
+
+    def __enter__(self) -> "CpuSampler":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def report(self) -> dict:
+        if not self.samples:
+            return {"cpu_idle_min_pct": None, "cpu_idle_mean_pct": None, "cpu_bound": False}
+        mean = sum(self.samples) / len(self.samples)
+        return {"cpu_idle_min_pct": round(min(self.samples), 1), "cpu_idle_mean_pct": round(mean, 1),
+                "cpu_bound": mean < CPU_BOUND_IDLE_PCT}

@@ -1,0 +1,50 @@
+"""Run one Python process of the `hosts` package in each of several emulated hosts, concurrently.
+
+Each process prints one JSON document on stdout; a process that fails, prints nothing usable or
+outlives the timeout becomes an error naming its host (the process is killed by PID).
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+from testbed.net import PROJECT_ROOT
+
+
+class LaunchError(RuntimeError):
+    pass
+
+
+def run_on_hosts(net, commands: dict[str, list[str]], timeout: float) -> dict[str, dict]:
+    """commands: host name -> argv after `python -m`; returns host name -> parsed JSON output."""
+    procs: dict[str, subprocess.Popen] = {}
+    try:
+        for host, argv in commands.items():
+            procs[host] = net.host(host).popen([sys.executable, "-m", *argv], cwd=PROJECT_ROOT,
+                                               stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                               text=True)
+        deadline = time.monotonic() + timeout
+        results, errors = {}, []
+        for host, proc in procs.items():
+            try:
+                out, err = proc.communicate(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.communicate()
+                errors.append(f"{host}: `{' '.join(commands[host][:1])}` still running after {timeout:.0f} s")
+                continue
+            try:
+                results[host] = json.loads(out.strip().splitlines()[-1])
+            except (ValueError, IndexError):
+                last = (err.strip().splitlines() or ["no output"])[-1]
+                errors.append(f"{host}: {commands[host][0]} exited {proc.returncode}: {last}")
+        if errors:
+            raise LaunchError("; ".join(errors[:3]) + (f" (+{len(errors) - 3} more)" if len(errors) > 3 else ""))
+        return results
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()

@@ -1,0 +1,119 @@
+"""Run a scenario end to end: fabric up, workloads, counters, checks, results.json, fabric down.
+
+Tear-down happens on success, on errors and on Ctrl-C / SIGTERM. The run passes only if every check
+passed; results.json records why not otherwise.
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import signal
+import time
+
+from testbed import __version__, ovs, topo
+from testbed.fidelity import CpuSampler
+from testbed.net import Network
+from testbed.workloads import connectivity, traffic
+
+WORKLOADS = {"connectivity": connectivity.run, "traffic": traffic.run}
+FABRIC_KEYS = ("servers", "gpus_per_server", "spines", "oversubscription", "nic_mbps", "hb_mbps", "cpu_hosts")
+
+
+class Interrupted(Exception):
+    pass
+
+
+def fabric_of(scenario: dict) -> topo.Fabric:
+    f = scenario["fabric"]
+    params = {k: f[k] for k in FABRIC_KEYS if k in f}
+    params.setdefault("servers", 2)
+    params.setdefault("gpus_per_server", 2)
+    return topo.build(f["kind"], **params)
+
+
+def default_out_dir(scenario: dict) -> str:
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    return os.path.join("results", scenario["name"], stamp)
+
+
+def unsupported(scenario: dict) -> str | None:
+    for key in ("faults", "capture"):
+        if scenario.get(key):
+            return f"`{key}:` is not supported by this version of the testbed yet"
+    return None
+
+
+def run(scenario: dict, out_dir: str, echo=print) -> dict:
+    """Run the scenario and write out_dir/results.json; returns the results."""
+    fabric = fabric_of(scenario)
+    mode = scenario.get("routing", {}).get("mode", "ecmp")
+    os.makedirs(out_dir, exist_ok=True)
+    results = {"scenario": scenario["name"], "testbed_version": __version__,
+               "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+               "fabric": fabric.counts() | {"routing": mode, "datapath": ovs.datapath(),
+                                             "nic_mbps": fabric.params["nic_mbps"],
+                                             "hb_mbps": fabric.params["hb_mbps"]},
+               "workloads": [], "links": {}, "checks": [], "timings": {}}
+
+    def on_term(signum, frame):
+        raise Interrupted(f"signal {signum}")
+    previous = signal.signal(signal.SIGTERM, on_term)
+    net = Network(fabric, routing=mode)
+    try:
+        echo(f"bringing up {fabric.kind}: {fabric.params['servers']} servers x "
+             f"{fabric.params['gpus_per_server']} GPUs, {len(fabric.switches)} switches, routing {mode}")
+        net.start()
+        results["timings"]["bring_up_s"] = round(net.timings["bring_up_s"], 3)
+        results["checks"].append({"name": "bring-up", "ok": True,
+                                  "detail": f"routes installed on {len(fabric.sdn_switches())} switches "
+                                            f"in {net.timings['bring_up_s']:.2f} s"})
+        start = net.counters()
+        for i, spec in enumerate(scenario["workloads"]):
+            label = spec.get("name", f"{spec['type']}#{i}")
+            echo(f"workload {label} ...")
+            t0 = time.monotonic()
+            with CpuSampler() as cpu:
+                result = WORKLOADS[spec["type"]](net, spec)
+            result = {"name": label, **result, "wall_s": round(time.monotonic() - t0, 3), **cpu.report()}
+            results["workloads"].append(result)
+            for check in result.pop("checks"):
+                results["checks"].append({**check, "name": f"{label}: {check['name']}"})
+            if result["cpu_bound"]:
+                echo(f"  warning: CPU idle averaged {result['cpu_idle_mean_pct']}%: "
+                     f"this result may be CPU-bound, not link-bound")
+        end = net.counters()
+        results["links"] = {p: {"tx_bytes": end[p]["tx_bytes"] - start[p]["tx_bytes"],
+                                "rx_bytes": end[p]["rx_bytes"] - start[p]["rx_bytes"]} for p in end}
+    except Interrupted as exc:
+        results["checks"].append({"name": "interrupted", "ok": False, "detail": str(exc)})
+    except KeyboardInterrupt:
+        results["checks"].append({"name": "interrupted", "ok": False, "detail": "Ctrl-C"})
+    except Exception as exc:  # a failed run still writes its results and tears down
+        results["checks"].append({"name": "error", "ok": False, "detail": f"{type(exc).__name__}: {exc}"})
+    finally:
+        net.stop()
+        signal.signal(signal.SIGTERM, previous)
+        results["timings"]["tear_down_s"] = round(net.timings.get("tear_down_s", 0.0), 3)
+    results["ok"] = all(c["ok"] for c in results["checks"])
+    with open(os.path.join(out_dir, "results.json"), "w") as f:
+        json.dump(results, f, indent=2)
+    return results
+
+
+def summary_table(results: dict) -> str:
+    """A short human summary: one row per workload, then the checks."""
+    rows = [f"{'workload':<22} {'ok':<4} {'wall s':>7} {'idle %':>7}  measurement"]
+    for w in results["workloads"]:
+        if w["type"] == "connectivity":
+            what = f"{w['reachable_ok']}/{w['expected_reachable']} pairs reachable, {len(w['leaked'])} leaked"
+        else:
+            what = (f"{w['flows']} {w['protocol']} flows, {w['mbps_mean']:.2f} Mbit/s mean "
+                    f"({w['mbps_min']:.2f}-{w['mbps_max']:.2f}), uplinks used {w['uplinks_used']}/"
+                    f"{len(w['uplink_bytes'])}, imbalance {w['uplink_imbalance']}")
+        rows.append(f"{w['name']:<22} {'yes' if w['ok'] else 'NO':<4} {w['wall_s']:>7.2f} "
+                    f"{w['cpu_idle_mean_pct'] if w['cpu_idle_mean_pct'] is not None else '-':>7}  {what}")
+    rows.append("")
+    for c in results["checks"]:
+        rows.append(f"[{'PASS' if c['ok'] else 'FAIL'}] {c['name']}: {c['detail']}")
+    return "\n".join(rows)

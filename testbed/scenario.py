@@ -1,0 +1,172 @@
+"""Scenario files: YAML, validated against a JSON schema, with `--set key=value` overrides.
+
+Errors are ScenarioError with one line that names the problem and where it is.
+"""
+from __future__ import annotations
+
+import copy
+import re
+
+import jsonschema
+import yaml
+
+from testbed.topo import KINDS
+
+SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMG]i?B|B)?\s*$")
+SIZE_UNITS = {None: 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9,
+              "KiB": 2**10, "MiB": 2**20, "GiB": 2**30}
+MAX_FLOW_BYTES = 1 << 30
+
+SIZE = {"anyOf": [{"type": "integer", "minimum": 1}, {"type": "string", "pattern": SIZE_RE.pattern}]}
+RATE = {"type": "number", "exclusiveMinimum": 0}
+
+FABRIC = {
+    "type": "object", "additionalProperties": False, "required": ["kind"],
+    "properties": {
+        "kind": {"enum": list(KINDS)},
+        "servers": {"type": "integer", "minimum": 1},
+        "gpus_per_server": {"type": "integer", "minimum": 1},
+        "spines": {"type": "integer", "minimum": 1},
+        "oversubscription": {"type": "number", "minimum": 1},
+        "nic_mbps": RATE, "hb_mbps": RATE,
+        "cpu_hosts": {"type": "integer", "minimum": 0},
+    },
+}
+
+CONNECTIVITY = {
+    "type": "object", "additionalProperties": False, "required": ["type"],
+    "properties": {"type": {"const": "connectivity"}, "name": {"type": "string"},
+                   "timeout_s": {"type": "number", "minimum": 0.5, "maximum": 60}},
+}
+
+TRAFFIC = {
+    "type": "object", "additionalProperties": False, "required": ["type"],
+    "properties": {
+        "type": {"const": "traffic"}, "name": {"type": "string"},
+        "pattern": {"enum": ["permutation", "all-to-all", "pairs"]},
+        "pairs": {"type": "array", "minItems": 1,
+                  "items": {"type": "array", "items": {"type": "string"}, "minItems": 2, "maxItems": 2}},
+        "protocol": {"enum": ["udp", "tcp", "both"]},
+        "size": SIZE,
+        "flows_per_pair": {"type": "integer", "minimum": 1, "maximum": 64},
+        "rate_mbps": RATE,
+        "expect": {
+            "type": "object", "additionalProperties": False,
+            "properties": {
+                "max_loss": {"type": "number", "minimum": 0, "maximum": 1},
+                "all_uplinks_used": {"type": "boolean"},
+                "uplinks_used": {"type": "integer", "minimum": 0},
+            },
+        },
+    },
+}
+
+# Faults and captures arrive with later issues; the schema keeps their place.
+FAULT = {"type": "object", "required": ["at", "kind"],
+         "properties": {"at": {"type": "number", "minimum": 0}, "kind": {"type": "string"}}}
+CAPTURE = {"type": "object", "required": ["point"], "properties": {"point": {"type": "string"}}}
+
+SCHEMA = {
+    "type": "object", "additionalProperties": False, "required": ["name", "fabric", "workloads"],
+    "properties": {
+        "name": {"type": "string", "pattern": r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"},
+        "description": {"type": "string"},
+        "fabric": FABRIC,
+        "routing": {"type": "object", "additionalProperties": False,
+                    "properties": {"mode": {"enum": ["single", "ecmp"]}}},
+        "workloads": {"type": "array", "minItems": 1, "items": {
+            "type": "object", "required": ["type"],
+            "properties": {"type": {"enum": ["connectivity", "traffic"]}},
+            "allOf": [
+                {"if": {"properties": {"type": {"const": "connectivity"}}}, "then": CONNECTIVITY},
+                {"if": {"properties": {"type": {"const": "traffic"}}}, "then": TRAFFIC},
+            ]}},
+        "faults": {"type": "array", "items": FAULT},
+        "capture": {"type": "array", "items": CAPTURE},
+    },
+}
+
+
+class ScenarioError(ValueError):
+    """A scenario that cannot be run; the message is one line naming the problem."""
+
+
+def parse_size(value) -> int:
+    """'1MiB' -> 1048576; plain integers are bytes."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        size = value
+    else:
+        m = SIZE_RE.match(str(value))
+        if not m:
+            raise ScenarioError(f"size {value!r} is not a size like 4096, 64KiB, 1MiB or 10MB")
+        size = int(float(m.group(1)) * SIZE_UNITS[m.group(2)])
+    if not 1 <= size <= MAX_FLOW_BYTES:
+        raise ScenarioError(f"size {value!r} must be between 1 B and 1 GiB")
+    return size
+
+
+def _where(error: jsonschema.ValidationError) -> str:
+    return ".".join(str(p) for p in error.absolute_path) or "top level"
+
+
+def validate(doc) -> dict:
+    if not isinstance(doc, dict):
+        raise ScenarioError("a scenario must be a YAML mapping with name, fabric and workloads")
+    err = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(SCHEMA).iter_errors(doc))
+    if err is not None:
+        raise ScenarioError(f"{_where(err)}: {err.message}")
+    for i, w in enumerate(doc["workloads"]):
+        if "size" in w:
+            parse_size(w["size"])
+        if w.get("pattern") == "pairs" and "pairs" not in w:
+            raise ScenarioError(f"workloads.{i}: pattern 'pairs' needs a 'pairs' list")
+    return doc
+
+
+def apply_set(doc: dict, assignment: str) -> None:
+    """Apply one `key.sub=value` override; list items are addressed by index (workloads.0.size)."""
+    if "=" not in assignment:
+        raise ScenarioError(f"--set {assignment!r}: expected key=value")
+    path, raw = assignment.split("=", 1)
+    keys = path.strip().split(".")
+    try:
+        value = yaml.safe_load(raw)
+    except yaml.YAMLError:
+        value = raw
+    node = doc
+    for key in keys[:-1]:
+        if isinstance(node, list) and key.isdigit() and int(key) < len(node):
+            node = node[int(key)]
+        elif isinstance(node, dict):
+            node = node.setdefault(key, {})
+        else:
+            raise ScenarioError(f"--set {path}: no such key {key!r}")
+    last = keys[-1]
+    if isinstance(node, list) and last.isdigit() and int(last) < len(node):
+        node[int(last)] = value
+    elif isinstance(node, dict):
+        node[last] = value
+    else:
+        raise ScenarioError(f"--set {path}: no such key {last!r}")
+
+
+def load(path: str, overrides: list[str] = ()) -> dict:
+    try:
+        with open(path) as f:
+            doc = yaml.safe_load(f)
+    except OSError as exc:
+        raise ScenarioError(f"{path}: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or "malformed YAML"
+        raise ScenarioError(f"{path}: malformed YAML{where}: {problem}") from None
+    doc = copy.deepcopy(doc)
+    for assignment in overrides:
+        if not isinstance(doc, dict):
+            break
+        apply_set(doc, assignment)
+    try:
+        return validate(doc)
+    except ScenarioError as exc:
+        raise ScenarioError(f"{path}: {exc}") from None

@@ -1,0 +1,55 @@
+"""Workload `connectivity`: every pair the fabric should connect reaches each other; no other pair does.
+
+Pairs are checked over the network (NIC addresses, as the fabric model says: rail-only has no path
+between rails) and inside each HB domain (HB addresses of the same server).
+"""
+from __future__ import annotations
+
+import time
+
+from testbed.launch import run_on_hosts
+
+
+def expected_pairs(fabric) -> dict[tuple[str, str], bool]:
+    """(source host, destination address) -> whether it should be reachable."""
+    pairs = {}
+    hosts = list(fabric.hosts.values())
+    for src in hosts:
+        for dst in hosts:
+            if src.name == dst.name:
+                continue
+            pairs[(src.name, dst.ip)] = fabric.nic_reachable(src, dst)
+            if src.hb_ip and dst.hb_ip:
+                pairs[(src.name, dst.hb_ip)] = src.server == dst.server
+    return pairs
+
+
+def run(net, spec: dict) -> dict:
+    fabric = net.fabric
+    pairs = expected_pairs(fabric)
+    timeout = float(spec.get("timeout_s", 3.0))
+    # All probes share one deadline after every process has had time to start (~50 ms each here).
+    until = time.time() + 1.0 + 0.06 * len(fabric.hosts) + timeout
+    targets: dict[str, list[str]] = {h: [] for h in fabric.hosts}
+    for (src, ip) in pairs:
+        targets[src].append(ip)
+    out = run_on_hosts(net, {h: ["hosts.probe", "--targets", ",".join(ips), "--until", f"{until:.3f}"]
+                             for h, ips in targets.items()}, timeout=until - time.time() + 15)
+    missing, unexpected = [], []
+    for (src, ip), should in sorted(pairs.items()):
+        reached = ip in out[src]["reached"]
+        if should and not reached:
+            missing.append(f"{src}->{ip}")
+        elif reached and not should:
+            unexpected.append(f"{src}->{ip}")
+    should_n = sum(pairs.values())
+    ok = not missing and not unexpected
+    detail = (f"{should_n - len(missing)}/{should_n} expected pairs reachable, "
+              f"{len(unexpected)}/{len(pairs) - should_n} isolated pairs leaked")
+    if missing:
+        detail += f"; unreachable: {', '.join(missing[:5])}"
+    if unexpected:
+        detail += f"; leaked: {', '.join(unexpected[:5])}"
+    return {"type": "connectivity", "ok": ok, "pairs": len(pairs), "expected_reachable": should_n,
+            "reachable_ok": should_n - len(missing), "missing": missing, "leaked": unexpected,
+            "checks": [{"name": "connectivity", "ok": ok, "detail": detail}]}

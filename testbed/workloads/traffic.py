@@ -1,0 +1,142 @@
+"""Workload `traffic`: concurrent UDP and/or TCP flows between GPU hosts, measured per flow, with the
+spread of bytes over the spine uplinks read from the switch counters.
+
+Patterns (GPU hosts only):
+  permutation  s{i}g{j} -> s{i+1}g{j+1} (next server, next rail: it crosses the spine layer);
+               on rail-only, where rails are not connected, s{i}g{j} -> s{i+1}g{j} (same rail)
+  all-to-all   every pair the network connects
+  pairs        an explicit list of [source, destination] host names
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+
+from testbed.launch import run_on_hosts
+from testbed.scenario import ScenarioError, parse_size
+
+LISTEN_BASE, SOURCE_BASE = 20000, 30000
+
+
+def flow_pairs(fabric, spec: dict) -> list[tuple[str, str]]:
+    pattern = spec.get("pattern", "permutation")
+    gpus = fabric.gpus()
+    n, k = fabric.params["servers"], fabric.params["gpus_per_server"]
+    if pattern == "pairs":
+        pairs = [tuple(p) for p in spec["pairs"]]
+        for src, dst in pairs:
+            for h in (src, dst):
+                if h not in fabric.hosts:
+                    raise ScenarioError(f"traffic pair names unknown host {h!r}")
+            if src == dst:
+                raise ScenarioError(f"traffic pair {src}->{dst} sends to itself")
+        return pairs
+    if n < 2:
+        raise ScenarioError(f"traffic pattern {pattern!r} needs at least 2 servers")
+    if pattern == "all-to-all":
+        return [(a.name, b.name) for a in gpus for b in gpus if fabric.nic_reachable(a, b)]
+    step = 0 if fabric.kind == "rail-only" else 1
+    return [(f"s{i}g{j}", f"s{(i + 1) % n}g{(j + step) % k}") for i in range(n) for j in range(k)]
+
+
+def plan_flows(fabric, spec: dict) -> list[dict]:
+    size = parse_size(spec.get("size", "1MiB"))
+    protos = {"udp": ["udp"], "tcp": ["tcp"], "both": ["udp", "tcp"]}[spec.get("protocol", "udp")]
+    per_pair = spec.get("flows_per_pair", 1)
+    flows = []
+    for src, dst in flow_pairs(fabric, spec):
+        for proto in protos:
+            for _ in range(per_pair):
+                flows.append({"flow": len(flows), "proto": proto, "src": src, "dst": dst, "bytes": size})
+    # UDP senders pace to a fair share of the busiest NIC, so the fabric, not the NIC queue, decides.
+    fan = max(max(sum(f["src"] == h for f in flows), sum(f["dst"] == h for f in flows))
+              for h in fabric.hosts)
+    rate = spec.get("rate_mbps") or 0.9 * fabric.params["nic_mbps"] / fan
+    for f in flows:
+        f["rate_mbps"] = rate
+    return flows
+
+
+def uplink_bytes(fabric, before: dict, after: dict) -> dict[str, int]:
+    """Bytes carried by each leaf-spine link during the workload (both directions)."""
+    out = {}
+    for l in fabric.links:
+        if l.kind != "uplink":
+            continue
+        a, b = f"{l.a}:{l.a_port}", f"{l.b}:{l.b_port}"
+        out[f"{l.a}-{l.b}"] = sum(after[p]["tx_bytes"] - before[p]["tx_bytes"] for p in (a, b))
+    return out
+
+
+def run(net, spec: dict) -> dict:
+    fabric = net.fabric
+    flows = plan_flows(fabric, spec)
+    hosts = {f["src"] for f in flows} | {f["dst"] for f in flows}
+    start_at = time.time() + 1.0 + 0.06 * len(hosts)
+    longest = max(f["bytes"] * 8 / (f["rate_mbps"] * 1e6) for f in flows)
+    deadline = start_at + 3 * longest + 10
+    specs = {h: {"start_at": start_at, "deadline": deadline, "listen": [], "send": []} for h in hosts}
+    for f in flows:
+        port = LISTEN_BASE + len(specs[f["dst"]]["listen"])
+        sport = SOURCE_BASE + len(specs[f["src"]]["send"])
+        specs[f["dst"]]["listen"].append({"flow": f["flow"], "proto": f["proto"], "port": port,
+                                          "bytes": f["bytes"]})
+        specs[f["src"]]["send"].append({"flow": f["flow"], "proto": f["proto"], "dst": fabric.hosts[f["dst"]].ip,
+                                        "dport": port, "sport": sport, "bytes": f["bytes"],
+                                        "rate_mbps": f["rate_mbps"]})
+    commands = {}
+    for h, s in specs.items():
+        path = os.path.join(net.run_dir, f"flows-{h}.json")
+        with open(path, "w") as fh:
+            json.dump(s, fh)
+        commands[h] = ["hosts.flows", path]
+
+    before = net.counters()
+    out = run_on_hosts(net, commands, timeout=deadline - time.time() + 20)
+    after = net.counters()
+
+    received = {r["flow"]: r for h in out for r in out[h]["received"]}
+    per_flow = []
+    for f in flows:
+        r = received.get(f["flow"], {})
+        per_flow.append({"flow": f["flow"], "proto": f["proto"], "src": f["src"], "dst": f["dst"],
+                         "bytes": r.get("bytes", 0), "expected_bytes": f["bytes"],
+                         "seconds": r.get("seconds"), "mbps": round(r.get("mbps", 0.0), 3),
+                         "lost_packets": r.get("lost_packets"), "error": r.get("error")})
+    return summarize(fabric, spec, per_flow, uplink_bytes(fabric, before, after))
+
+
+def summarize(fabric, spec: dict, per_flow: list[dict], uplinks: dict[str, int]) -> dict:
+    expect = spec.get("expect", {})
+    max_loss = expect.get("max_loss", 0.01)
+    checks = []
+    failed = [f for f in per_flow if f["error"] or
+              (f["proto"] == "tcp" and f["bytes"] < f["expected_bytes"]) or
+              (f["proto"] == "udp" and f["bytes"] < (1 - max_loss) * f["expected_bytes"])]
+    sent = sum(f["expected_bytes"] for f in per_flow)
+    got = sum(f["bytes"] for f in per_flow)
+    checks.append({"name": "traffic-delivered", "ok": not failed,
+                   "detail": f"{len(per_flow) - len(failed)}/{len(per_flow)} flows delivered "
+                             f"(loss allowed {max_loss:.1%}); {got}/{sent} bytes"
+                             + (f"; failed: flow {failed[0]['flow']} {failed[0]['src']}->{failed[0]['dst']}"
+                                if failed else "")})
+    total = sum(uplinks.values())
+    fair = total / len(uplinks) if uplinks else 0
+    used = sum(1 for b in uplinks.values() if fair and b >= 0.1 * fair)
+    imbalance = (max(uplinks.values()) / fair) if fair else None
+    if "all_uplinks_used" in expect:
+        ok = (used == len(uplinks)) == expect["all_uplinks_used"]
+        checks.append({"name": "uplinks-all-used", "ok": ok,
+                       "detail": f"{used}/{len(uplinks)} uplinks carried >= 10% of a fair share"})
+    if "uplinks_used" in expect:
+        checks.append({"name": "uplinks-used", "ok": used == expect["uplinks_used"],
+                       "detail": f"{used} uplinks used, expected {expect['uplinks_used']}"})
+    mbps = [f["mbps"] for f in per_flow]
+    return {"type": "traffic", "ok": all(c["ok"] for c in checks), "pattern": spec.get("pattern", "permutation"),
+            "protocol": spec.get("protocol", "udp"), "flows": len(per_flow),
+            "flow_bytes": per_flow[0]["expected_bytes"], "rate_mbps": per_flow and spec.get("rate_mbps"),
+            "mbps_min": min(mbps), "mbps_mean": sum(mbps) / len(mbps), "mbps_max": max(mbps),
+            "delivered_bytes": got, "uplink_bytes": uplinks, "uplinks_used": used,
+            "uplink_imbalance": round(imbalance, 3) if imbalance else None,
+            "per_flow": per_flow, "checks": checks}
