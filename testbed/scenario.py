@@ -17,7 +17,7 @@ SIZE_UNITS = {None: 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9,
               "KiB": 2**10, "MiB": 2**20, "GiB": 2**30}
 MAX_FLOW_BYTES = 1 << 30
 
-SIZE = {"anyOf": [{"type": "integer", "minimum": 1}, {"type": "string", "pattern": SIZE_RE.pattern}]}
+SIZE = {"type": ["integer", "string"]}     # parse_size() checks the form and says what is wrong
 RATE = {"type": "number", "exclusiveMinimum": 0}
 
 FABRIC = {
@@ -117,7 +117,10 @@ def validate(doc) -> dict:
         raise ScenarioError(f"{_where(err)}: {err.message}")
     for i, w in enumerate(doc["workloads"]):
         if "size" in w:
-            parse_size(w["size"])
+            try:
+                parse_size(w["size"])
+            except ScenarioError as exc:
+                raise ScenarioError(f"workloads.{i}.size: {exc}") from None
         if w.get("pattern") == "pairs" and "pairs" not in w:
             raise ScenarioError(f"workloads.{i}: pattern 'pairs' needs a 'pairs' list")
     return doc

@@ -1,0 +1,57 @@
+"""The CLI as a user runs it: JSON topologies without root, one-line errors with exit status 2."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FIXTURES = os.path.join(ROOT, "tests", "fixtures", "scenarios")
+
+
+def run_cli(*args):
+    return subprocess.run([sys.executable, "-m", "testbed.cli", *args], capture_output=True, text=True,
+                          cwd=ROOT, timeout=60)
+
+
+def test_topo_json():
+    p = run_cli("topo", "rail-optimized", "--servers", "4", "--gpus", "8", "--spines", "2", "--json")
+    assert p.returncode == 0, p.stderr
+    t = json.loads(p.stdout)
+    assert t["kind"] == "rail-optimized"
+    assert len([h for h in t["hosts"] if h.startswith("s")]) == 32
+    assert sum(1 for s in t["switches"] if s.startswith("rail")) == 8
+    uplinks = [l for l in t["links"] if l[0].startswith("rail") and l[1].startswith("spine")]
+    assert len(uplinks) == 16 and all(l[2]["mbps"] == 4 * 5 / 2 for l in uplinks)
+
+
+def test_topo_text():
+    p = run_cli("topo", "clos", "--servers", "2", "--gpus", "2")
+    assert p.returncode == 0 and "clos: 2 servers x 2 GPUs" in p.stdout
+
+
+@pytest.mark.parametrize("args,message", [
+    (["topo", "ring", "--servers", "2", "--gpus", "2"], "unknown fabric kind 'ring'"),
+    (["topo", "rail-only", "--servers", "0", "--gpus", "2"], "servers must be between 1"),
+    (["topo", "rail-only", "--servers", "two", "--gpus", "2"], "invalid int value"),
+    (["run", os.path.join(FIXTURES, "yaml_error.yaml")], "malformed YAML"),
+    (["run", os.path.join(FIXTURES, "gpus_error.yaml")], "gpus_per_server must be between"),
+    (["run", os.path.join(FIXTURES, "kind.yaml"), "--set", "fabric.kind=mesh"], "'mesh' is not one of"),
+    (["frobnicate"], "invalid choice"),
+])
+def test_bad_input_is_one_line_exit_2(args, message):
+    p = run_cli(*args)
+    assert p.returncode == 2
+    assert message in p.stderr
+    assert "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) <= 3
+
+
+def test_run_refuses_scenarios_with_unsupported_sections():
+    import tempfile
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
+        f.write("name: f\nfabric: {kind: clos}\nworkloads: [{type: connectivity}]\n"
+                "faults: [{at: 1, kind: link-down}]\n")
+    p = run_cli("run", f.name)
+    os.unlink(f.name)
+    assert p.returncode == 2 and "faults" in p.stderr
