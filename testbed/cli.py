@@ -3,6 +3,7 @@
     testbed topo KIND --servers N --gpus K [--spines S] [--json]
     testbed run SCENARIO.yaml [--set key=value ...] [--out DIR]
     testbed clean
+    testbed plan --gpus G --hb-size K --radix R [--kind ...] [--predict] [--json]   (see testbed/plan.py)
 
 Exit status: 0 success; 1 a check failed; 2 bad input (one line on stderr naming the problem);
 130 interrupted.
@@ -99,6 +100,9 @@ def parser() -> argparse.ArgumentParser:
 
     c = sub.add_parser("clean", help="remove everything the testbed left behind")
     c.set_defaults(func=cmd_clean)
+
+    from testbed import plan          # `testbed plan`: full-scale counts and predictions
+    plan.register(sub)
     return p
 
 
