@@ -1,13 +1,19 @@
 """Proactive L3 routing for the emulated GPU fabric, written against the Ryu API.
 
 Runs under os-ken (`python -m controllers.run`) or Ryu (`ryu-manager controllers/fabric_app.py` with
-TESTBED_TOPOLOGY and TESTBED_ROUTING set). No flooding and no learning: the testbed hands over the
-topology, hosts use static neighbour entries, and every switch gets, as soon as it connects:
-  - one flow per destination IPv4 address: output to a port (`single`) or to a select group over
-    all equal-cost ports (`ecmp`);
+TESTBED_TOPOLOGY, TESTBED_ROUTING and optionally TESTBED_FAILOVER=1 set). No flooding and no learning:
+the testbed hands over the topology, hosts use static neighbour entries, and every switch gets, as soon
+as it connects:
+  - one flow per destination IPv4 address: output to a port (`single`) or to a select group over all
+    equal-cost ports (`ecmp`);
   - a lowest-priority drop for everything else (so unroutable pairs are really unconnected).
 ECMP groups carry Open vSwitch's selection-method property `dp_hash`: OVS's default select hash
 ignores UDP ports, which would put every RoCEv2 flow of a host pair on one path.
+
+Failures: with data-plane failover (TESTBED_FAILOVER=1) select-group buckets watch their port, and
+single-path routes become fast-failover groups over the equal-cost ports, so a switch moves traffic
+off a dead port by itself. In every case the controller recomputes the routes on each PORT_STATUS and
+updates the switches whose routes changed; on link up it restores them.
 Installed state is written to TESTBED_STATE (JSON) so the testbed knows when routing is ready.
 """
 from __future__ import annotations
@@ -16,6 +22,7 @@ import json
 import os
 import struct
 import sys
+import time
 
 try:  # os-ken is the maintained fork; Ryu has the same API under another name
     from os_ken.base import app_manager
@@ -50,12 +57,33 @@ class FabricRouting(app_manager.OSKenApp if hasattr(app_manager, "OSKenApp") els
         with open(os.environ["TESTBED_TOPOLOGY"]) as f:
             self.topo = Topology(json.load(f))
         self.mode = os.environ.get("TESTBED_ROUTING", "ecmp")
-        self.table = self.topo.routes(self.mode)
+        self.failover = os.environ.get("TESTBED_FAILOVER", "0") == "1"
+        self.topo.routes(self.mode)                       # validates the mode
         self.state_path = os.environ.get("TESTBED_STATE")
+        self.dps: dict[str, object] = {}
+        self.groups: dict[str, dict[tuple, int]] = {}     # switch -> {(type, ports): group id}
+        self.current: dict[str, dict[str, tuple]] = {}    # switch -> {dst IP: (type, ports)}
         self.installed: dict[str, dict] = {}
         self.pending: dict[int, tuple[str, dict]] = {}
         self.errors: list[str] = []
+        self.port_events: list[dict] = []                      # port changes and the route updates they caused
 
+    # -- what to install --------------------------------------------------------------------------
+    def wanted(self) -> dict[str, dict[str, tuple]]:
+        """switch -> {dst IP: ("out", (port,)) | ("select", ports) | ("ff", ports)}."""
+        table = {}
+        for sw, routes in self.topo.ordered_routes().items():
+            table[sw] = {}
+            for ip, ports in routes.items():
+                if len(ports) == 1 or (self.mode == "single" and not self.failover):
+                    table[sw][ip] = ("out", (ports[0],))
+                elif self.mode == "single":
+                    table[sw][ip] = ("ff", tuple(ports))           # preferred port first
+                else:
+                    table[sw][ip] = ("select", tuple(sorted(ports)))
+        return table
+
+    # -- switch connection --------------------------------------------------------------------------
     @set_ev_cls(ofp_event.EventOFPSwitchFeatures, CONFIG_DISPATCHER)
     def switch_features(self, ev):
         dp = ev.msg.datapath
@@ -63,8 +91,11 @@ class FabricRouting(app_manager.OSKenApp if hasattr(app_manager, "OSKenApp") els
         if name is None:
             self.logger.warning("unknown switch dpid %016x: left without flows", dp.id)
             return
+        self.guarded(name, self.install, dp, name)
+
+    def guarded(self, name, fn, *args):
         try:
-            self.install(dp, name)
+            fn(*args)
         except Exception as exc:  # the event loop would swallow it: make it visible to the testbed
             self.errors.append(f"{name}: installing routes failed: {exc!r}")
             self.logger.exception(self.errors[-1])
@@ -75,48 +106,106 @@ class FabricRouting(app_manager.OSKenApp if hasattr(app_manager, "OSKenApp") els
         dp.send_msg(parser.OFPFlowMod(dp, command=ofp.OFPFC_DELETE, table_id=ofp.OFPTT_ALL,
                                       out_port=ofp.OFPP_ANY, out_group=ofp.OFPG_ANY))
         dp.send_msg(parser.OFPGroupMod(dp, command=ofp.OFPGC_DELETE, group_id=ofp.OFPG_ALL))
-        groups: dict[tuple[int, ...], int] = {}
-        for ip, ports in sorted(self.table[name].items()):
-            if len(ports) == 1:
-                action = parser.OFPActionOutput(ports[0])
-            else:
-                key = tuple(ports)
-                if key not in groups:
-                    groups[key] = len(groups) + 1
-                    self.add_select_group(dp, groups[key], ports)
-                action = parser.OFPActionGroup(groups[key])
-            match = parser.OFPMatch(eth_type=0x0800, ipv4_dst=ip)
-            self.add_flow(dp, PRIO_ROUTE, match, [action])
+        self.dps[name] = dp
+        self.groups[name] = {}
+        self.current[name] = {}
+        self.apply(name, self.wanted()[name])
         self.add_flow(dp, PRIO_DROP, parser.OFPMatch(), [])
-        # Reported as installed only once the switch has processed everything (barrier reply).
-        self.pending[dp.id] = (name, {"dpid": dp.id, "routes": len(self.table[name]),
-                                      "groups": {str(g): list(p) for p, g in groups.items()}})
-        dp.send_msg(parser.OFPBarrierRequest(dp))
+        self.barrier(dp, name)
 
-    @set_ev_cls(ofp_event.EventOFPBarrierReply, MAIN_DISPATCHER)
-    def barrier_reply(self, ev):
-        done = self.pending.pop(ev.msg.datapath.id, None)
-        if done:
-            name, info = done
-            self.installed[name] = info
-            self.save_state()
-            self.logger.info("%s: %d routes, %d groups (%s)", name, info["routes"], len(info["groups"]),
-                             self.mode)
+    def apply(self, name: str, routes: dict[str, tuple]) -> int:
+        """Bring switch `name` to `routes`; returns how many flows changed."""
+        dp = self.dps[name]
+        ofp, parser = dp.ofproto, dp.ofproto_parser
+        changed = 0
+        for ip, route in sorted(routes.items()):
+            if self.current[name].get(ip) == route:
+                continue
+            kind, ports = route
+            action = parser.OFPActionOutput(ports[0]) if kind == "out" else \
+                parser.OFPActionGroup(self.group(dp, name, kind, ports))
+            self.add_flow(dp, PRIO_ROUTE, parser.OFPMatch(eth_type=0x0800, ipv4_dst=ip), [action])
+            self.current[name][ip] = route
+            changed += 1
+        for ip in set(self.current[name]) - set(routes):          # destinations now unreachable
+            dp.send_msg(parser.OFPFlowMod(dp, command=ofp.OFPFC_DELETE_STRICT, priority=PRIO_ROUTE,
+                                          match=parser.OFPMatch(eth_type=0x0800, ipv4_dst=ip),
+                                          out_port=ofp.OFPP_ANY, out_group=ofp.OFPG_ANY))
+            del self.current[name][ip]
+            changed += 1
+        return changed
+
+    def group(self, dp, name: str, kind: str, ports: tuple) -> int:
+        """The group id for (kind, ports) on this switch, created on first use."""
+        key = (kind, ports)
+        if key in self.groups[name]:
+            return self.groups[name][key]
+        gid = len(self.groups[name]) + 1
+        self.groups[name][key] = gid
+        ofp, parser = dp.ofproto, dp.ofproto_parser
+        buckets = []
+        for i, port in enumerate(ports):
+            props = [parser.OFPGroupBucketPropWatch(type_=ofp.OFPGBPT_WATCH_PORT, watch=port)] \
+                if kind == "ff" or self.failover else []
+            if kind == "select":
+                props.append(parser.OFPGroupBucketPropWeight(type_=ofp.OFPGBPT_WEIGHT, weight=1))
+            buckets.append(parser.OFPBucket(bucket_id=i, actions=[parser.OFPActionOutput(port)],
+                                            properties=props))
+        if kind == "select":
+            props = [parser.OFPGroupPropExperimenter(type_=ofp.OFPGPT_EXPERIMENTER, experimenter=NTR_VENDOR_ID,
+                                                     exp_type=NTRT_SELECTION_METHOD,
+                                                     data=selection_method("dp_hash"))]
+            gtype = ofp.OFPGT_SELECT
+        else:
+            props, gtype = [], ofp.OFPGT_FF
+        dp.send_msg(parser.OFPGroupMod(dp, command=ofp.OFPGC_ADD, type_=gtype, group_id=gid,
+                                       buckets=buckets, properties=props))
+        return gid
 
     def add_flow(self, dp, priority, match, actions):
         ofp, parser = dp.ofproto, dp.ofproto_parser
         inst = [parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, actions)] if actions else []
         dp.send_msg(parser.OFPFlowMod(dp, priority=priority, match=match, instructions=inst))
 
-    def add_select_group(self, dp, group_id: int, ports: list[int]) -> None:
-        ofp, parser = dp.ofproto, dp.ofproto_parser
-        buckets = [parser.OFPBucket(bucket_id=i, actions=[parser.OFPActionOutput(p)],
-                                    properties=[parser.OFPGroupBucketPropWeight(type_=ofp.OFPGBPT_WEIGHT, weight=1)])
-                   for i, p in enumerate(ports)]
-        prop = parser.OFPGroupPropExperimenter(type_=ofp.OFPGPT_EXPERIMENTER, experimenter=NTR_VENDOR_ID, exp_type=NTRT_SELECTION_METHOD,
-                                               data=selection_method("dp_hash"))
-        dp.send_msg(parser.OFPGroupMod(dp, command=ofp.OFPGC_ADD, type_=ofp.OFPGT_SELECT,
-                                       group_id=group_id, buckets=buckets, properties=[prop]))
+    def barrier(self, dp, name: str) -> None:
+        """Report the switch as installed only once it has processed everything (barrier reply)."""
+        self.pending[dp.id] = (name, {"dpid": dp.id, "routes": len(self.current[name]),
+                                      "groups": len(self.groups[name])})
+        dp.send_msg(dp.ofproto_parser.OFPBarrierRequest(dp))
+
+    @set_ev_cls(ofp_event.EventOFPBarrierReply, MAIN_DISPATCHER)
+    def barrier_reply(self, ev):
+        done = self.pending.pop(ev.msg.datapath.id, None)
+        if done:
+            name, info = done
+            self.installed[name] = {**info, "at": time.time()}
+            self.save_state()
+
+    # -- failures ---------------------------------------------------------------------------------
+    @set_ev_cls(ofp_event.EventOFPPortStatus, MAIN_DISPATCHER)
+    def port_status(self, ev):
+        msg = ev.msg
+        dp, desc = msg.datapath, msg.desc
+        name = self.topo.by_dpid(dp.id)
+        if name is None or desc.port_no > dp.ofproto.OFPP_MAX:
+            return
+        ofp = dp.ofproto
+        up = msg.reason != ofp.OFPPR_DELETE and not (desc.config & ofp.OFPPC_PORT_DOWN) \
+            and not (desc.state & ofp.OFPPS_LINK_DOWN)
+        t0 = time.time()
+        if not self.topo.set_port(name, desc.port_no, up):
+            return
+        wanted = self.wanted()
+        changed = 0
+        for sw in list(self.dps):
+            n = self.apply(sw, wanted[sw])
+            if n:
+                changed += n
+                self.barrier(self.dps[sw], sw)
+        self.port_events.append({"at": t0, "switch": name, "port": desc.port_no, "up": up, "flows_changed": changed,
+                            "computed_s": round(time.time() - t0, 6)})
+        self.logger.info("%s port %d %s: %d flows changed", name, desc.port_no, "up" if up else "down", changed)
+        self.save_state()
 
     @set_ev_cls(ofp_event.EventOFPErrorMsg, MAIN_DISPATCHER)
     def error(self, ev):
@@ -130,5 +219,6 @@ class FabricRouting(app_manager.OSKenApp if hasattr(app_manager, "OSKenApp") els
             return
         tmp = self.state_path + ".tmp"
         with open(tmp, "w") as f:
-            json.dump({"mode": self.mode, "switches": self.installed, "errors": self.errors}, f)
+            json.dump({"mode": self.mode, "failover": self.failover, "switches": self.installed,
+                       "down": sorted(self.topo.down), "port_events": self.port_events, "errors": self.errors}, f)
         os.replace(tmp, self.state_path)

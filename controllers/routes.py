@@ -19,9 +19,28 @@ class Topology:
         self.kind = spec["kind"]
         self.switches = {s["name"]: s for s in spec["switches"]}
         self.hosts = {h["name"]: h for h in spec["hosts"]}
-        self.adj: dict[str, list[tuple[str, int]]] = {name: [] for name in self.switches}
+        self.down: set[tuple[str, int]] = set()      # (switch, port) reported down
+        self.links = spec["links"]
+        self.adj: dict[str, list[tuple[str, int]]] = {}
         self.host_port: dict[str, tuple[str, int]] = {}
-        for link in spec["links"]:
+        self._index()
+
+    def set_port(self, switch: str, port: int, up: bool) -> bool:
+        """Record a port's state; True if that changed anything."""
+        key = (switch, port)
+        if up == (key not in self.down):
+            return False
+        (self.down.discard if up else self.down.add)(key)
+        self._index()
+        return True
+
+    def _index(self) -> None:
+        """Adjacency and host attachments over the links whose ends are both up."""
+        self.adj = {name: [] for name in self.switches}
+        self.host_port = {}
+        for link in self.links:
+            if (link["a"], link["a_port"]) in self.down or (link["b"], link["b_port"]) in self.down:
+                continue
             a, b = link["a"], link["b"]
             if a in self.switches and b in self.switches:
                 self.adj[a].append((b, link["a_port"]))
@@ -70,15 +89,21 @@ class Topology:
                 hops[sw] = ports
         return hops
 
-    def routes(self, mode: str) -> dict[str, dict[str, list[int]]]:
-        """switch -> {destination IP: output ports}; `single` keeps one port per destination,
-        spread over the equal-cost ports by destination index so that paths differ per pair."""
-        if mode not in MODES:
-            raise ValueError(f"unknown routing mode {mode!r}; choose one of {', '.join(MODES)}")
+    def ordered_routes(self) -> dict[str, dict[str, list[int]]]:
+        """switch -> {destination IP: equal-cost ports, the preferred one first}. The preference
+        rotates with the destination, so single-path routes of different destinations differ."""
         table: dict[str, dict[str, list[int]]] = {name: {} for name in self.switches}
         for index, (name, host) in enumerate(sorted(self.hosts.items())):
             if name not in self.host_port:
                 continue
             for sw, ports in self.next_hops(name).items():
-                table[sw][host["ip"]] = [ports[index % len(ports)]] if mode == "single" else ports
+                k = index % len(ports)
+                table[sw][host["ip"]] = ports[k:] + ports[:k]
         return table
+
+    def routes(self, mode: str) -> dict[str, dict[str, list[int]]]:
+        """switch -> {destination IP: output ports}: one for `single`, all equal-cost ones for `ecmp`."""
+        if mode not in MODES:
+            raise ValueError(f"unknown routing mode {mode!r}; choose one of {', '.join(MODES)}")
+        return {sw: {ip: ports[:1] if mode == "single" else sorted(ports) for ip, ports in t.items()}
+                for sw, t in self.ordered_routes().items()}

@@ -16,8 +16,10 @@ def main() -> None:
     ap.add_argument("--mode", default="ecmp")
     ap.add_argument("--port", type=int, default=6653)
     ap.add_argument("--state", required=True)
+    ap.add_argument("--failover", action="store_true", help="data-plane fast failover (watch ports)")
     args = ap.parse_args()
-    os.environ.update(TESTBED_TOPOLOGY=args.topology, TESTBED_ROUTING=args.mode, TESTBED_STATE=args.state)
+    os.environ.update(TESTBED_TOPOLOGY=args.topology, TESTBED_ROUTING=args.mode, TESTBED_STATE=args.state,
+                      TESTBED_FAILOVER="1" if args.failover else "0")
 
     from os_ken import cfg, log
     from os_ken.base import app_manager  # before os_ken.controller.controller, which needs its options

@@ -51,6 +51,7 @@ def cmd_run(args) -> int:
     from testbed import runner, scenario   # heavy imports only when running
     doc = scenario.load(args.scenario, args.set or [])
     fabric = runner.fabric_of(doc)                  # validates sizes before anything is touched
+    runner.check(doc, fabric)
     problem = runner.unsupported(doc)
     if problem:
         raise UsageError(f"{args.scenario}: {problem}")

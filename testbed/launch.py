@@ -17,8 +17,11 @@ class LaunchError(RuntimeError):
     pass
 
 
-def run_on_hosts(net, commands: dict[str, list[str]], timeout: float) -> dict[str, dict]:
-    """commands: host name -> argv after `python -m`; returns host name -> parsed JSON output."""
+def run_on_hosts(net, commands: dict[str, list[str]], timeout: float, partial: bool = False):
+    """commands: host name -> argv after `python -m`; returns host name -> parsed JSON output.
+
+    With partial=True, returns (outputs of the processes that produced one, errors of the others)
+    instead of raising LaunchError."""
     procs: dict[str, subprocess.Popen] = {}
     try:
         for host, argv in commands.items():
@@ -39,7 +42,10 @@ def run_on_hosts(net, commands: dict[str, list[str]], timeout: float) -> dict[st
                 results[host] = json.loads(out.strip().splitlines()[-1])
             except (ValueError, IndexError):
                 last = (err.strip().splitlines() or ["no output"])[-1]
-                errors.append(f"{host}: {commands[host][0]} exited {proc.returncode}: {last}")
+                how = "was killed" if proc.returncode == -9 else f"exited {proc.returncode}"
+                errors.append(f"{host}: {commands[host][0]} {how}: {last}")
+        if partial:
+            return results, errors
         if errors:
             raise LaunchError("; ".join(errors[:3]) + (f" (+{len(errors) - 3} more)" if len(errors) > 3 else ""))
         return results

@@ -35,6 +35,14 @@ class NetworkError(RuntimeError):
     pass
 
 
+class LoopbackController(RemoteController):
+    """Our controller on 127.0.0.1. The testbed waits for it itself: Mininet's check speaks
+    telnet to the OpenFlow port and chokes on the binary HELLO it gets back."""
+
+    def checkListening(self):
+        pass
+
+
 def sysname(node: str) -> str:
     """Name of a switch on the machine (bridge name, port-name stem)."""
     return PREFIX + node
@@ -54,9 +62,11 @@ def free_port() -> int:
 
 
 class Network:
-    def __init__(self, fabric: Fabric, routing: str = "ecmp", run_dir: str | None = None):
+    def __init__(self, fabric: Fabric, routing: str = "ecmp", run_dir: str | None = None,
+                 failover: bool = True):
         self.fabric = fabric
         self.routing = routing
+        self.failover = failover
         self.run_dir = run_dir or os.path.join(RUN_ROOT, f"run-{os.getpid()}-{int(time.time() * 1000)}")
         self.mn: Mininet | None = None
         self.controller: subprocess.Popen | None = None
@@ -83,7 +93,7 @@ class Network:
         self._start_controller(port)
         setLogLevel("error")   # Mininet warns about br_netfilter sysctls we do not rely on
         self.mn = Mininet(topo=None, build=False, controller=None, autoSetMacs=False, waitConnected=False)
-        self.mn.addController(RemoteController("tb-c0", ip="127.0.0.1", port=port))
+        self.mn.addController(LoopbackController("tb-c0", ip="127.0.0.1", port=port))
         self._add_nodes()
         self.mn.build()
         self._record(host_pids={h.name: h.pid for h in self.mn.hosts},
@@ -133,9 +143,13 @@ class Network:
             n2 = mn.get(l.b if b_host else sysname(l.b))
             i1 = f"eth{l.a_port}" if a_host else f"{sysname(l.a)}-p{l.a_port}"
             i2 = f"eth{l.b_port}" if b_host else f"{sysname(l.b)}-p{l.b_port}"
-            patch = l.kind in ("uplink", "frontend") and self._unshaped(l)
+            patch = self.is_patch(l)
             mn.addLink(n1, n2, port1=l.a_port, port2=l.b_port, intfName1=i1, intfName2=i2,
                        cls=OVSLink if patch else Link)
+
+    def is_patch(self, link) -> bool:
+        """Switch-to-switch links are OVS patch ports unless they must be shaped."""
+        return link.kind in ("uplink", "frontend") and self._unshaped(link)
 
     def _unshaped(self, link) -> bool:
         # Without oversubscription an uplink never limits below the shaped host NICs: use a patch port.
@@ -167,7 +181,7 @@ class Network:
         """tbf at both ends of every shaped link (the host side in the host's namespace)."""
         fab, cmds = self.fabric, []
         for l in fab.links:
-            if l.kind in ("uplink", "frontend") and self._unshaped(l):
+            if self.is_patch(l):
                 continue
             mtu = HB_MTU if l.kind == "hb" else 1500
             for node, port in ((l.a, l.a_port), (l.b, l.b_port)):
@@ -190,7 +204,7 @@ class Network:
         env = dict(os.environ, PYTHONPATH=PROJECT_ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
         self.controller = subprocess.Popen(
             [sys.executable, "-m", "controllers.run", "--topology", topo, "--mode", self.routing,
-             "--port", str(port), "--state", self.controller_state],
+             "--port", str(port), "--state", self.controller_state] + (["--failover"] if self.failover else []),
             stdout=log, stderr=subprocess.STDOUT, env=env, cwd=PROJECT_ROOT, start_new_session=True)
         self._record(controller_pid=self.controller.pid)
         deadline = time.monotonic() + 30
@@ -239,6 +253,11 @@ class Network:
         bridges = self.sdn_bridges()
         raw = ovs.port_counters(list(bridges))
         return {f"{bridges[br]}:{port}": c for (br, port), c in sorted(raw.items())}
+
+    def controller_view(self) -> dict:
+        """The controller's state file: installed switches, ports it saw down, route-update events."""
+        with open(self.controller_state) as f:
+            return json.load(f)
 
     def _record(self, **items) -> None:
         """Merge into the run's state file, which `testbed clean` reads after a crash."""

@@ -14,9 +14,10 @@ import time
 from testbed import __version__, ovs, topo
 from testbed.fidelity import CpuSampler
 from testbed.net import Network
-from testbed.workloads import connectivity, traffic
+from testbed.scenario import ScenarioError
+from testbed.workloads import collective, connectivity, traffic
 
-WORKLOADS = {"connectivity": connectivity.run, "traffic": traffic.run}
+WORKLOADS = {"connectivity": connectivity.run, "traffic": traffic.run, "collective": collective.run}
 FABRIC_KEYS = ("servers", "gpus_per_server", "spines", "oversubscription", "nic_mbps", "hb_mbps", "cpu_hosts")
 
 
@@ -30,6 +31,18 @@ def fabric_of(scenario: dict) -> topo.Fabric:
     params.setdefault("servers", 2)
     params.setdefault("gpus_per_server", 2)
     return topo.build(f["kind"], **params)
+
+
+def check(scenario: dict, fabric: topo.Fabric) -> None:
+    """Checks that need the fabric (raise ScenarioError), done before anything is brought up."""
+    for i, spec in enumerate(scenario["workloads"]):
+        try:
+            if spec["type"] == "collective":
+                collective.validate(fabric, spec)
+            elif spec["type"] == "traffic":
+                traffic.plan_flows(fabric, spec)
+        except ScenarioError as exc:
+            raise ScenarioError(f"workloads.{i}: {exc}") from None
 
 
 def default_out_dir(scenario: dict) -> str:
@@ -104,8 +117,13 @@ def run(scenario: dict, out_dir: str, echo=print) -> dict:
 def summary_table(results: dict) -> str:
     """A short human summary: one row per workload, then the checks."""
     rows = [f"{'workload':<22} {'ok':<4} {'wall s':>7} {'idle %':>7}  measurement"]
+    tables = []
     for w in results["workloads"]:
-        if w["type"] == "connectivity":
+        if w["type"] == "collective":
+            best = max((r["bus_ratio"] for r in w["rows"]), default=0)
+            what = f"{w['op']}/{w['algo']} on {w['ranks']} ranks, {len(w['rows'])} sizes, best busbw/bound {best:.2f}"
+            tables.append(collective.table(w))
+        elif w["type"] == "connectivity":
             what = f"{w['reachable_ok']}/{w['expected_reachable']} pairs reachable, {len(w['leaked'])} leaked"
         else:
             what = (f"{w['flows']} {w['protocol']} flows, {w['mbps_mean']:.2f} Mbit/s mean "
@@ -113,7 +131,7 @@ def summary_table(results: dict) -> str:
                     f"{len(w['uplink_bytes'])}, imbalance {w['uplink_imbalance']}")
         rows.append(f"{w['name']:<22} {'yes' if w['ok'] else 'NO':<4} {w['wall_s']:>7.2f} "
                     f"{w['cpu_idle_mean_pct'] if w['cpu_idle_mean_pct'] is not None else '-':>7}  {what}")
-    rows.append("")
+    rows += [""] + [line for t in tables for line in (t, "")]
     for c in results["checks"]:
         rows.append(f"[{'PASS' if c['ok'] else 'FAIL'}] {c['name']}: {c['detail']}")
     return "\n".join(rows)

@@ -61,6 +61,28 @@ TRAFFIC = {
     },
 }
 
+COLLECTIVE = {
+    "type": "object", "additionalProperties": False, "required": ["type", "op", "algo"],
+    "properties": {
+        "type": {"const": "collective"}, "name": {"type": "string"},
+        "op": {"enum": ["allreduce", "allgather", "reduce_scatter", "broadcast", "alltoall"]},
+        "algo": {"type": "string"},
+        "sizes": {"type": "array", "minItems": 1, "items": SIZE},
+        "sweep": {"type": "object", "additionalProperties": False, "required": ["min", "max"],
+                  "properties": {"min": SIZE, "max": SIZE, "factor": {"type": "integer", "minimum": 2}}},
+        "dtype": {"enum": ["float32", "float16"]},
+        "reduce": {"enum": ["sum", "max"]},
+        "root": {"type": "integer", "minimum": 0},
+        "iterations": {"type": "integer", "minimum": 1, "maximum": 100},
+        "warmup": {"type": "integer", "minimum": 0, "maximum": 10},
+        "check": {"type": "boolean"},
+        "timeout_s": {"type": "number", "minimum": 1, "maximum": 3600},
+        "loss": {"type": "number", "minimum": 0, "maximum": 0.5},
+        "expect": {"type": "object", "additionalProperties": False,
+                   "properties": {"min_bus_ratio": {"type": "number", "minimum": 0}}},
+    },
+}
+
 # Faults and captures arrive with later issues; the schema keeps their place.
 FAULT = {"type": "object", "required": ["at", "kind"],
          "properties": {"at": {"type": "number", "minimum": 0}, "kind": {"type": "string"}}}
@@ -76,10 +98,11 @@ SCHEMA = {
                     "properties": {"mode": {"enum": ["single", "ecmp"]}}},
         "workloads": {"type": "array", "minItems": 1, "items": {
             "type": "object", "required": ["type"],
-            "properties": {"type": {"enum": ["connectivity", "traffic"]}},
+            "properties": {"type": {"enum": ["connectivity", "traffic", "collective"]}},
             "allOf": [
                 {"if": {"properties": {"type": {"const": "connectivity"}}}, "then": CONNECTIVITY},
                 {"if": {"properties": {"type": {"const": "traffic"}}}, "then": TRAFFIC},
+                {"if": {"properties": {"type": {"const": "collective"}}}, "then": COLLECTIVE},
             ]}},
         "faults": {"type": "array", "items": FAULT},
         "capture": {"type": "array", "items": CAPTURE},
@@ -116,11 +139,17 @@ def validate(doc) -> dict:
     if err is not None:
         raise ScenarioError(f"{_where(err)}: {err.message}")
     for i, w in enumerate(doc["workloads"]):
-        if "size" in w:
-            try:
-                parse_size(w["size"])
-            except ScenarioError as exc:
-                raise ScenarioError(f"workloads.{i}.size: {exc}") from None
+        for key in ("size", "sizes", "sweep"):
+            values = w.get(key)
+            values = values if isinstance(values, list) else list(values.values())[:2] \
+                if isinstance(values, dict) else [values]
+            for v in values:
+                if v is None:
+                    continue
+                try:
+                    parse_size(v)
+                except ScenarioError as exc:
+                    raise ScenarioError(f"workloads.{i}.{key}: {exc}") from None
         if w.get("pattern") == "pairs" and "pairs" not in w:
             raise ScenarioError(f"workloads.{i}: pattern 'pairs' needs a 'pairs' list")
     return doc

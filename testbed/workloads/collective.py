@@ -1,0 +1,201 @@
+"""Workload `collective`: one rank per GPU host, a size sweep of one operation and algorithm, measured
+like nccl-tests (time, algbw, busbw) against the analytical bound of the configured link rates.
+
+Ranks are the GPU hosts in order s0g0, s0g1, ..., s1g0, ... (server-major). Every size is a separate
+launch, so each row's `fabric_bytes` is the switch counters' sum over that size alone.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+
+from testbed import models
+from testbed.launch import run_on_hosts
+from testbed.scenario import ScenarioError, parse_size
+
+ALGOS = {"allreduce": ("ring", "rhd", "hierarchical"), "allgather": ("ring", "rd", "hierarchical"),
+         "reduce_scatter": ("ring",), "broadcast": ("chain",), "alltoall": ("direct", "two-step")}
+PACE = 0.97
+ALL_PAIRS = {"rhd", "rd", "direct"}            # algorithms that may pair any two ranks
+
+
+def ranks(fabric) -> list:
+    return sorted(fabric.gpus(), key=lambda h: (h.server, h.rank))
+
+
+def sizes(spec: dict) -> list[int]:
+    if "sizes" in spec:
+        return [parse_size(s) for s in spec["sizes"]]
+    sweep = spec.get("sweep", {"min": "1MiB", "max": "1MiB", "factor": 2})
+    lo, hi, f = parse_size(sweep["min"]), parse_size(sweep["max"]), sweep.get("factor", 2)
+    if lo > hi or f < 2:
+        raise ScenarioError("collective sweep needs min <= max and factor >= 2")
+    out = []
+    while lo <= hi:
+        out.append(lo)
+        lo *= f
+    return out
+
+
+def rail_ring(hosts) -> list:
+    """Mirror of hosts.collectives.comm.rail_ring on the fabric's hosts (for the path check)."""
+    servers = sorted({h.server for h in hosts})
+    rails = sorted({h.rank for h in hosts})
+    at = {(h.server, h.rank): h for h in hosts}
+    order = []
+    for k, j in enumerate(rails):
+        order += [at[(i, j)] for i in (servers if k % 2 == 0 else reversed(servers))]
+    return order
+
+
+def check_paths(fabric, spec: dict) -> None:
+    """Refuse an algorithm that needs a pair of GPUs the fabric does not connect (rail-only)."""
+    hosts = ranks(fabric)
+    algo = spec["algo"]
+    if algo in ("hierarchical", "two-step"):
+        return
+    if algo in ALL_PAIRS:
+        pairs = [(a, b) for a in hosts for b in hosts if a is not b]
+    else:
+        ring = rail_ring(hosts)
+        pairs = list(zip(ring, ring[1:] + ring[:1]))
+    for a, b in pairs:
+        if a.server != b.server and not fabric.nic_reachable(a, b):
+            hint = "hierarchical" if spec["op"] in ("allreduce", "allgather") else "two-step"
+            raise ScenarioError(f"{spec['op']}/{algo} needs a path between {a.name} and {b.name}, which a "
+                                f"{fabric.kind} fabric does not have; use algo {hint}")
+
+
+def validate(fabric, spec: dict) -> None:
+    if spec["algo"] not in ALGOS[spec["op"]]:
+        raise ScenarioError(f"{spec['op']} has no algorithm {spec['algo']!r}; choose one of "
+                            f"{', '.join(ALGOS[spec['op']])}")
+    if spec["algo"] in ("hierarchical", "two-step") and fabric.params["servers"] * \
+            fabric.params["gpus_per_server"] != len(fabric.gpus()):
+        raise ScenarioError("hierarchical algorithms need whole servers")
+    check_paths(fabric, spec)
+    sizes(spec)
+
+
+def cluster(fabric) -> models.Cluster:
+    p = fabric.params
+    return models.Cluster(x=p["gpus_per_server"], y=p["servers"], c_s=p["nic_mbps"] * 1e6 / 8,
+                          c_f=p["hb_mbps"] * 1e6 / 8)
+
+
+def random_loss(net, hosts, probability: float, on: bool) -> None:
+    """Drop outgoing packets at random in every rank's namespace (there is no netem here)."""
+    action = "-A" if on else "-D"
+    for h in hosts:
+        for dev in ("eth0", "eth1"):
+            net.host(h.name).cmd(f"iptables {action} OUTPUT -o {dev} -m statistic --mode random "
+                                 f"--probability {probability} -j DROP")
+
+
+def run(net, spec: dict) -> dict:
+    fabric = net.fabric
+    validate(fabric, spec)
+    hosts = ranks(fabric)
+    loss = spec.get("loss", 0)
+    if loss:
+        random_loss(net, hosts, loss, on=True)
+    try:
+        return _run(net, spec, hosts)
+    finally:
+        if loss:
+            random_loss(net, hosts, loss, on=False)
+
+
+def _run(net, spec: dict, hosts: list) -> dict:
+    fabric = net.fabric
+    peers = [{"rank": r, "name": h.name, "ip": h.ip, "hb_ip": h.hb_ip, "server": h.server, "local_rank": h.rank}
+             for r, h in enumerate(hosts)]
+    rows, errors = [], []
+    for size in sizes(spec):
+        label = f"{spec['op']}-{spec['algo']}-{size}-{time.monotonic_ns()}"
+        store = os.path.join(net.run_dir, "store", label)
+        os.makedirs(store)
+        commands = {}
+        for r, h in enumerate(hosts):
+            rank_spec = {"rank": r, "peers": peers, "store": store, "op": spec["op"], "algo": spec["algo"],
+                         "bytes": size, "dtype": spec.get("dtype", "float32"), "reduce": spec.get("reduce", "sum"),
+                         "root": spec.get("root", 0), "iterations": spec.get("iterations", 3),
+                         "warmup": spec.get("warmup", 1), "check": spec.get("check", True),
+                         "timeout_s": spec.get("timeout_s", 60),
+                         # senders pace just below the shaped rates, so queues do not build up
+                         "rate_limit_bps": {"nic": PACE * fabric.params["nic_mbps"] * 1e6,
+                                            "hb": PACE * fabric.params["hb_mbps"] * 1e6}}
+            path = os.path.join(store, f"rank{r}.json")
+            with open(path, "w") as f:
+                json.dump(rank_spec, f)
+            commands[h.name] = ["hosts.collectives.run", path]
+        # Worst case: every iteration at 1/4 of the bound, plus start-up and the collective's own timeout.
+        budget = (spec.get("iterations", 3) + spec.get("warmup", 1)) * \
+            4 * models.time_model(spec["op"], spec["algo"], size, cluster(fabric)) + spec.get("timeout_s", 60) + 30
+        before = net.counters()
+        try:
+            out, failed = run_on_hosts(net, commands, timeout=budget, partial=True)
+        finally:
+            after = net.counters()
+            shutil.rmtree(store, ignore_errors=True)
+        failed += [o["error"] for o in out.values() if "error" in o]
+        if failed:
+            errors.append(f"{size} B: " + "; ".join(failed[:4]) + (f" (+{len(failed) - 4} more)" if len(failed) > 4 else ""))
+            break
+        rows.append(row(fabric, spec, size, list(out.values()), before, after))
+    return summarize(spec, len(hosts), rows, errors)
+
+
+def row(fabric, spec: dict, size: int, outs: list[dict], before: dict, after: dict) -> dict:
+    n = len(outs)
+    iters = len(outs[0]["times"])
+    # an iteration takes as long as its slowest rank; report the mean over iterations
+    seconds = sum(max(o["times"][i] for o in outs) for i in range(iters)) / iters
+    itemsize = 2 if spec.get("dtype") == "float16" else 4
+    nbytes = outs[0]["count"] * itemsize * (n if spec["op"] == "allgather" else 1)
+    algbw = nbytes / seconds / 1e6
+    busbw = algbw * models.bus_factor(spec["op"], n)
+    bound = models.bound_busbw(spec["op"], spec["algo"], nbytes, cluster(fabric)) / 1e6
+    counters = {}
+    for o in outs:
+        for k, v in o.get("counters", {}).items():
+            counters[k] = counters.get(k, 0) + v
+    return {"type": "collective", "op": spec["op"], "algo": spec["algo"], "ranks": n, "bytes": nbytes,
+            "count": outs[0]["count"], "dtype": spec.get("dtype", "float32"), "seconds": round(seconds, 6),
+            "algbw_MBps": round(algbw, 4), "busbw_MBps": round(busbw, 4), "bound_busbw_MBps": round(bound, 4),
+            "bus_ratio": round(busbw / bound, 4), "correct": all(o["correct"] is not False for o in outs),
+            "fabric_bytes": sum(after[p]["tx_bytes"] - before[p]["tx_bytes"] for p in after),
+            "retransmits": counters.get("retransmits", 0),
+            "drops": sum(v for k, v in counters.items() if k.startswith("drop")),
+            "transport": {k: v for k, v in sorted(counters.items()) if v and not k.endswith(("packets", "bytes"))}}
+
+
+def summarize(spec: dict, n: int, rows: list[dict], errors: list[str]) -> dict:
+    checks = []
+    if errors:
+        checks.append({"name": "completed", "ok": False, "detail": errors[0]})
+    wrong = [r["bytes"] for r in rows if not r["correct"]]
+    if spec.get("check", True):
+        checks.append({"name": "correct", "ok": not wrong and bool(rows),
+                       "detail": f"{len(rows) - len(wrong)}/{len(rows)} sizes equal numpy's result on every rank"})
+    floor = spec.get("expect", {}).get("min_bus_ratio")
+    if floor is not None and rows:
+        worst = min(r["bus_ratio"] for r in rows)
+        checks.append({"name": "busbw", "ok": worst >= floor,
+                       "detail": f"busbw/bound >= {worst:.2f} (expected >= {floor})"})
+    return {"type": "collective", "ok": all(c["ok"] for c in checks), "op": spec["op"], "algo": spec["algo"],
+            "ranks": n, "rows": rows, "checks": checks}
+
+
+def table(result: dict) -> str:
+    """nccl-tests style rows."""
+    lines = [f"#  {result['op']} / {result['algo']}, {result['ranks']} ranks",
+             f"# {'size':>10} {'count':>10} {'type':>8} {'time(us)':>12} {'algbw MB/s':>11} {'busbw MB/s':>11} "
+             f"{'bound':>8} {'ratio':>6} {'check':>6}"]
+    for r in result["rows"]:
+        lines.append(f"  {r['bytes']:>10} {r['count']:>10} {r['dtype']:>8} {r['seconds'] * 1e6:>12.0f} "
+                     f"{r['algbw_MBps']:>11.3f} {r['busbw_MBps']:>11.3f} {r['bound_busbw_MBps']:>8.3f} "
+                     f"{r['bus_ratio']:>6.2f} {'ok' if r['correct'] else 'WRONG':>6}")
+    return "\n".join(lines)
