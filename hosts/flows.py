@@ -80,6 +80,7 @@ def udp_receive(f: dict, start_at: float, deadline: float, ready: threading.Even
     seen: set[int] = set()
     size = 0
     last = None
+    gap, gap_at = 0.0, None      # longest silence between two arrivals: how long a failure cut the flow
     while len(seen) < expected and (left := deadline - time.time()) > 0:
         sock.settimeout(left)
         try:
@@ -88,11 +89,14 @@ def udp_receive(f: dict, start_at: float, deadline: float, ready: threading.Even
             break
         flow, seq = HEADER.unpack_from(data)
         if flow == f["flow"] and seq not in seen:
+            now = time.time()
+            if last is not None and now - last > gap:
+                gap, gap_at = now - last, last
             seen.add(seq)
             size += len(data)
-            last = time.time()
+            last = now
     sock.close()
-    return result(f, size, len(seen), expected, start_at, last)
+    return {**result(f, size, len(seen), expected, start_at, last), "max_gap_s": gap, "gap_at": gap_at}
 
 
 def tcp_receive(f: dict, start_at: float, deadline: float, ready: threading.Event) -> dict:

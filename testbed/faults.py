@@ -2,6 +2,7 @@
 
 Targets:
   rail0-spine1      a switch-to-switch link (either order)
+  path:s0g0>s1g1    the first switch-to-switch link of the single-path route from s0g0 to s1g1
   s0g0/nic          a GPU's (or CPU host's) NIC link; s0g0/hb its HB-domain link
   spine1            a whole switch (every port)
 A link goes down at both ends, as a cut cable does: switch ports are set down through OpenFlow port
@@ -11,6 +12,7 @@ set down in the host's namespace.
 from __future__ import annotations
 
 import subprocess
+import threading
 import time
 
 from testbed.net import sysname
@@ -21,8 +23,30 @@ class FaultError(ValueError):
     """A fault target that does not exist in the fabric."""
 
 
+def path_uplink(fabric, src: str, dst: str) -> Link:
+    """The first switch-to-switch link on the single-path route from src to dst (the controller's
+    preferred equal-cost port at the source's leaf)."""
+    from controllers.routes import Topology
+    for h in (src, dst):
+        if h not in fabric.hosts:
+            raise FaultError(f"unknown host {h!r} in path target")
+    topo = Topology(fabric.to_controller())
+    leaf, _ = topo.host_port[src]
+    ports = topo.ordered_routes()[leaf].get(fabric.hosts[dst].ip)
+    if not ports:
+        raise FaultError(f"no route from {src} to {dst} on this fabric")
+    for l in fabric.links:
+        if (l.a, l.a_port) == (leaf, ports[0]) or (l.b, l.b_port) == (leaf, ports[0]):
+            if l.kind != "nic":
+                return l
+    raise FaultError(f"{src} and {dst} share a switch: their path has no switch-to-switch link")
+
+
 def resolve(fabric, target: str) -> list[Link]:
     """The links a target names."""
+    if target.startswith("path:"):
+        src, _, dst = target[5:].partition(">")
+        return [path_uplink(fabric, src.strip(), dst.strip())]
     if "/" in target:
         host, kind = target.split("/", 1)
         if host not in fabric.hosts or kind not in ("nic", "hb"):
@@ -39,7 +63,7 @@ def resolve(fabric, target: str) -> list[Link]:
         if found:
             return found
     raise FaultError(f"unknown fault target {target!r}: expected a link like rail0-spine1, HOST/nic, "
-                     f"HOST/hb or a switch name")
+                     f"HOST/hb, path:SRC>DST or a switch name")
 
 
 def _ends(net, link: Link):
@@ -86,3 +110,83 @@ def inject(net, target: str, up: bool = False) -> dict:
     for link in links:
         set_link(net, link, up)
     return {"target": target, "up": up, "at": at, "links": len(links)}
+
+
+LINK_KINDS = ("link-down", "link-up", "link-flap", "switch-down")
+
+
+class Schedule:
+    """Faults of a scenario, injected at their `at` (seconds after the workloads start) by a thread.
+
+    link-down / switch-down: down at `at`, back up after `duration` if given; link-up: up at `at`;
+    link-flap: down and up `count` times (default 3), `duration` (default 0.5 s) each way.
+    Everything still down when the workloads end is restored before the fabric is torn down.
+    """
+
+    def __init__(self, net, faults: list[dict]):
+        self.net = net
+        self.faults = faults
+        self.steps: list[tuple[float, int, bool]] = []      # (time, fault index, up)
+        for i, f in enumerate(faults):
+            resolve(net.fabric, f["target"])                 # fail early on unknown targets
+            if f["kind"] == "link-up":
+                self.steps.append((f["at"], i, True))
+            elif f["kind"] == "link-flap":
+                period = f.get("duration", 0.5)
+                for k in range(f.get("count", 3)):
+                    self.steps += [(f["at"] + 2 * k * period, i, False), (f["at"] + (2 * k + 1) * period, i, True)]
+            else:
+                self.steps.append((f["at"], i, False))
+                if "duration" in f:
+                    self.steps.append((f["at"] + f["duration"], i, True))
+        self.steps.sort()
+        self.log: list[dict] = []
+        self.t0 = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="tb-faults")
+
+    def start(self) -> None:
+        self.t0 = time.time()
+        self._thread.start()
+
+    def _run(self) -> None:
+        for at, i, up in self.steps:
+            if self._stop.wait(max(0.0, self.t0 + at - time.time())):
+                return
+            rec = inject(self.net, self.faults[i]["target"], up)
+            self.log.append({**rec, "fault": i})
+
+    def stop(self) -> None:
+        """Stop injecting and restore what is down (idempotent)."""
+        if self._stop.is_set():
+            return
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+        down = {}
+        for rec in self.log:
+            down[rec["target"]] = not rec["up"]
+        for target, is_down in down.items():
+            if is_down:
+                inject(self.net, target, up=True)
+
+    def results(self, port_events: list[dict]) -> list[dict]:
+        """Per fault: when it was injected, detected by the controller, and routed around (seconds
+        after the workloads started)."""
+        out = []
+        for i, f in enumerate(self.faults):
+            mine = [r for r in self.log if r["fault"] == i]
+            first = next((r for r in mine if not r["up"]), mine[0] if mine else None)
+            rec = {"kind": f["kind"], "target": f["target"], "at_s": None, "detected_s": None,
+                   "recovered_s": None, "restored_s": None}
+            if first:
+                rec["at_s"] = round(first["at"] - self.t0, 4)
+                seen = [e for e in port_events if e["at"] >= first["at"] - 0.001]
+                if seen:
+                    rec["detected_s"] = round(seen[0]["at"] - self.t0, 4)
+                    rec["recovered_s"] = round(seen[0]["at"] + seen[0]["computed_s"] - self.t0, 4)
+                back = next((r for r in mine if r["up"] and r["at"] > first["at"]), None)
+                if back:
+                    rec["restored_s"] = round(back["at"] - self.t0, 4)
+            out.append(rec)
+        return out

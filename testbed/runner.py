@@ -11,7 +11,7 @@ import os
 import signal
 import time
 
-from testbed import __version__, ovs, topo
+from testbed import __version__, faults, ovs, topo
 from testbed.fidelity import CpuSampler
 from testbed.net import Network
 from testbed.scenario import ScenarioError
@@ -33,6 +33,11 @@ def fabric_of(scenario: dict) -> topo.Fabric:
     return topo.build(f["kind"], **params)
 
 
+def delta(before: int, after: int) -> int:
+    """Counter growth; a port that was removed and re-created (a cut patch link) restarts from 0."""
+    return after - before if after >= before else after
+
+
 def check(scenario: dict, fabric: topo.Fabric) -> None:
     """Checks that need the fabric (raise ScenarioError), done before anything is brought up."""
     for i, spec in enumerate(scenario["workloads"]):
@@ -43,6 +48,11 @@ def check(scenario: dict, fabric: topo.Fabric) -> None:
                 traffic.plan_flows(fabric, spec)
         except ScenarioError as exc:
             raise ScenarioError(f"workloads.{i}: {exc}") from None
+    for i, fault in enumerate(scenario.get("faults", [])):
+        try:
+            faults.resolve(fabric, fault["target"])
+        except faults.FaultError as exc:
+            raise ScenarioError(f"faults.{i}: {exc}") from None
 
 
 def default_out_dir(scenario: dict) -> str:
@@ -51,9 +61,8 @@ def default_out_dir(scenario: dict) -> str:
 
 
 def unsupported(scenario: dict) -> str | None:
-    for key in ("faults", "capture"):
-        if scenario.get(key):
-            return f"`{key}:` is not supported by this version of the testbed yet"
+    if scenario.get("capture"):
+        return "`capture:` is not supported by this version of the testbed yet"
     return None
 
 
@@ -61,10 +70,11 @@ def run(scenario: dict, out_dir: str, echo=print) -> dict:
     """Run the scenario and write out_dir/results.json; returns the results."""
     fabric = fabric_of(scenario)
     mode = scenario.get("routing", {}).get("mode", "ecmp")
+    failover = scenario.get("routing", {}).get("failover", True)
     os.makedirs(out_dir, exist_ok=True)
     results = {"scenario": scenario["name"], "testbed_version": __version__,
                "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-               "fabric": fabric.counts() | {"routing": mode, "datapath": ovs.datapath(),
+               "fabric": fabric.counts() | {"routing": mode, "failover": failover, "datapath": ovs.datapath(),
                                              "nic_mbps": fabric.params["nic_mbps"],
                                              "hb_mbps": fabric.params["hb_mbps"]},
                "workloads": [], "links": {}, "checks": [], "timings": {}}
@@ -72,7 +82,8 @@ def run(scenario: dict, out_dir: str, echo=print) -> dict:
     def on_term(signum, frame):
         raise Interrupted(f"signal {signum}")
     previous = signal.signal(signal.SIGTERM, on_term)
-    net = Network(fabric, routing=mode)
+    net = Network(fabric, routing=mode, failover=failover)
+    schedule = None
     try:
         echo(f"bringing up {fabric.kind}: {fabric.params['servers']} servers x "
              f"{fabric.params['gpus_per_server']} GPUs, {len(fabric.switches)} switches, routing {mode}")
@@ -82,6 +93,8 @@ def run(scenario: dict, out_dir: str, echo=print) -> dict:
                                   "detail": f"routes installed on {len(fabric.sdn_switches())} switches "
                                             f"in {net.timings['bring_up_s']:.2f} s"})
         start = net.counters()
+        schedule = faults.Schedule(net, scenario.get("faults", []))
+        schedule.start()
         for i, spec in enumerate(scenario["workloads"]):
             label = spec.get("name", f"{spec['type']}#{i}")
             echo(f"workload {label} ...")
@@ -95,9 +108,11 @@ def run(scenario: dict, out_dir: str, echo=print) -> dict:
             if result["cpu_bound"]:
                 echo(f"  warning: CPU idle averaged {result['cpu_idle_mean_pct']}%: "
                      f"this result may be CPU-bound, not link-bound")
+        schedule.stop()
+        results["faults"] = schedule.results(net.controller_view().get("port_events", []))
         end = net.counters()
-        results["links"] = {p: {"tx_bytes": end[p]["tx_bytes"] - start[p]["tx_bytes"],
-                                "rx_bytes": end[p]["rx_bytes"] - start[p]["rx_bytes"]} for p in end}
+        results["links"] = {p: {k: delta(start.get(p, {}).get(k, 0), end[p][k]) for k in ("tx_bytes", "rx_bytes")}
+                            for p in end}
     except Interrupted as exc:
         results["checks"].append({"name": "interrupted", "ok": False, "detail": str(exc)})
     except KeyboardInterrupt:
@@ -105,6 +120,8 @@ def run(scenario: dict, out_dir: str, echo=print) -> dict:
     except Exception as exc:  # a failed run still writes its results and tears down
         results["checks"].append({"name": "error", "ok": False, "detail": f"{type(exc).__name__}: {exc}"})
     finally:
+        if schedule is not None:
+            schedule.stop()
         net.stop()
         signal.signal(signal.SIGTERM, previous)
         results["timings"]["tear_down_s"] = round(net.timings.get("tear_down_s", 0.0), 3)
@@ -129,9 +146,16 @@ def summary_table(results: dict) -> str:
             what = (f"{w['flows']} {w['protocol']} flows, {w['mbps_mean']:.2f} Mbit/s mean "
                     f"({w['mbps_min']:.2f}-{w['mbps_max']:.2f}), uplinks used {w['uplinks_used']}/"
                     f"{len(w['uplink_bytes'])}, imbalance {w['uplink_imbalance']}")
+            if w.get("max_gap_s") is not None:
+                what += f", longest gap {w['max_gap_s'] * 1e3:.1f} ms, {w['lost_packets']} lost"
         rows.append(f"{w['name']:<22} {'yes' if w['ok'] else 'NO':<4} {w['wall_s']:>7.2f} "
                     f"{w['cpu_idle_mean_pct'] if w['cpu_idle_mean_pct'] is not None else '-':>7}  {what}")
     rows += [""] + [line for t in tables for line in (t, "")]
+    for f in results.get("faults", []):
+        rows.append(f"fault {f['kind']} {f['target']}: at {f['at_s']} s, controller saw it at {f['detected_s']} s, "
+                    f"rerouted at {f['recovered_s']} s, restored at {f['restored_s']} s")
+    if results.get("faults"):
+        rows.append("")
     for c in results["checks"]:
         rows.append(f"[{'PASS' if c['ok'] else 'FAIL'}] {c['name']}: {c['detail']}")
     return "\n".join(rows)

@@ -83,9 +83,13 @@ COLLECTIVE = {
     },
 }
 
-# Faults and captures arrive with later issues; the schema keeps their place.
-FAULT = {"type": "object", "required": ["at", "kind"],
-         "properties": {"at": {"type": "number", "minimum": 0}, "kind": {"type": "string"}}}
+# Captures arrive with a later issue; the schema keeps their place.
+FAULT = {"type": "object", "additionalProperties": False, "required": ["at", "kind", "target"],
+         "properties": {"at": {"type": "number", "minimum": 0},
+                        "kind": {"enum": ["link-down", "link-up", "link-flap", "switch-down"]},
+                        "target": {"type": "string"},
+                        "duration": {"type": "number", "exclusiveMinimum": 0},
+                        "count": {"type": "integer", "minimum": 1, "maximum": 100}}}
 CAPTURE = {"type": "object", "required": ["point"], "properties": {"point": {"type": "string"}}}
 
 SCHEMA = {
@@ -95,7 +99,7 @@ SCHEMA = {
         "description": {"type": "string"},
         "fabric": FABRIC,
         "routing": {"type": "object", "additionalProperties": False,
-                    "properties": {"mode": {"enum": ["single", "ecmp"]}}},
+                    "properties": {"mode": {"enum": ["single", "ecmp"]}, "failover": {"type": "boolean"}}},
         "workloads": {"type": "array", "minItems": 1, "items": {
             "type": "object", "required": ["type"],
             "properties": {"type": {"enum": ["connectivity", "traffic", "collective"]}},

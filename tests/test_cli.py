@@ -51,7 +51,21 @@ def test_run_refuses_scenarios_with_unsupported_sections():
     import tempfile
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
         f.write("name: f\nfabric: {kind: clos}\nworkloads: [{type: connectivity}]\n"
-                "faults: [{at: 1, kind: link-down}]\n")
+                "capture: [{point: s0g0/nic}]\n")
     p = run_cli("run", f.name)
     os.unlink(f.name)
-    assert p.returncode == 2 and "faults" in p.stderr
+    assert p.returncode == 2 and "capture" in p.stderr
+
+
+@pytest.mark.parametrize("fault,message", [
+    ("{at: 1, kind: link-down, target: rail7-spine0}", "faults.0: unknown fault target 'rail7-spine0'"),
+    ("{at: 1, kind: gpu-melt, target: s0g0}", "faults.0.kind: 'gpu-melt' is not one of"),
+    ("{at: -1, kind: link-down, target: tor0-spine0}", "faults.0.at: -1 is less than the minimum"),
+])
+def test_bad_faults_are_named(fault, message):
+    import tempfile
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
+        f.write(f"name: f\nfabric: {{kind: clos}}\nworkloads: [{{type: connectivity}}]\nfaults: [{fault}]\n")
+    p = run_cli("run", f.name)
+    os.unlink(f.name)
+    assert p.returncode == 2 and message in p.stderr, p.stderr

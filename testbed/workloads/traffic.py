@@ -103,7 +103,8 @@ def run(net, spec: dict) -> dict:
         per_flow.append({"flow": f["flow"], "proto": f["proto"], "src": f["src"], "dst": f["dst"],
                          "bytes": r.get("bytes", 0), "expected_bytes": f["bytes"],
                          "seconds": r.get("seconds"), "mbps": round(r.get("mbps", 0.0), 3),
-                         "lost_packets": r.get("lost_packets"), "error": r.get("error")})
+                         "lost_packets": r.get("lost_packets"), "error": r.get("error"),
+                         "max_gap_s": r.get("max_gap_s"), "gap_at": r.get("gap_at")})
     return summarize(fabric, spec, per_flow, uplink_bytes(fabric, before, after))
 
 
@@ -133,10 +134,12 @@ def summarize(fabric, spec: dict, per_flow: list[dict], uplinks: dict[str, int])
         checks.append({"name": "uplinks-used", "ok": used == expect["uplinks_used"],
                        "detail": f"{used} uplinks used, expected {expect['uplinks_used']}"})
     mbps = [f["mbps"] for f in per_flow]
+    gaps = [f["max_gap_s"] for f in per_flow if f.get("max_gap_s") is not None]
     return {"type": "traffic", "ok": all(c["ok"] for c in checks), "pattern": spec.get("pattern", "permutation"),
             "protocol": spec.get("protocol", "udp"), "flows": len(per_flow),
             "flow_bytes": per_flow[0]["expected_bytes"], "rate_mbps": per_flow and spec.get("rate_mbps"),
             "mbps_min": min(mbps), "mbps_mean": sum(mbps) / len(mbps), "mbps_max": max(mbps),
-            "delivered_bytes": got, "uplink_bytes": uplinks, "uplinks_used": used,
+            "delivered_bytes": got, "max_gap_s": max(gaps) if gaps else None,
+            "lost_packets": sum(f["lost_packets"] or 0 for f in per_flow), "uplink_bytes": uplinks, "uplinks_used": used,
             "uplink_imbalance": round(imbalance, 3) if imbalance else None,
             "per_flow": per_flow, "checks": checks}

@@ -1,0 +1,69 @@
+"""Integration (root): link failures in the data plane and the controller's rerouting."""
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from testbed import RUN_ROOT, faults
+from testbed.net import Network
+from testbed.topo import build
+from testbed.workloads import connectivity
+
+pytestmark = pytest.mark.root
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_cut_uplinks_reroute_and_restore():
+    fabric = build("rail-optimized", 2, 2, spines=2)
+    with Network(fabric, routing="ecmp") as net:
+        faults.inject(net, "rail0-spine0")
+        time.sleep(0.3)
+        assert connectivity.run(net, {"timeout_s": 2})["ok"]          # around the cut through spine1
+        faults.inject(net, "rail0-spine1")
+        time.sleep(0.3)
+        cut_off = connectivity.run(net, {"timeout_s": 2})
+        # rail0 has no uplink left: its GPUs reach each other and their HB peers, nothing across rails
+        assert not cut_off["ok"]
+        assert cut_off["leaked"] == []
+        assert {m.split("->")[0] for m in cut_off["missing"]} == {h.name for h in fabric.gpus()}
+        assert all(not (m.startswith("s0g0->") and m.endswith(".1")) for m in cut_off["missing"])
+        view = net.controller_view()
+        assert ["rail0", 3] in view["down"] and ["rail0", 4] in view["down"]
+        faults.inject(net, "rail0-spine0", up=True)
+        faults.inject(net, "rail0-spine1", up=True)
+        time.sleep(0.3)
+        assert connectivity.run(net, {"timeout_s": 2})["ok"]
+        assert net.controller_view()["down"] == []
+
+
+@pytest.mark.parametrize("failover", [True, False])
+def test_transfer_survives_a_cut_on_its_path(failover):
+    out = os.path.join(RUN_ROOT, f"test-failover-{failover}")
+    p = subprocess.run([sys.executable, "-m", "testbed.cli", "run", "scenarios/failover.yaml", "--out", out,
+                        "--set", f"routing.failover={str(failover).lower()}"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    with open(os.path.join(out, "results.json")) as f:
+        r = json.load(f)
+    fault, = r["faults"]
+    assert fault["detected_s"] - fault["at_s"] < 0.1                 # PORT_STATUS reached the controller
+    assert fault["restored_s"] == pytest.approx(fault["at_s"] + 1.0, abs=0.05)
+    w = r["workloads"][0]
+    assert w["lost_packets"] <= 0.05 * 8 * 1024 and w["delivered_bytes"] >= 0.95 * (8 << 20)
+    # during the cut the flows took the other spine
+    assert w["uplink_bytes"]["rail0-spine0"] > 0 and w["uplink_bytes"]["rail0-spine1"] > 0
+    print(f"failover={failover}: longest gap {w['max_gap_s'] * 1e3:.1f} ms, {w['lost_packets']} packets lost, "
+          f"controller rerouted {1e3 * (fault['recovered_s'] - fault['at_s']):.1f} ms after the cut")
+
+
+def test_unknown_fault_targets_are_named():
+    fabric = build("rail-only", 2, 2)
+    for target, message in (("rail0-spine0", "unknown fault target 'rail0-spine0'"),
+                            ("s9g9/nic", "unknown fault target"), ("s0g0/pcie", "expected HOST/nic or HOST/hb"),
+                            ("path:s0g0>s1g1", "no route from s0g0 to s1g1")):
+        with pytest.raises(faults.FaultError, match=message):
+            faults.resolve(fabric, target)
+    assert len(faults.resolve(fabric, "rail1")) == 2 and faults.resolve(fabric, "s1g0/hb")[0].kind == "hb"
