@@ -3,6 +3,7 @@
     testbed topo KIND --servers N --gpus K [--spines S] [--json]
     testbed run SCENARIO.yaml [--set key=value ...] [--out DIR]
     testbed clean
+    testbed pcap summarize FILE [--json]
     testbed plan --gpus G --hb-size K --radix R [--kind ...] [--predict] [--json]   (see testbed/plan.py)
 
 Exit status: 0 success; 1 a check failed; 2 bad input (one line on stderr naming the problem);
@@ -52,9 +53,6 @@ def cmd_run(args) -> int:
     doc = scenario.load(args.scenario, args.set or [])
     fabric = runner.fabric_of(doc)                  # validates sizes before anything is touched
     runner.check(doc, fabric)
-    problem = runner.unsupported(doc)
-    if problem:
-        raise UsageError(f"{args.scenario}: {problem}")
     if os.geteuid() != 0:
         raise UsageError("`testbed run` needs root (namespaces, Open vSwitch); try sudo")
     from testbed import ovs
@@ -64,6 +62,10 @@ def cmd_run(args) -> int:
     results = runner.run(doc, out)
     print(runner.summary_table(results))
     print(f"\nresults: {os.path.join(out, 'results.json')}")
+    print(f"report:  {os.path.join(out, 'summary.md')}" +
+          (f", plots in {os.path.join(out, 'plots')}" if len(results.get("report", [])) > 1 else ""))
+    if results.get("captures"):
+        print(f"pcaps:   {os.path.join(out, 'pcaps')} (testbed pcap summarize FILE)")
     if any(c["name"] == "interrupted" for c in results["checks"]):
         return 130
     return 0 if results["ok"] else EXIT_FAILED
@@ -102,17 +104,19 @@ def parser() -> argparse.ArgumentParser:
     c = sub.add_parser("clean", help="remove everything the testbed left behind")
     c.set_defaults(func=cmd_clean)
 
-    from testbed import plan          # `testbed plan`: full-scale counts and predictions
+    from testbed import pcap, plan    # `testbed pcap summarize`, `testbed plan`
+    pcap.register(sub)
     plan.register(sub)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
+    from testbed.pcap import PcapError
     from testbed.scenario import ScenarioError
     args = parser().parse_args(argv)
     try:
         return args.func(args)
-    except (topo.TopologyError, ScenarioError, UsageError) as exc:
+    except (topo.TopologyError, ScenarioError, UsageError, PcapError) as exc:
         print(f"testbed {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:

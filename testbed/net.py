@@ -55,6 +55,12 @@ def tbf(dev: str, mbps: float, mtu: int = 1500) -> str:
     return f"tc qdisc replace dev {dev} root tbf rate {mbps}mbit burst {burst} limit {max(4 * burst, 1 << 20)}"
 
 
+def is_patch(fabric: Fabric, link) -> bool:
+    """Switch-to-switch links are OVS patch ports (the fastest path here) unless they must be shaped:
+    without oversubscription an uplink never limits below the shaped host NICs."""
+    return link.kind == "frontend" or (link.kind == "uplink" and fabric.params["oversubscription"] == 1.0)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -148,12 +154,7 @@ class Network:
                        cls=OVSLink if patch else Link)
 
     def is_patch(self, link) -> bool:
-        """Switch-to-switch links are OVS patch ports unless they must be shaped."""
-        return link.kind in ("uplink", "frontend") and self._unshaped(link)
-
-    def _unshaped(self, link) -> bool:
-        # Without oversubscription an uplink never limits below the shaped host NICs: use a patch port.
-        return link.kind == "frontend" or self.fabric.params["oversubscription"] == 1.0
+        return is_patch(self.fabric, link)
 
     def _configure_hosts(self) -> None:
         fab = self.fabric

@@ -11,9 +11,10 @@ import os
 import signal
 import time
 
-from testbed import __version__, faults, ovs, topo
+from testbed import __version__, capture, faults, ovs, report, topo
 from testbed.fidelity import CpuSampler
 from testbed.net import Network
+from testbed.timeline import Timeline
 from testbed.scenario import ScenarioError
 from testbed.workloads import collective, connectivity, traffic
 
@@ -53,17 +54,16 @@ def check(scenario: dict, fabric: topo.Fabric) -> None:
             faults.resolve(fabric, fault["target"])
         except faults.FaultError as exc:
             raise ScenarioError(f"faults.{i}: {exc}") from None
+    for i, spec in enumerate(scenario.get("capture", [])):
+        try:
+            capture.validate(fabric, [spec])
+        except capture.CaptureError as exc:
+            raise ScenarioError(f"capture.{i}: {exc}") from None
 
 
 def default_out_dir(scenario: dict) -> str:
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     return os.path.join("results", scenario["name"], stamp)
-
-
-def unsupported(scenario: dict) -> str | None:
-    if scenario.get("capture"):
-        return "`capture:` is not supported by this version of the testbed yet"
-    return None
 
 
 def run(scenario: dict, out_dir: str, echo=print) -> dict:
@@ -83,7 +83,8 @@ def run(scenario: dict, out_dir: str, echo=print) -> dict:
         raise Interrupted(f"signal {signum}")
     previous = signal.signal(signal.SIGTERM, on_term)
     net = Network(fabric, routing=mode, failover=failover)
-    schedule = None
+    schedule = timeline = None
+    captures = capture.Captures(net, scenario.get("capture", []), out_dir)
     try:
         echo(f"bringing up {fabric.kind}: {fabric.params['servers']} servers x "
              f"{fabric.params['gpus_per_server']} GPUs, {len(fabric.switches)} switches, routing {mode}")
@@ -92,9 +93,12 @@ def run(scenario: dict, out_dir: str, echo=print) -> dict:
         results["checks"].append({"name": "bring-up", "ok": True,
                                   "detail": f"routes installed on {len(fabric.sdn_switches())} switches "
                                             f"in {net.timings['bring_up_s']:.2f} s"})
+        captures.start()
         start = net.counters()
+        timeline = Timeline(net).start()
         schedule = faults.Schedule(net, scenario.get("faults", []))
         schedule.start()
+        results["timings"]["workloads_start"] = schedule.t0
         for i, spec in enumerate(scenario["workloads"]):
             label = spec.get("name", f"{spec['type']}#{i}")
             echo(f"workload {label} ...")
@@ -109,8 +113,10 @@ def run(scenario: dict, out_dir: str, echo=print) -> dict:
                 echo(f"  warning: CPU idle averaged {result['cpu_idle_mean_pct']}%: "
                      f"this result may be CPU-bound, not link-bound")
         schedule.stop()
+        timeline.stop()
         results["faults"] = schedule.results(net.controller_view().get("port_events", []))
         end = net.counters()
+        results["captures"] = captures.stop()
         results["links"] = {p: {k: delta(start.get(p, {}).get(k, 0), end[p][k]) for k in ("tx_bytes", "rx_bytes")}
                             for p in end}
     except Interrupted as exc:
@@ -122,10 +128,14 @@ def run(scenario: dict, out_dir: str, echo=print) -> dict:
     finally:
         if schedule is not None:
             schedule.stop()
+        if timeline is not None:
+            timeline.stop()
+        captures.stop()
         net.stop()
         signal.signal(signal.SIGTERM, previous)
         results["timings"]["tear_down_s"] = round(net.timings.get("tear_down_s", 0.0), 3)
     results["ok"] = all(c["ok"] for c in results["checks"])
+    results["report"] = report.write(results, fabric, timeline, out_dir, summary_table(results))
     with open(os.path.join(out_dir, "results.json"), "w") as f:
         json.dump(results, f, indent=2)
     return results

@@ -83,14 +83,16 @@ COLLECTIVE = {
     },
 }
 
-# Captures arrive with a later issue; the schema keeps their place.
 FAULT = {"type": "object", "additionalProperties": False, "required": ["at", "kind", "target"],
          "properties": {"at": {"type": "number", "minimum": 0},
                         "kind": {"enum": ["link-down", "link-up", "link-flap", "switch-down"]},
                         "target": {"type": "string"},
                         "duration": {"type": "number", "exclusiveMinimum": 0},
                         "count": {"type": "integer", "minimum": 1, "maximum": 100}}}
-CAPTURE = {"type": "object", "required": ["point"], "properties": {"point": {"type": "string"}}}
+CAPTURE = {"type": "object", "additionalProperties": False, "required": ["point"],
+           "properties": {"point": {"type": "string"}, "filter": {"type": "string"},
+                          "snaplen": {"type": "integer", "minimum": 64, "maximum": 262144},
+                          "max_packets": {"type": "integer", "minimum": 1}}}
 
 SCHEMA = {
     "type": "object", "additionalProperties": False, "required": ["name", "fabric", "workloads"],

@@ -47,14 +47,29 @@ def test_bad_input_is_one_line_exit_2(args, message):
     assert "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) <= 3
 
 
-def test_run_refuses_scenarios_with_unsupported_sections():
+@pytest.mark.parametrize("point,message", [
+    ("s9g0/nic", "capture.0: unknown capture point 's9g0/nic'"),
+    ("tor0:3", "capture.0: tor0:3 is an OVS patch port"),
+    ("tor0:9", "capture.0: switch tor0 has no port 9"),
+])
+def test_bad_capture_points_are_named(point, message):
     import tempfile
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
-        f.write("name: f\nfabric: {kind: clos}\nworkloads: [{type: connectivity}]\n"
-                "capture: [{point: s0g0/nic}]\n")
+        f.write(f"name: f\nfabric: {{kind: clos}}\nworkloads: [{{type: connectivity}}]\ncapture: [{{point: '{point}'}}]\n")
     p = run_cli("run", f.name)
     os.unlink(f.name)
-    assert p.returncode == 2 and "capture" in p.stderr
+    assert p.returncode == 2 and message in p.stderr, p.stderr
+
+
+def test_pcap_summarize_reads_real_rxe_captures():
+    p = run_cli("pcap", "summarize", os.path.join(ROOT, "tests", "data", "rxe", "rc_read.pcap"), "--json")
+    assert p.returncode == 0, p.stderr
+    s = json.loads(p.stdout)
+    assert s["packets"] == s["roce_packets"] == 100 and s["bad_icrc"] == 0 and s["retransmissions"] == 0
+    assert set(s["opcodes"]) == {"RC_RDMA_READ_REQUEST", "RC_RDMA_READ_RESPONSE_FIRST",
+                                 "RC_RDMA_READ_RESPONSE_MIDDLE", "RC_RDMA_READ_RESPONSE_LAST"}
+    p = run_cli("pcap", "summarize", os.path.join(ROOT, "README.md"))
+    assert p.returncode == 2 and "not a pcap" in p.stderr and "Traceback" not in p.stderr
 
 
 @pytest.mark.parametrize("fault,message", [

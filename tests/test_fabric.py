@@ -92,6 +92,12 @@ def test_run_scenario_writes_results_and_passes():
     spine_tx = sum(v["tx_bytes"] for k, v in r["links"].items() if k.startswith("spine"))
     assert spine_tx >= 2 * 8 * 512 * 1024
     assert "PASS" in p.stdout and "results.json" in p.stdout
+    # the report: summary.md and a non-empty PNG of switch throughput over time
+    with open(os.path.join(out, "summary.md")) as f:
+        assert "# smoke" in f.read()
+    png = os.path.join(out, "plots", "utilisation.png")
+    with open(png, "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n" and os.path.getsize(png) > 5000
 
 
 def test_run_fails_when_a_check_fails():

@@ -1,0 +1,279 @@
+"""Collective algorithms over a Communicator, on numpy arrays.
+
+    allreduce(comm, x, op, algo)        ring | rhd (recursive halving-doubling) | hierarchical (rail-aware)
+    allgather(comm, shard, algo)        ring | rd (recursive doubling, Bruck's form for any n) | hierarchical
+    reduce_scatter(comm, x, op, algo)   ring            -> this rank's segment of the reduced x
+    broadcast(comm, x, root, algo)      chain (pipelined)
+    alltoall(comm, x, algo)             direct | two-step (rail-only: over the HB domain, then the rail)
+
+Flat rings follow `comm.ring` (a cycle of ranks whose neighbours can reach each other: the launcher
+passes one that keeps NIC hops inside a rail). Hierarchical algorithms use the server / local rank
+of each peer: the HB stage runs inside a server, the rail stage across servers on one rail.
+Segments of counts that do not divide evenly follow numpy.array_split.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+OPS = {"sum": np.add, "max": np.maximum}
+ALGOS = {"allreduce": ("ring", "rhd", "hierarchical"), "allgather": ("ring", "rd", "hierarchical"),
+         "reduce_scatter": ("ring",), "broadcast": ("chain",), "alltoall": ("direct", "two-step")}
+
+
+def bounds(count: int, parts: int) -> list[tuple[int, int]]:
+    edges = np.cumsum([0] + [len(a) for a in np.array_split(np.empty(count, dtype=np.uint8), parts)])
+    return [(int(edges[i]), int(edges[i + 1])) for i in range(parts)]
+
+
+# -- rings over any group of ranks -----------------------------------------------------------
+
+def ring_reduce_scatter(comm, group: list[int], x: np.ndarray, segs, op) -> int:
+    """Reduce x over the group in place; afterwards this rank's position i holds segment i reduced."""
+    g, i = len(group), group.index(comm.rank)
+    nxt, prv = group[(i + 1) % g], group[(i - 1) % g]
+    tmp = np.empty_like(x)
+    for s in range(g - 1):
+        lo, hi = segs[(i - s - 1) % g]
+        rlo, rhi = segs[(i - s - 2) % g]
+        comm.exchange(sends=[(nxt, x[lo:hi])], recvs=[(prv, tmp[rlo:rhi])])
+        op(x[rlo:rhi], tmp[rlo:rhi], out=x[rlo:rhi])
+    return i
+
+
+def ring_allgather(comm, group: list[int], x: np.ndarray, segs) -> None:
+    """Each position i of the group owns segment i of x; afterwards every rank has all of x."""
+    g, i = len(group), group.index(comm.rank)
+    nxt, prv = group[(i + 1) % g], group[(i - 1) % g]
+    for s in range(g - 1):
+        lo, hi = segs[(i - s) % g]
+        rlo, rhi = segs[(i - s - 1) % g]
+        comm.exchange(sends=[(nxt, x[lo:hi])], recvs=[(prv, x[rlo:rhi])])
+
+
+def rail_group(comm) -> list[int]:
+    me = comm.me
+    return sorted((p.rank for p in comm.peers if p.local_rank == me.local_rank), key=lambda r: comm.peers[r].server)
+
+
+def hb_group(comm) -> list[int]:
+    me = comm.me
+    return sorted((p.rank for p in comm.peers if p.server == me.server), key=lambda r: comm.peers[r].local_rank)
+
+
+def _check_grid(comm) -> tuple[int, int]:
+    """(servers, GPUs per server) for hierarchical algorithms, which need a full grid."""
+    servers = sorted({p.server for p in comm.peers})
+    per = {s: sum(p.server == s for p in comm.peers) for s in servers}
+    if None in servers or len(set(per.values())) != 1:
+        raise ValueError("hierarchical algorithms need every rank's server, and the same GPU count per server")
+    return len(servers), per[servers[0]]
+
+
+# -- operations ------------------------------------------------------------------------------
+
+def allreduce(comm, x: np.ndarray, op: str = "sum", algo: str = "ring") -> np.ndarray:
+    comm.op = f"allreduce/{algo}"
+    fn = OPS[op]
+    if comm.world == 1:
+        return x
+    if algo == "ring":
+        segs = bounds(len(x), comm.world)
+        ring_reduce_scatter(comm, comm.ring, x, segs, fn)
+        ring_allgather(comm, comm.ring, x, segs)
+    elif algo == "rhd":
+        _rhd_allreduce(comm, x, fn)
+    elif algo == "hierarchical":
+        _check_grid(comm)
+        hb, rail = hb_group(comm), rail_group(comm)
+        segs = bounds(len(x), len(hb))
+        mine = ring_reduce_scatter(comm, hb, x, segs, fn)       # HB: each GPU reduces 1/K of x
+        lo, hi = segs[mine]
+        part = x[lo:hi]                                          # rail: allreduce that part across servers
+        rsegs = bounds(len(part), len(rail))
+        ring_reduce_scatter(comm, rail, part, rsegs, fn)
+        ring_allgather(comm, rail, part, rsegs)
+        ring_allgather(comm, hb, x, segs)                        # HB: everyone gets every part
+    else:
+        raise ValueError(f"unknown allreduce algorithm {algo!r}")
+    return x
+
+
+def _rhd_allreduce(comm, x: np.ndarray, fn) -> None:
+    """Rabenseifner: fold the ranks beyond a power of two, halve-reduce, double-gather, unfold."""
+    n, r = comm.world, comm.ring.index(comm.rank)       # positions along comm.ring
+    at = comm.ring
+    p2 = 1 << (n.bit_length() - 1)
+    rem = n - p2
+    tmp = np.empty_like(x)
+    if r < 2 * rem:
+        if r % 2 == 0:
+            comm.exchange(sends=[(at[r + 1], x)])
+            comm.exchange(recvs=[(at[r + 1], x)])
+            return
+        comm.exchange(recvs=[(at[r - 1], tmp)])
+        fn(x, tmp, out=x)
+        v = r // 2
+    else:
+        v = r - rem
+
+    def real(virtual: int) -> int:
+        return at[virtual * 2 + 1] if virtual < rem else at[virtual + rem]
+
+    lo, hi = 0, len(x)
+    steps = []
+    d = p2 // 2
+    while d:
+        partner = real(v ^ d)
+        mid = (lo + hi) // 2
+        keep, give = ((lo, mid), (mid, hi)) if v & d == 0 else ((mid, hi), (lo, mid))
+        comm.exchange(sends=[(partner, x[give[0]:give[1]])], recvs=[(partner, tmp[keep[0]:keep[1]])])
+        fn(x[keep[0]:keep[1]], tmp[keep[0]:keep[1]], out=x[keep[0]:keep[1]])
+        steps.append((partner, keep, give))
+        lo, hi = keep
+        d //= 2
+    for partner, keep, give in reversed(steps):
+        comm.exchange(sends=[(partner, x[keep[0]:keep[1]])], recvs=[(partner, x[give[0]:give[1]])])
+    if r < 2 * rem:
+        comm.exchange(sends=[(at[r - 1], x)])
+
+
+def allgather(comm, shard: np.ndarray, algo: str = "ring") -> np.ndarray:
+    comm.op = f"allgather/{algo}"
+    n, m = comm.world, len(shard)
+    out = np.empty(n * m, dtype=shard.dtype)
+    if algo == "ring":
+        out[comm.rank * m:(comm.rank + 1) * m] = shard
+        # ring position p owns the slot of rank ring[p]
+        ring_allgather(comm, comm.ring, out, [(r * m, (r + 1) * m) for r in comm.ring])
+        return out
+    if algo == "rd":
+        return _bruck_allgather(comm, shard)
+    if algo == "hierarchical":
+        servers, per = _check_grid(comm)
+        rail, hb = rail_group(comm), hb_group(comm)
+        mid = np.empty(servers * m, dtype=shard.dtype)            # rail stage: this rail's shards
+        i = rail.index(comm.rank)
+        mid[i * m:(i + 1) * m] = shard
+        ring_allgather(comm, rail, mid, [(q * m, (q + 1) * m) for q in range(servers)])
+        full = np.empty(per * servers * m, dtype=shard.dtype)     # HB stage: every rail's shards
+        j = hb.index(comm.rank)
+        full[j * servers * m:(j + 1) * servers * m] = mid
+        ring_allgather(comm, hb, full, [(q * servers * m, (q + 1) * servers * m) for q in range(per)])
+        blocks = full.reshape(per, servers, m)                    # [local rank][server] -> rank order
+        for j2, rank_row in enumerate(hb_rows(comm, per, servers)):
+            for i2, rank in enumerate(rank_row):
+                out[rank * m:(rank + 1) * m] = blocks[j2, i2]
+        return out
+    raise ValueError(f"unknown allgather algorithm {algo!r}")
+
+
+def hb_rows(comm, per: int, servers: int) -> list[list[int]]:
+    """rows[local rank][server index] = rank."""
+    srv = sorted({p.server for p in comm.peers})
+    rows = [[0] * servers for _ in range(per)]
+    for p in comm.peers:
+        rows[p.local_rank][srv.index(p.server)] = p.rank
+    return rows
+
+
+def _bruck_allgather(comm, shard: np.ndarray) -> np.ndarray:
+    n, r, m = comm.world, comm.rank, len(shard)
+    tmp = np.empty(n * m, dtype=shard.dtype)
+    tmp[:m] = shard                                  # tmp block j = shard of rank (r + j) % n
+    d = 1
+    while d < n:
+        cnt = min(d, n - d)
+        comm.exchange(sends=[((r - d) % n, tmp[:cnt * m])], recvs=[((r + d) % n, tmp[d * m:(d + cnt) * m])])
+        d *= 2
+    return np.roll(tmp, r * m)
+
+
+def reduce_scatter(comm, x: np.ndarray, op: str = "sum", algo: str = "ring") -> np.ndarray:
+    comm.op = f"reduce_scatter/{algo}"
+    if algo != "ring":
+        raise ValueError(f"unknown reduce_scatter algorithm {algo!r}")
+    segs = bounds(len(x), comm.world)
+    if comm.world > 1:
+        # segment q ends on ring position q; map positions to ranks so rank r gets segment r
+        pos = comm.ring.index(comm.rank)
+        order = [segs[comm.ring[p]] for p in range(comm.world)]
+        ring_reduce_scatter(comm, comm.ring, x, order, OPS[op])
+        lo, hi = order[pos]
+        return x[lo:hi]
+    return x
+
+
+def broadcast(comm, x: np.ndarray, root: int = 0, algo: str = "chain", piece: int | None = None) -> np.ndarray:
+    """Pipelined chain along the ring starting at root: receive piece k while forwarding piece k-1."""
+    comm.op = f"broadcast/{algo}"
+    if algo != "chain":
+        raise ValueError(f"unknown broadcast algorithm {algo!r}")
+    n = comm.world
+    if n == 1:
+        return x
+    start = comm.ring.index(root)
+    chain = comm.ring[start:] + comm.ring[:start]
+    i = chain.index(comm.rank)
+    prv = chain[i - 1] if i > 0 else None
+    nxt = chain[i + 1] if i + 1 < n else None
+    piece = piece or max(1, comm.chunk // x.itemsize)
+    pieces = [slice(lo, min(lo + piece, len(x))) for lo in range(0, len(x), piece)]
+    if i == 0:
+        comm.exchange(sends=[(nxt, x[p]) for p in pieces])    # chunked per piece, as forwarded
+    elif nxt is None:
+        comm.exchange(recvs=[(prv, x)])
+    else:
+        for k in range(len(pieces) + 1):
+            comm.exchange(sends=[(nxt, x[pieces[k - 1]])] if k >= 1 else [],
+                          recvs=[(prv, x[pieces[k]])] if k < len(pieces) else [])
+    return x
+
+
+def alltoall(comm, x: np.ndarray, algo: str = "direct") -> np.ndarray:
+    """x holds world blocks, block p for rank p; returns world blocks, block p from rank p."""
+    comm.op = f"alltoall/{algo}"
+    n = comm.world
+    if len(x) % n:
+        raise ValueError(f"alltoall needs a count divisible by the {n} ranks, got {len(x)}")
+    m = len(x) // n
+    out = np.empty_like(x)
+    me = comm.rank
+    out[me * m:(me + 1) * m] = x[me * m:(me + 1) * m]
+    if algo == "direct":
+        peers = [p for p in range(n) if p != me]
+        comm.exchange(sends=[(p, x[p * m:(p + 1) * m]) for p in peers],
+                      recvs=[(p, out[p * m:(p + 1) * m]) for p in peers])
+        return out
+    if algo != "two-step":
+        raise ValueError(f"unknown alltoall algorithm {algo!r}")
+    servers, per = _check_grid(comm)
+    rows = hb_rows(comm, per, servers)               # rows[local rank][server index] = rank
+    srv = sorted({p.server for p in comm.peers})
+    si, lj = srv.index(comm.me.server), comm.me.local_rank
+    # Step 1, HB domain: hand every local peer j2 the blocks for all ranks on rail j2.
+    stage = np.empty((per, servers, m), dtype=x.dtype)        # [source local rank][dest server] for my rail
+    for i2 in range(servers):
+        stage[lj, i2] = x[rows[lj][i2] * m:(rows[lj][i2] + 1) * m]
+    sends, recvs = [], []
+    for j2 in range(per):
+        if j2 == lj:
+            continue
+        blocks = np.concatenate([x[rows[j2][i2] * m:(rows[j2][i2] + 1) * m] for i2 in range(servers)])
+        sends.append((rows[j2][si], blocks))
+        recvs.append((rows[j2][si], stage[j2]))
+    comm.exchange(sends=sends, recvs=recvs)
+    # Step 2, the rail: send each server on my rail the blocks of every local source for it.
+    back = np.empty((servers, per, m), dtype=x.dtype)         # [source server][source local rank]
+    back[si] = stage[:, si]
+    sends, recvs = [], []
+    for i2 in range(servers):
+        if i2 == si:
+            continue
+        sends.append((rows[lj][i2], np.ascontiguousarray(stage[:, i2])))
+        recvs.append((rows[lj][i2], back[i2]))
+    comm.exchange(sends=sends, recvs=recvs)
+    for i2 in range(servers):
+        for j2 in range(per):
+            src = rows[j2][i2]
+            out[src * m:(src + 1) * m] = back[i2, j2]
+    return out

@@ -1,0 +1,254 @@
+"""The communicator: RC queue pairs to the peers an algorithm talks to, and a progress engine.
+
+Every transfer is a SEND of at most `chunk` bytes into receive slots the peer pre-posted, so
+transfers are chunked and pipelined, and many peers progress at once (`exchange`). RC delivers in
+order per queue pair, so a receiver appends arriving chunks to what it expects from that peer;
+chunks that belong to the peer's next step wait in a backlog, their slot not yet re-posted, which
+is the flow control (a sender far ahead gets RNR NAKs and retries).
+
+Queue pairs are created lazily, the first time a peer is used, and connected through the store.
+Peers in the same server talk over the HB domain (their HB addresses), others over the NICs.
+"""
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+
+from hosts.collectives.store import StoreTimeout
+from hosts.rdma import Access, QPInfo, QPType, RecvWR, SendWR, WCOpcode, WROpcode
+
+CHUNK = 64 * 1024
+SLOTS = 16
+WINDOW = 256          # packets in flight per queue pair
+
+
+class CollectiveError(RuntimeError):
+    """A collective failed; the message names the rank, the operation and the peer."""
+
+
+@dataclass(frozen=True)
+class Peer:
+    rank: int
+    name: str
+    ip: str
+    hb_ip: str | None = None
+    server: int | None = None
+    local_rank: int | None = None
+
+
+def rail_ring(peers: list[Peer]) -> list[int]:
+    """A cycle through all ranks whose NIC hops stay inside a rail, as rail-aware NCCL rings do:
+    down rail 0 across the servers, over the HB domain to rail 1, back up, and so on. With an odd
+    number of rails the closing hop crosses rails (it has no path on a rail-only fabric)."""
+    if any(p.server is None or p.local_rank is None for p in peers):
+        return [p.rank for p in peers]
+    servers = sorted({p.server for p in peers})
+    rails = sorted({p.local_rank for p in peers})
+    at = {(p.server, p.local_rank): p.rank for p in peers}
+    ring = []
+    for k, j in enumerate(rails):
+        for i in (servers if k % 2 == 0 else reversed(servers)):
+            if (i, j) in at:
+                ring.append(at[(i, j)])
+    return ring if len(ring) == len(peers) else [p.rank for p in peers]
+
+
+class Channel:
+    """One RC queue pair to a peer, with its send and receive slots."""
+
+    def __init__(self, comm: "Communicator", peer: Peer):
+        self.peer = peer
+        path = "hb" if comm.same_server(peer) else "nic"
+        dev, pd, cq = comm.device(path)
+        rate = comm.rate_limit_bps.get(path)
+        # The retransmission timer must outlast draining a full window through the shaped link.
+        timeout = comm.rc_timeout if not rate else \
+            max(comm.rc_timeout, 0.05 + 2 * WINDOW * (dev.mtu + 80) * 8 / rate)
+        self.qp = dev.create_qp(pd, QPType.RC, cq, rate_limit_bps=rate, timeout=timeout, retry_cnt=7,
+                                max_outstanding=WINDOW)
+        self.send_buf = np.zeros(SLOTS * comm.chunk, dtype=np.uint8)
+        self.recv_buf = np.zeros(SLOTS * comm.chunk, dtype=np.uint8)
+        self.send_mr = pd.reg_mr(self.send_buf, Access.LOCAL_WRITE)
+        self.recv_mr = pd.reg_mr(self.recv_buf, Access.LOCAL_WRITE)
+        self.chunk = comm.chunk
+        self.free_send = deque(range(SLOTS))
+        self.backlog: deque[tuple[int, int]] = deque()   # (slot, length) received ahead of time
+        comm.by_qpn[(path, self.qp.info().qpn)] = self
+        for slot in range(SLOTS):
+            self.post_recv(slot)
+        me = comm.me.rank
+        comm.store.set(f"qp/{me}->{peer.rank}", self.qp.info().to_dict())
+        try:
+            remote = comm.store.get(f"qp/{peer.rank}->{me}", what=f"rank {peer.rank} ({peer.name}) to connect")
+            self.qp.connect(QPInfo.from_dict(remote))
+            # both ends ready before either sends: a packet for an unconnected QP would be dropped
+            comm.store.set(f"ready/{me}->{peer.rank}", 1)
+            comm.store.get(f"ready/{peer.rank}->{me}", what=f"rank {peer.rank} ({peer.name}) to connect")
+        except StoreTimeout as exc:
+            raise comm.fail(str(exc)) from None
+        self.path, self.rate = path, rate
+        self.shares = 1
+
+    # wr_id = slot << 1, with the low bit set for receives
+    def post_recv(self, slot: int) -> None:
+        self.qp.post_recv(RecvWR([self.recv_mr.sge(slot * self.chunk, self.chunk)], wr_id=slot << 1 | 1))
+
+    def post_send(self, data: memoryview) -> None:
+        slot = self.free_send.popleft()
+        self.send_buf[slot * self.chunk: slot * self.chunk + len(data)] = np.frombuffer(data, dtype=np.uint8)
+        self.qp.post_send(SendWR(WROpcode.SEND, [self.send_mr.sge(slot * self.chunk, len(data))],
+                                 wr_id=slot << 1))
+
+    def take(self, slot: int, length: int) -> memoryview:
+        return memoryview(self.recv_buf)[slot * self.chunk: slot * self.chunk + length]
+
+
+class Communicator:
+    """A group of ranks that run collectives together; see algorithms.py for the operations."""
+
+    def __init__(self, me: Peer, peers: list[Peer], store, open_device, *, chunk: int = CHUNK,
+                 timeout: float = 30.0, rc_timeout: float = 0.05, rate_limit_bps: dict | None = None,
+                 ring: list[int] | None = None):
+        self.me, self.peers, self.store = me, peers, store
+        self.ring = ring or rail_ring(peers)
+        self.rank, self.world = me.rank, len(peers)
+        self.chunk, self.timeout, self.rc_timeout = chunk, timeout, rc_timeout
+        self.rate_limit_bps = rate_limit_bps or {}
+        self._open_device = open_device
+        self._devices: dict[str, tuple] = {}
+        self.channels: dict[int, Channel] = {}
+        self.by_qpn: dict[tuple[str, int], Channel] = {}
+        self.completions: queue.Queue = queue.Queue()
+        self.op = "setup"
+        self._closing = False
+
+    # -- plumbing -----------------------------------------------------------------------------
+    def same_server(self, peer: Peer) -> bool:
+        return peer.server is not None and peer.server == self.me.server and bool(self.me.hb_ip)
+
+    def device(self, path: str):
+        """(device, PD, CQ) for the NIC or the HB port, opened on first use."""
+        if path not in self._devices:
+            dev = self._open_device(self.me.hb_ip if path == "hb" else self.me.ip)
+            pd, cq = dev.alloc_pd(), dev.create_cq()
+            threading.Thread(target=self._forward, args=(path, cq), daemon=True,
+                             name=f"tb-cq-{path}").start()
+            self._devices[path] = (dev, pd, cq)
+        return self._devices[path]
+
+    def _forward(self, path: str, cq) -> None:
+        """Funnel completions of every device into one queue the progress engine blocks on."""
+        while not self._closing:
+            for wc in cq.wait(1, timeout=0.5):
+                self.completions.put((path, wc))
+
+    def channel(self, rank: int) -> Channel:
+        if rank not in self.channels:
+            self.channels[rank] = Channel(self, self.peers[rank])
+        return self.channels[rank]
+
+    def close(self) -> None:
+        self._closing = True
+        for dev, _, _ in self._devices.values():
+            dev.close()
+
+    def counters(self) -> dict:
+        total: dict[str, int] = {}
+        for dev, _, _ in self._devices.values():
+            for k, v in dev.counters.items():
+                total[k] = total.get(k, 0) + v
+        return total
+
+    def fail(self, what: str) -> CollectiveError:
+        return CollectiveError(f"rank {self.rank} ({self.me.name}): {self.op}: {what}")
+
+    def _share_links(self, channels) -> None:
+        """Pace each queue pair at its link's rate divided by the peers it shares the link with in
+        this step. There is no congestion control: without this, an all-to-all's incast overflows
+        the receivers' queues and go-back-N retransmits make it worse."""
+        per_path: dict[str, int] = {}
+        for ch in channels:
+            per_path[ch.path] = per_path.get(ch.path, 0) + 1
+        for ch in channels:
+            if ch.rate and ch.shares != per_path[ch.path]:
+                ch.shares = per_path[ch.path]
+                ch.qp.set_rate_limit(ch.rate / ch.shares)
+
+    # -- the progress engine ------------------------------------------------------------------
+    def exchange(self, sends=(), recvs=()) -> None:
+        """Send each (peer, array) and fill each (peer, array) concurrently; returns when all are done.
+
+        Arrays must be C-contiguous; receives must be writable. Several entries for one peer are
+        served in the order given, which must match the order the peer sends them in.
+        """
+        out: dict[int, deque] = {}
+        for rank, arr in sends:
+            data = memoryview(np.ascontiguousarray(arr)).cast("B")
+            q = out.setdefault(rank, deque())
+            for off in range(0, len(data), self.chunk):
+                q.append(data[off: off + self.chunk])
+        inbound: dict[int, deque] = {}
+        for rank, arr in recvs:
+            view = memoryview(arr).cast("B")
+            if len(view):
+                inbound.setdefault(rank, deque()).append([view, 0])
+        channels = {r: self.channel(r) for r in sorted(set(out) | set(inbound))}
+        self._share_links(channels.values())
+        in_flight = 0
+
+        def absorb(ch: Channel, slot: int, length: int) -> bool:
+            """Copy a received chunk into the places expected from its peer; False if none is expected."""
+            pending = inbound.get(ch.peer.rank)
+            if not pending:
+                return False
+            data, pos = ch.take(slot, length), 0
+            while pos < length:
+                if not pending:
+                    raise self.fail(f"rank {ch.peer.rank} ({ch.peer.name}) sent more than expected")
+                target = pending[0]
+                view, off = target
+                n = min(len(view) - off, length - pos)
+                view[off: off + n] = data[pos: pos + n]
+                target[1] += n
+                pos += n
+                if target[1] == len(view):
+                    pending.popleft()
+            if not pending:
+                del inbound[ch.peer.rank]
+            ch.post_recv(slot)
+            return True
+
+        for ch in self.channels.values():             # chunks that arrived before this step began
+            while ch.backlog and ch.peer.rank in inbound:
+                absorb(ch, *ch.backlog.popleft())
+
+        while True:
+            for rank, q in out.items():
+                ch = channels[rank]
+                while q and ch.free_send:
+                    ch.post_send(q.popleft())
+                    in_flight += 1
+            if not in_flight and not inbound and not any(out.values()):
+                return
+            try:
+                path, wc = self.completions.get(timeout=self.timeout)
+            except queue.Empty:
+                waiting = sorted(inbound) or sorted(r for r, q in out.items() if q)
+                names = ", ".join(f"rank {r} ({self.peers[r].name})" for r in waiting) or "send completions"
+                raise self.fail(f"no progress for {self.timeout:.0f} s waiting for {names}") from None
+            ch = self.by_qpn.get((path, wc.qp_num))
+            if ch is None:
+                raise self.fail(f"completion for unknown queue pair {wc.qp_num} on the {path} device")
+            if not wc.ok:
+                raise self.fail(f"transfer with rank {ch.peer.rank} ({ch.peer.name}) failed: {wc.status.name}")
+            slot, is_recv = wc.wr_id >> 1, wc.wr_id & 1
+            if not is_recv:
+                ch.free_send.append(slot)
+                in_flight -= 1
+            elif not absorb(ch, slot, wc.byte_len):
+                ch.backlog.append((slot, wc.byte_len))

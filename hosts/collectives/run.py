@@ -1,0 +1,108 @@
+"""One rank of a collective benchmark, run inside an emulated GPU host by the testbed's launcher.
+
+    python -m hosts.collectives.run SPEC.json
+
+SPEC: {"rank": r, "peers": [{"rank", "name", "ip", "hb_ip", "server", "local_rank"}], "store": DIR,
+       "op": "allreduce", "algo": "ring", "bytes": N, "dtype": "float32", "reduce": "sum",
+       "iterations": 5, "warmup": 1, "check": true, "timeout_s": 60, "chunk": 65536,
+       "rate_limit_bps": {"nic": 9.7e6, "hb": 87e6}}   (pace each queue pair below its link's rate)
+Inputs are integer-valued, drawn from a seed per rank, so every rank can compute the exact expected
+result with numpy. Prints {"rank", "times": [s per iteration], "correct", "counters"} or {"rank", "error"}.
+"""
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+import numpy as np
+
+from hosts.collectives import algorithms
+from hosts.collectives.comm import CollectiveError, Communicator, Peer
+from hosts.collectives.store import FileStore, StoreTimeout
+from hosts.rdma import open_device
+
+
+def elements(op: str, nbytes: int, itemsize: int, world: int) -> int:
+    """Element count per rank for a message of nbytes (nccl-tests: the op's total size)."""
+    count = max(1, nbytes // itemsize)
+    if op in ("allgather", "alltoall"):
+        count = max(1, count // world) * (1 if op == "allgather" else world)
+    return count
+
+
+def make_input(rank: int, count: int, dtype) -> np.ndarray:
+    return np.random.default_rng(1000 + rank).integers(-8, 8, count).astype(dtype)
+
+
+def run_op(comm, spec: dict, x: np.ndarray) -> np.ndarray:
+    op, algo = spec["op"], spec["algo"]
+    if op == "allreduce":
+        return algorithms.allreduce(comm, x, spec.get("reduce", "sum"), algo)
+    if op == "allgather":
+        return algorithms.allgather(comm, x, algo)
+    if op == "reduce_scatter":
+        return algorithms.reduce_scatter(comm, x, spec.get("reduce", "sum"), algo)
+    if op == "broadcast":
+        return algorithms.broadcast(comm, x, spec.get("root", 0), algo)
+    if op == "alltoall":
+        return algorithms.alltoall(comm, x, algo)
+    raise ValueError(f"unknown operation {op!r}")
+
+
+def expected(spec: dict, world: int, rank: int, count: int, dtype) -> np.ndarray:
+    inputs = [make_input(r, count, dtype) for r in range(world)]
+    op = spec["op"]
+    if op in ("allreduce", "reduce_scatter"):
+        total = (np.max if spec.get("reduce") == "max" else np.sum)(np.stack(inputs), axis=0).astype(dtype)
+        if op == "allreduce":
+            return total
+        lo, hi = algorithms.bounds(count, world)[rank]
+        return total[lo:hi]
+    if op == "allgather":
+        return np.concatenate(inputs)
+    if op == "broadcast":
+        return inputs[spec.get("root", 0)]
+    m = count // world
+    return np.concatenate([inputs[src][rank * m:(rank + 1) * m] for src in range(world)])
+
+
+def main() -> None:
+    with open(sys.argv[1]) as f:
+        spec = json.load(f)
+    rank = spec["rank"]
+    peers = [Peer(**p) for p in spec["peers"]]
+    world = len(peers)
+    dtype = np.dtype(spec.get("dtype", "float32"))
+    count = elements(spec["op"], spec["bytes"], dtype.itemsize, world)
+    store = FileStore(spec["store"], timeout=spec.get("timeout_s", 60))
+    me = peers[rank]
+    # RoCE MTU 1024 on the NIC (its link MTU is 1500) and 4096 in the HB domain (link MTU 9000)
+    mtu = {me.ip: 1024, me.hb_ip: 4096}
+    comm = Communicator(me, peers, store, lambda ip: open_device(ip, mtu=mtu.get(ip, 1024)),
+                        timeout=spec.get("timeout_s", 60), chunk=spec.get("chunk", 64 * 1024),
+                        rate_limit_bps=spec.get("rate_limit_bps"))
+    result = {"rank": rank, "count": count}
+    try:
+        times, correct = [], True
+        want = expected(spec, world, rank, count, dtype) if spec.get("check", True) else None
+        for it in range(spec.get("warmup", 1) + spec.get("iterations", 5)):
+            x = make_input(rank, count, dtype)
+            store.barrier(f"it{it}", rank, world)
+            t0 = time.monotonic()
+            out = run_op(comm, spec, x)
+            elapsed = time.monotonic() - t0
+            if it >= spec.get("warmup", 1):
+                times.append(elapsed)
+            if want is not None:
+                correct = correct and bool(np.array_equal(out, want))
+        result.update(times=times, correct=correct if want is not None else None, counters=comm.counters())
+    except (CollectiveError, StoreTimeout) as exc:
+        result["error"] = str(exc)
+    finally:
+        comm.close()
+    print(json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,104 @@
+"""Software RDMA for emulated hosts: a small verbs-like API with RoCEv2 on the wire.
+
+Backends: ``uroce`` (user space, RoCEv2 over raw IPv4 sockets, byte-exact with Linux rxe) and
+``rxe`` (kernel Soft-RoCE or any RDMA NIC through pyverbs). ``open_device(ip)`` picks ``rxe`` when
+/sys/class/infiniband has a device and pyverbs imports, otherwise ``uroce``. This package runs inside
+the emulated hosts and does not depend on the testbed package.
+
+API (names follow libibverbs; enum values equal ibverbs'):
+
+    open_device(ip, backend="auto", mtu=1024, **opts) -> Device
+    Device.alloc_pd() -> PD;  Device.create_cq(depth=4096) -> CQ;  Device.counters
+    Device.close(linger=None)   # keeps ACKing peers up to 2 x timeout after the last request (TIME_WAIT)
+    PD.reg_mr(buf, access=Access.LOCAL_WRITE) -> MR     # buf: bytearray / writable numpy array / mmap
+    MR.addr, MR.length, MR.lkey, MR.rkey, MR.access;  MR.sge(offset=0, length=None) -> SGE
+    Device.create_qp(pd, QPType.RC | QPType.UD, send_cq, recv_cq=None, *, psn=None, mtu=None,
+                     timeout=0.067, retry_cnt=7, rnr_retry=7, rate_limit_bps=None, sport_mode="qp",
+                     retransmit="gbn", reorder_window=256, reorder_timeout=0.005, qkey=0x11111111) -> QP
+    QP.info() -> QPInfo(ip, qpn, psn);  QP.connect(QPInfo)          # RC; exchange info out of band
+    QP.post_send(SendWR(opcode, [sge], wr_id, remote_addr=, rkey=, imm=, signaled=, ah=))
+    QP.post_recv(RecvWR([sge], wr_id));  QP.attach_mcast(group);  QP.detach_mcast(group)
+    QP.set_rate_limit(bps);  QP.counters;  QP.destroy()
+    CQ.poll(max_entries=16) -> [WC] (never blocks);  CQ.wait(n=1, timeout=None) -> [WC]
+    WC: wr_id, status (WCStatus), opcode (WCOpcode), byte_len, qp_num, imm, src_qp, src_ip; WC.ok
+
+UD receive buffers start with GRH_LEN (40) bytes of GRH space, as in ibverbs: the sender's IPv4
+header is in bytes 20..40 and the payload follows.
+
+Example (two hosts; run the mirror image on the peer):
+
+    import numpy as np
+    from hosts.rdma import open_device, Access, QPInfo, QPType, SendWR, RecvWR, WROpcode
+
+    dev = open_device("10.0.0.1")
+    pd, cq = dev.alloc_pd(), dev.create_cq()
+    buf = np.zeros(1 << 20, dtype=np.uint8)
+    mr = pd.reg_mr(buf, Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_READ)
+    qp = dev.create_qp(pd, QPType.RC, cq, rate_limit_bps=100e6)
+    # send {**qp.info().to_dict(), "addr": mr.addr, "rkey": mr.rkey} to the peer, receive theirs:
+    qp.connect(QPInfo.from_dict(peer))
+    qp.post_send(SendWR(WROpcode.RDMA_WRITE, [mr.sge(0, 1 << 20)], wr_id=1,
+                        remote_addr=peer["addr"], rkey=peer["rkey"]))
+    wc, = cq.wait(1, timeout=10)
+    assert wc.ok, wc.status
+    qp.post_recv(RecvWR([mr.sge(0, 4096)], wr_id=2))   # for the peer's SEND / WRITE_WITH_IMM
+
+Wire format (identical to Linux rxe): IPv4 TOS 0, DF, TTL 64 (255 to multicast groups), UDP port
+4791 with checksum 0, UDP source port 0xC000|fold(lqpn*rqpn) for RC and 0xC000+hash(qpn) for UD (or
+random per packet with sport_mode="packet"), BTH P_Key 0xFFFF, ICRC little-endian. Default IB MTU 1024
+(rxe's on a 1500-byte netdev). Pacing: rate_limit_bps counts Ethernet frames (IP length + 14), like tbf.
+
+In-process network for tests (no privileges):
+
+    from hosts.rdma.transport import MemoryFabric, PcapWriter
+    fab = MemoryFabric(drop=lambda pkt: random.random() < 0.01, delay=None, tap=PcapWriter("x.pcap").write)
+    a = open_device("10.0.0.1", backend="uroce", transport=fab.attach("10.0.0.1"))
+
+Counters: Device.counters (tx/rx packets and bytes, retransmits, drop_<reason>: bad_icrc,
+truncated, malformed, bad_opcode, unknown_qp, bad_qkey, not_member, ...) and QP.counters
+(tx/rx packets and bytes, retransmits, timeouts, naks_sent/rcvd, acks_sent/rcvd, out_of_order,
+duplicates). Loss injection for tests: Device.tx_drop_hook / rx_drop_hook = callable(pkt) -> bool.
+"""
+import os
+
+from .verbs import (GRH_LEN, SGE, WC, Access, AddressHandle, CompletionQueue, MemoryRegion, QPInfo,
+                    QPState, QPType, RdmaError, RecvWR, SendWR, WCOpcode, WCStatus, WROpcode)
+
+__all__ = ["open_device", "rdma_devices", "GRH_LEN", "SGE", "WC", "Access", "AddressHandle",
+           "CompletionQueue", "MemoryRegion", "QPInfo", "QPState", "QPType", "RdmaError", "RecvWR",
+           "SendWR", "WCOpcode", "WCStatus", "WROpcode"]
+
+_IB_SYSFS = "/sys/class/infiniband"
+
+
+def rdma_devices():
+    """Names of kernel RDMA devices (empty when the kernel has none)."""
+    try:
+        return sorted(os.listdir(_IB_SYSFS))
+    except OSError:
+        return []
+
+
+def open_device(ip: str, backend: str = "auto", mtu: int = 1024, **opts):
+    """Open an RDMA device for local IPv4 address `ip`.
+
+    backend: "auto" (rxe if a kernel RDMA device and pyverbs exist, else uroce), "uroce" or "rxe".
+    uroce options: transport= (default: raw IPv4 sockets in the caller's network namespace, needs
+    CAP_NET_RAW; or MemoryFabric().attach(ip) for an in-process network), first_qpn=0x11.
+    rxe options: name= (device name, default: the one whose GID table holds `ip`), port=1.
+    """
+    if backend not in ("auto", "uroce", "rxe"):
+        raise ValueError(f"backend must be 'auto', 'uroce' or 'rxe', not {backend!r}")
+    if backend == "auto":
+        backend = "uroce"
+        if rdma_devices():
+            try:
+                import pyverbs  # noqa: F401
+                backend = "rxe"
+            except ImportError:
+                pass
+    if backend == "rxe":
+        from .rxe import RxeDevice
+        return RxeDevice(ip, mtu=mtu, **opts)
+    from .uroce import Device
+    return Device(ip, mtu=mtu, **opts)

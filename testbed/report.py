@@ -1,0 +1,121 @@
+"""The run report: summary.md (measured against the analytical model, with ratios) and PNG plots.
+
+Plots: link utilisation over time per rail / ToR and spine (faults marked), and completion time and
+busbw against the bound per collective operation and algorithm.
+"""
+from __future__ import annotations
+
+import os
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def switch_ports(fabric, switch: str) -> list[str]:
+    return [f"{node}:{port}" for l in fabric.links for node, port in ((l.a, l.a_port), (l.b, l.b_port))
+            if node == switch]
+
+
+def plot_utilisation(fabric, timeline, results: dict, path: str) -> bool:
+    if len(timeline.samples) < 3:
+        return False
+    t_start = timeline.samples[0][0]
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    for sw in fabric.sdn_switches():
+        times, mbps = timeline.rates(switch_ports(fabric, sw.name))
+        if max(mbps, default=0) > 0:
+            ax.plot([t - t_start for t in times], mbps, label=sw.name,
+                    linestyle="--" if sw.kind == "spine" else "-")
+    for f in results.get("faults", []):
+        if f.get("at_s") is not None and "workloads_start" in results.get("timings", {}):
+            x = results["timings"]["workloads_start"] - t_start + f["at_s"]
+            ax.axvline(x, color="red", linewidth=1)
+            ax.annotate(f"{f['kind']} {f['target']}", (x, ax.get_ylim()[1] * 0.95), color="red", fontsize=8)
+    ax.set_xlabel("time since the fabric came up (s)")
+    ax.set_ylabel("traffic out of the switch (Mbit/s)")
+    ax.set_title(f"{results['scenario']}: switch throughput over time")
+    ax.legend(fontsize=8, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def plot_collectives(results: dict, path: str) -> bool:
+    rows = [(w["name"], r) for w in results["workloads"] if w["type"] == "collective" for r in w["rows"]]
+    if not rows:
+        return False
+    labels = [f"{r['op']}/{r['algo']}\n{r['bytes'] >> 10} KiB" for _, r in rows]
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4.5))
+    xs = range(len(rows))
+    a1.bar(xs, [r["seconds"] for _, r in rows], color="tab:blue")
+    a1.set_xticks(list(xs), labels, fontsize=7, rotation=30, ha="right")
+    a1.set_ylabel("completion time (s)")
+    a1.set_title("completion time")
+    a2.bar([x - 0.2 for x in xs], [r["busbw_MBps"] for _, r in rows], width=0.4, label="measured busbw")
+    a2.bar([x + 0.2 for x in xs], [r["bound_busbw_MBps"] for _, r in rows], width=0.4, label="bound")
+    a2.set_xticks(list(xs), labels, fontsize=7, rotation=30, ha="right")
+    a2.set_ylabel("MB/s")
+    a2.set_title("busbw against the analytical bound")
+    a2.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def summary_markdown(results: dict, table: str) -> str:
+    f = results["fabric"]
+    lines = [f"# {results['scenario']}", "",
+             f"{f['kind']}: {f['servers']} servers x {f['gpus_per_server']} GPUs, {f['switches']} switches, "
+             f"NIC {f['nic_mbps']} Mbit/s, HB {f['hb_mbps']} Mbit/s, routing {f['routing']}"
+             f"{' with data-plane failover' if f.get('failover') else ''}, {f['datapath']} datapath. "
+             f"Result: **{'PASS' if results['ok'] else 'FAIL'}**.", ""]
+    rows = [r for w in results["workloads"] if w["type"] == "collective" for r in w["rows"]]
+    if rows:
+        lines += ["## Collectives: measured against the analytical model", "",
+                  "| op | algo | ranks | bytes | time s | busbw MB/s | bound MB/s | ratio | model time s | correct |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
+        for r in rows:
+            model_t = r["seconds"] * r["bus_ratio"]
+            lines.append(f"| {r['op']} | {r['algo']} | {r['ranks']} | {r['bytes']} | {r['seconds']:.3f} | "
+                         f"{r['busbw_MBps']:.3f} | {r['bound_busbw_MBps']:.3f} | {r['bus_ratio']:.2f} | "
+                         f"{model_t:.3f} | {'yes' if r['correct'] else 'NO'} |")
+        lines.append("")
+    if results.get("faults"):
+        lines += ["## Faults", "", "| kind | target | at s | detected s | rerouted s | restored s |",
+                  "|---|---|---|---|---|---|"]
+        lines += [f"| {x['kind']} | {x['target']} | {x['at_s']} | {x['detected_s']} | {x['recovered_s']} | "
+                  f"{x['restored_s']} |" for x in results["faults"]]
+        lines.append("")
+    bound = [w["name"] for w in results["workloads"] if w.get("cpu_bound")]
+    if bound:
+        lines += [f"**Fidelity warning**: {', '.join(bound)} ran with under 10% CPU idle on average; those figures "
+                  "may measure the emulating machine rather than the links.", ""]
+    lines += ["## Summary", "", "```", table, "```", ""]
+    if results.get("captures"):
+        lines += ["## Captures", ""] + [f"- `{c['point']}`: `{os.path.basename(c['file'])}` ({c['bytes']} bytes)"
+                                         for c in results["captures"]] + [""]
+    lines += ["Link delays are not emulated (no netem on this kernel); data-centre propagation delays are "
+              "microseconds, below what the emulation resolves.", ""]
+    return "\n".join(lines)
+
+
+def write(results: dict, fabric, timeline, out_dir: str, table: str) -> list[str]:
+    """Write summary.md and the plots; returns the files written."""
+    plots = os.path.join(out_dir, "plots")
+    os.makedirs(plots, exist_ok=True)
+    written = []
+    path = os.path.join(plots, "utilisation.png")
+    if timeline is not None and plot_utilisation(fabric, timeline, results, path):
+        written.append(path)
+    path = os.path.join(plots, "collectives.png")
+    if plot_collectives(results, path):
+        written.append(path)
+    path = os.path.join(out_dir, "summary.md")
+    with open(path, "w") as f:
+        f.write(summary_markdown(results, table))
+    written.append(path)
+    return written

@@ -1,0 +1,101 @@
+"""Integration (root): collectives as real processes in the emulated GPU hosts, RoCEv2 on the wire."""
+import os
+import shutil
+import subprocess
+import threading
+import time
+
+import pytest
+
+from testbed import RUN_ROOT, runner
+from testbed.net import Network
+from testbed.scenario import ScenarioError
+from testbed.topo import build
+from testbed.workloads import collective
+
+pytestmark = pytest.mark.root
+
+
+def test_ring_allreduce_on_rail_optimized_is_correct_and_near_the_bound():
+    fabric = build("rail-optimized", 2, 2, spines=2, nic_mbps=10)
+    with Network(fabric) as net:
+        result = collective.run(net, {"op": "allreduce", "algo": "ring", "sizes": ["256KiB"], "iterations": 2})
+    assert result["ok"], result["checks"]
+    row = result["rows"][0]
+    assert row["correct"] and row["ranks"] == 4 and row["bytes"] == 256 * 1024
+    # the ring's NIC hops crossed the fabric: at least 2(n-1)/n of the data per rank, headers on top
+    assert row["fabric_bytes"] > 2 * 0.75 * 256 * 1024
+    print(f"ring allreduce 256 KiB, 4 ranks: busbw {row['busbw_MBps']} MB/s, bound {row['bound_busbw_MBps']}, "
+          f"ratio {row['bus_ratio']}")
+
+
+def test_rail_only_runs_hierarchical_and_two_step_and_stays_in_rails():
+    fabric = build("rail-only", 2, 2, nic_mbps=10)
+    with Network(fabric) as net:
+        for op, algo in (("allgather", "hierarchical"), ("alltoall", "two-step"), ("allreduce", "ring")):
+            result = collective.run(net, {"op": op, "algo": algo, "sizes": ["128KiB"], "iterations": 1})
+            assert result["ok"], (op, algo, result["checks"])
+
+
+def test_correct_under_one_percent_random_loss():
+    fabric = build("rail-optimized", 2, 2, spines=2, nic_mbps=10)
+    with Network(fabric) as net:
+        result = collective.run(net, {"op": "allreduce", "algo": "ring", "sizes": ["512KiB"], "iterations": 1,
+                                      "loss": 0.01})
+    assert result["ok"], result["checks"]
+    assert result["rows"][0]["retransmits"] > 0        # the losses happened and were repaired
+
+
+def test_a_killed_rank_fails_the_others_with_a_clear_error(monkeypatch):
+    fabric = build("rail-optimized", 2, 2, spines=2, nic_mbps=10)
+    with Network(fabric) as net:
+        victim = net.host("s1g1")
+        started = []
+        real_popen = victim.popen
+        monkeypatch.setattr(victim, "popen", lambda *a, **k: started.append(real_popen(*a, **k)) or started[-1])
+
+        def kill_soon():
+            time.sleep(2.5)
+            started[-1].kill()
+        threading.Thread(target=kill_soon, daemon=True).start()
+        t0 = time.monotonic()
+        result = collective.run(net, {"op": "allreduce", "algo": "ring", "sizes": ["4MiB"], "iterations": 3,
+                                      "timeout_s": 10})
+        took = time.monotonic() - t0
+    assert not result["ok"]
+    detail = result["checks"][0]["detail"]
+    assert "allreduce/ring" in detail and "rank 3 (s1g1)" in detail, detail
+    assert took < 60
+
+
+def test_rail_only_refuses_algorithms_that_need_cross_rail_paths():
+    fabric = build("rail-only", 2, 4)
+    with pytest.raises(ScenarioError, match="alltoall/direct needs a path between .* use algo two-step"):
+        collective.validate(fabric, {"op": "alltoall", "algo": "direct", "sizes": ["1MiB"]})
+    with pytest.raises(ScenarioError, match="allgather/rd needs a path"):
+        collective.validate(fabric, {"op": "allgather", "algo": "rd", "sizes": ["1MiB"]})
+    collective.validate(build("rail-only", 2, 4), {"op": "allreduce", "algo": "ring", "sizes": ["1MiB"]})
+    with pytest.raises(ScenarioError, match="allreduce/ring needs a path"):       # odd rails: ring cannot close
+        collective.validate(build("rail-only", 2, 3), {"op": "allreduce", "algo": "ring", "sizes": ["1MiB"]})
+
+
+def test_captured_roce_traffic_decodes_cleanly_in_tshark():
+    out = os.path.join(RUN_ROOT, "test-capture")
+    scenario = {"name": "capture", "fabric": {"kind": "rail-only", "servers": 2, "gpus_per_server": 2},
+                "workloads": [{"type": "collective", "op": "allgather", "algo": "hierarchical",
+                               "sizes": ["256KiB"], "iterations": 1}],
+                "capture": [{"point": "s0g0/nic", "filter": "udp port 4791"},
+                            {"point": "s0g0/hb", "filter": "udp port 4791"},
+                            {"point": "rail1:2", "filter": "udp port 4791"}]}
+    r = runner.run(scenario, out, echo=lambda *a: None)
+    assert r["ok"], r["checks"]
+    assert [c["point"] for c in r["captures"]] == ["s0g0/nic", "s0g0/hb", "rail1:2"]
+    for cap in r["captures"]:
+        assert cap["bytes"] > 10000, cap
+        if shutil.which("tshark"):
+            fields = subprocess.run(["tshark", "-r", cap["file"], "-T", "fields", "-e", "frame.protocols"],
+                                    capture_output=True, text=True, timeout=120).stdout.split()
+            assert fields and all("infiniband" in f for f in fields), set(fields)
+            bad = subprocess.run(["tshark", "-r", cap["file"], "-Y", "_ws.malformed || _ws.expert.severity >= error"],
+                                 capture_output=True, text=True, timeout=120).stdout.strip()
+            assert bad == "", bad
