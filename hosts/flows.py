@@ -13,6 +13,7 @@ limited by the shaped NICs. Prints {"received": [...], "sent": [...]} as JSON on
 from __future__ import annotations
 
 import json
+import random
 import socket
 import struct
 import sys
@@ -22,6 +23,7 @@ import time
 DATAGRAM = 1024
 HEADER = struct.Struct("!IQ")       # flow id, sequence number
 SOCK_BUF = 1 << 20
+UDP_HEADER = struct.Struct("!HHHH")  # source port, destination port, length, checksum
 
 
 def wait_until(t: float) -> None:
@@ -30,10 +32,22 @@ def wait_until(t: float) -> None:
         time.sleep(delay)
 
 
-def udp_send(f: dict, start_at: float) -> dict:
+def udp_socket(port: int) -> socket.socket:
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SOCK_BUF)
-    sock.bind(("0.0.0.0", f["sport"]))
+    sock.bind(("0.0.0.0", port))
+    return sock
+
+
+def udp_send(f: dict, start_at: float) -> dict:
+    """Paced datagrams. Entropy for the switches' hash: one source port (default), a random one of
+    SPRAY_PORTS per datagram (sport_mode "packet"), or `split` ports in round robin."""
+    spray = f.get("sport_mode") == "packet"
+    if spray:
+        return udp_spray(f, start_at)
+    socks = [udp_socket(f["sport"])]
+    if f.get("split", 1) > 1:
+        socks += [udp_socket(0) for _ in range(f["split"] - 1)]
     packets = -(-f["bytes"] // DATAGRAM)
     gap = DATAGRAM * 8 / (f["rate_mbps"] * 1e6)
     payload = bytearray(DATAGRAM)
@@ -41,12 +55,13 @@ def udp_send(f: dict, start_at: float) -> dict:
     t0 = next_at = time.time()
     for seq in range(packets):
         HEADER.pack_into(payload, 0, f["flow"], seq)
-        sock.sendto(payload, (f["dst"], f["dport"]))
+        socks[seq % len(socks)].sendto(payload, (f["dst"], f["dport"]))
         next_at += gap
         delay = next_at - time.time()
         if delay > 0:
             time.sleep(delay)
-    sock.close()
+    for sock in socks:
+        sock.close()
     return {"flow": f["flow"], "bytes": packets * DATAGRAM, "seconds": time.time() - t0}
 
 
@@ -71,6 +86,28 @@ def tcp_send(f: dict, start_at: float) -> dict:
     return {"flow": f["flow"], "bytes": f["bytes"], "seconds": time.time() - t0}
 
 
+def udp_spray(f: dict, start_at: float) -> dict:
+    """Like udp_send, with a random UDP source port on every datagram, as spraying RoCEv2 NICs do:
+    a raw socket carries our own UDP header (checksum 0, which IPv4 allows)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_UDP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SOCK_BUF)
+    packets = -(-f["bytes"] // DATAGRAM)
+    gap = DATAGRAM * 8 / (f["rate_mbps"] * 1e6)
+    datagram = bytearray(UDP_HEADER.size + DATAGRAM)
+    wait_until(start_at)
+    t0 = next_at = time.time()
+    for seq in range(packets):
+        UDP_HEADER.pack_into(datagram, 0, random.randint(49152, 65535), f["dport"], len(datagram), 0)
+        HEADER.pack_into(datagram, UDP_HEADER.size, f["flow"], seq)
+        sock.sendto(datagram, (f["dst"], 0))
+        next_at += gap
+        delay = next_at - time.time()
+        if delay > 0:
+            time.sleep(delay)
+    sock.close()
+    return {"flow": f["flow"], "bytes": packets * DATAGRAM, "seconds": time.time() - t0}
+
+
 def udp_receive(f: dict, start_at: float, deadline: float, ready: threading.Event) -> dict:
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SOCK_BUF)
@@ -81,6 +118,7 @@ def udp_receive(f: dict, start_at: float, deadline: float, ready: threading.Even
     size = 0
     last = None
     gap, gap_at = 0.0, None      # longest silence between two arrivals: how long a failure cut the flow
+    top, reordered = -1, 0
     while len(seen) < expected and (left := deadline - time.time()) > 0:
         sock.settimeout(left)
         try:
@@ -93,10 +131,13 @@ def udp_receive(f: dict, start_at: float, deadline: float, ready: threading.Even
             if last is not None and now - last > gap:
                 gap, gap_at = now - last, last
             seen.add(seq)
+            reordered += seq < top
+            top = max(top, seq)
             size += len(data)
             last = now
     sock.close()
-    return {**result(f, size, len(seen), expected, start_at, last), "max_gap_s": gap, "gap_at": gap_at}
+    return {**result(f, size, len(seen), expected, start_at, last), "max_gap_s": gap, "gap_at": gap_at,
+            "reordered": reordered}
 
 
 def tcp_receive(f: dict, start_at: float, deadline: float, ready: threading.Event) -> dict:

@@ -48,11 +48,51 @@ def sysname(node: str) -> str:
     return PREFIX + node
 
 
+def tbf_burst(mbps: float, mtu: int) -> int:
+    return max(2 * (mtu + 100), int(mbps * 1e6 / 8 / 250))      # ~4 ms of traffic, at least 2 frames
+
+
+def tbf_limit(mbps: float, mtu: int) -> int:
+    """Queue bytes: deep, like a lossless (PFC) RoCE fabric's buffers, and larger than a socket send
+    buffer, so that paced senders block rather than lose packets at their own NIC."""
+    return max(4 * tbf_burst(mbps, mtu), 1 << 20)
+
+
 def tbf(dev: str, mbps: float, mtu: int = 1500) -> str:
-    """A tbf qdisc holding `mbps`; its queue is larger than a socket send buffer, so that paced
-    senders block rather than lose packets at their own NIC."""
-    burst = max(2 * (mtu + 100), int(mbps * 1e6 / 8 / 250))     # ~4 ms of traffic, at least 2 frames
-    return f"tc qdisc replace dev {dev} root tbf rate {mbps}mbit burst {burst} limit {max(4 * burst, 1 << 20)}"
+    """A tbf qdisc holding `mbps`."""
+    return f"tc qdisc replace dev {dev} root tbf rate {mbps}mbit burst {tbf_burst(mbps, mtu)} " \
+           f"limit {tbf_limit(mbps, mtu)}"
+
+
+def worst_queueing_delay(fabric: Fabric) -> float:
+    """Seconds a packet can wait in full queues on the longest path: host NIC out, two shaped uplink
+    hops when spines are oversubscribed, and the switch port into the destination host. Transport
+    timers must outlast it, or they retransmit packets that are only queued."""
+    nic = fabric.params["nic_mbps"]
+    delay = 2 * tbf_limit(nic, 1500) * 8 / (nic * 1e6)
+    for link in fabric.links:
+        if link.kind == "uplink" and not is_patch(fabric, link):
+            delay += 2 * tbf_limit(link.mbps, 1500) * 8 / (link.mbps * 1e6)
+            break
+    return delay
+
+
+ROUTING_MODES = ("single", "ecmp", "spray", "rr", "split:K")
+
+
+def controller_mode(routing: str) -> str:
+    """What the switches do for a routing mode: spray and split:K are ECMP in the switches, with the
+    entropy added by the hosts (a new UDP source port per packet, or K sub-flows per message)."""
+    return routing if routing in ("single", "rr") else "ecmp"
+
+
+def transport_options(routing: str) -> dict:
+    """What the hosts' transport does for a routing mode."""
+    if routing == "spray":
+        return {"sport_mode": "packet", "split": 1}
+    if routing.startswith("split:"):
+        return {"sport_mode": "qp", "split": int(routing.split(":", 1)[1])}
+    return {"sport_mode": "qp", "split": 1}
 
 
 def is_patch(fabric: Fabric, link) -> bool:
@@ -204,7 +244,7 @@ class Network:
         log = open(os.path.join(self.run_dir, "controller.log"), "w")
         env = dict(os.environ, PYTHONPATH=PROJECT_ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
         self.controller = subprocess.Popen(
-            [sys.executable, "-m", "controllers.run", "--topology", topo, "--mode", self.routing,
+            [sys.executable, "-m", "controllers.run", "--topology", topo, "--mode", controller_mode(self.routing),
              "--port", str(port), "--state", self.controller_state] + (["--failover"] if self.failover else []),
             stdout=log, stderr=subprocess.STDOUT, env=env, cwd=PROJECT_ROOT, start_new_session=True)
         self._record(controller_pid=self.controller.pid)
@@ -259,6 +299,14 @@ class Network:
         """The controller's state file: installed switches, ports it saw down, route-update events."""
         with open(self.controller_state) as f:
             return json.load(f)
+
+    def multicast_groups(self) -> dict:
+        """The multicast app's view: group -> {members, trees (switch -> tree ports), unreachable}."""
+        try:
+            with open(self.controller_state + ".mcast") as f:
+                return json.load(f)["groups"]
+        except (OSError, ValueError, KeyError):
+            return {}
 
     def _record(self, **items) -> None:
         """Merge into the run's state file, which `testbed clean` reads after a crash."""

@@ -78,11 +78,33 @@ COLLECTIVE = {
         "check": {"type": "boolean"},
         "timeout_s": {"type": "number", "minimum": 1, "maximum": 3600},
         "loss": {"type": "number", "minimum": 0, "maximum": 0.5},
+        "ring": {"enum": ["rail", "rank"]},
         "expect": {"type": "object", "additionalProperties": False,
                    "properties": {"min_bus_ratio": {"type": "number", "minimum": 0}}},
     },
 }
 
+OFFLOAD = {
+    "type": "object", "additionalProperties": False, "required": ["type"],
+    "properties": {
+        "type": {"const": "offload"}, "name": {"type": "string"},
+        "pipelines": {"type": "array", "minItems": 1, "items": {"enum": ["compute", "data"]}},
+        "pipeline_cfg": {"type": "object"},
+        "trainer": {"type": "string"},
+        "gpu_steps_per_s": RATE, "local_cores": RATE, "worker_cores": RATE,
+        "seconds": {"type": "number", "minimum": 1, "maximum": 600},
+        "profile_s": {"type": "number", "minimum": 0.5, "maximum": 60},
+        "warmup_s": {"type": "number", "minimum": 0, "maximum": 30},
+        "threshold": {"type": "number", "minimum": 1},
+        "ratios": {"type": "array", "minItems": 1, "items": {"type": "number", "minimum": 0, "maximum": 1},
+                  "contains": {"const": 0}},
+        "candidates": {"type": "array", "minItems": 1, "items": {"enum": ["p'1", "p'2", "p'3"]}},
+        "noise": {"type": "number", "minimum": 0, "maximum": 1},
+        "ratio_tolerance": {"type": "number", "minimum": 0, "maximum": 1},
+        "best_fraction": {"type": "number", "minimum": 0, "maximum": 1},
+        "timeout_s": {"type": "number", "minimum": 10, "maximum": 3600},
+    },
+}
 FAULT = {"type": "object", "additionalProperties": False, "required": ["at", "kind", "target"],
          "properties": {"at": {"type": "number", "minimum": 0},
                         "kind": {"enum": ["link-down", "link-up", "link-flap", "switch-down"]},
@@ -101,14 +123,15 @@ SCHEMA = {
         "description": {"type": "string"},
         "fabric": FABRIC,
         "routing": {"type": "object", "additionalProperties": False,
-                    "properties": {"mode": {"enum": ["single", "ecmp"]}, "failover": {"type": "boolean"}}},
+                    "properties": {"mode": {"type": "string"}, "failover": {"type": "boolean"}}},
         "workloads": {"type": "array", "minItems": 1, "items": {
             "type": "object", "required": ["type"],
-            "properties": {"type": {"enum": ["connectivity", "traffic", "collective"]}},
+            "properties": {"type": {"enum": ["connectivity", "traffic", "collective", "offload"]}},
             "allOf": [
                 {"if": {"properties": {"type": {"const": "connectivity"}}}, "then": CONNECTIVITY},
                 {"if": {"properties": {"type": {"const": "traffic"}}}, "then": TRAFFIC},
                 {"if": {"properties": {"type": {"const": "collective"}}}, "then": COLLECTIVE},
+                {"if": {"properties": {"type": {"const": "offload"}}}, "then": OFFLOAD},
             ]}},
         "faults": {"type": "array", "items": FAULT},
         "capture": {"type": "array", "items": CAPTURE},
@@ -144,6 +167,10 @@ def validate(doc) -> dict:
     err = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(SCHEMA).iter_errors(doc))
     if err is not None:
         raise ScenarioError(f"{_where(err)}: {err.message}")
+    mode = doc.get("routing", {}).get("mode", "ecmp")
+    if mode not in ("single", "ecmp", "spray", "rr") and not re.fullmatch(r"split:([2-9]|1[0-6])", mode):
+        raise ScenarioError(f"routing.mode: {mode!r} is not a routing mode; choose single, ecmp, spray, rr "
+                            f"or split:K with K from 2 to 16")
     for i, w in enumerate(doc["workloads"]):
         for key in ("size", "sizes", "sweep"):
             values = w.get(key)

@@ -19,7 +19,7 @@ ERRORS = {
     "yaml": "malformed YAML at line 4",
     "size": "size '12 parsecs' is not a size",
     "workload": "workloads.0.type: 'allreduce' is not one of",
-    "mode": "routing.mode: 'spray' is not one of",
+    "mode": "routing.mode: 'split:1' is not a routing mode; choose single, ecmp, spray, rr or split:K",
     "notmapping": "a scenario must be a YAML mapping",
 }
 

@@ -59,53 +59,85 @@ def rail_ring(peers: list[Peer]) -> list[int]:
 
 
 class Channel:
-    """One RC queue pair to a peer, with its send and receive slots."""
+    """The queue pairs to one peer ("lanes": 1, or K with split:K striping), with send and receive
+    slots. Chunk i travels on lane i % K, so the receiver restores the order lane by lane."""
 
     def __init__(self, comm: "Communicator", peer: Peer):
         self.peer = peer
-        path = "hb" if comm.same_server(peer) else "nic"
+        self.path = path = "hb" if comm.same_server(peer) else "nic"
         dev, pd, cq = comm.device(path)
-        rate = comm.rate_limit_bps.get(path)
+        self.rate = comm.rate_limit_bps.get(path)
+        self.lanes = comm.split
         # The retransmission timer must outlast draining a full window through the shaped link.
-        timeout = comm.rc_timeout if not rate else \
-            max(comm.rc_timeout, 0.05 + 2 * WINDOW * (dev.mtu + 80) * 8 / rate)
-        self.qp = dev.create_qp(pd, QPType.RC, cq, rate_limit_bps=rate, timeout=timeout, retry_cnt=7,
-                                max_outstanding=WINDOW)
-        self.send_buf = np.zeros(SLOTS * comm.chunk, dtype=np.uint8)
-        self.recv_buf = np.zeros(SLOTS * comm.chunk, dtype=np.uint8)
+        timeout = comm.rc_timeout if not self.rate else \
+            max(comm.rc_timeout, 0.05 + 2 * WINDOW * (dev.mtu + 80) * 8 / self.rate)
+        self.qps = [dev.create_qp(pd, QPType.RC, cq, rate_limit_bps=self.rate and self.rate / self.lanes,
+                                  timeout=timeout, retry_cnt=7, max_outstanding=WINDOW,
+                                  sport_mode=comm.sport_mode) for _ in range(self.lanes)]
+        n = SLOTS * self.lanes
+        self.chunk = comm.chunk
+        self.send_buf = np.zeros(n * comm.chunk, dtype=np.uint8)
+        self.recv_buf = np.zeros(n * comm.chunk, dtype=np.uint8)
         self.send_mr = pd.reg_mr(self.send_buf, Access.LOCAL_WRITE)
         self.recv_mr = pd.reg_mr(self.recv_buf, Access.LOCAL_WRITE)
-        self.chunk = comm.chunk
-        self.free_send = deque(range(SLOTS))
-        self.backlog: deque[tuple[int, int]] = deque()   # (slot, length) received ahead of time
-        comm.by_qpn[(path, self.qp.info().qpn)] = self
-        for slot in range(SLOTS):
+        self.free_send = [deque(range(k * SLOTS, (k + 1) * SLOTS)) for k in range(self.lanes)]
+        self.arrivals = [deque() for _ in range(self.lanes)]      # (slot, length) not yet consumed
+        self.next_send = self.next_recv = 0
+        self.shares = 1
+        for qp in self.qps:
+            comm.by_qpn[(path, qp.info().qpn)] = self
+        for slot in range(n):
             self.post_recv(slot)
         me = comm.me.rank
-        comm.store.set(f"qp/{me}->{peer.rank}", self.qp.info().to_dict())
+        comm.store.set(f"qp/{me}->{peer.rank}", [qp.info().to_dict() for qp in self.qps])
         try:
             remote = comm.store.get(f"qp/{peer.rank}->{me}", what=f"rank {peer.rank} ({peer.name}) to connect")
-            self.qp.connect(QPInfo.from_dict(remote))
+            for qp, info in zip(self.qps, remote):
+                qp.connect(QPInfo.from_dict(info))
             # both ends ready before either sends: a packet for an unconnected QP would be dropped
             comm.store.set(f"ready/{me}->{peer.rank}", 1)
             comm.store.get(f"ready/{peer.rank}->{me}", what=f"rank {peer.rank} ({peer.name}) to connect")
         except StoreTimeout as exc:
             raise comm.fail(str(exc)) from None
-        self.path, self.rate = path, rate
-        self.shares = 1
 
-    # wr_id = slot << 1, with the low bit set for receives
+    # wr_id = slot << 1, with the low bit set for receives; slot // SLOTS is the lane
     def post_recv(self, slot: int) -> None:
-        self.qp.post_recv(RecvWR([self.recv_mr.sge(slot * self.chunk, self.chunk)], wr_id=slot << 1 | 1))
+        self.qps[slot // SLOTS].post_recv(RecvWR([self.recv_mr.sge(slot * self.chunk, self.chunk)],
+                                                 wr_id=slot << 1 | 1))
+
+    def can_send(self) -> bool:
+        return bool(self.free_send[self.next_send % self.lanes])
 
     def post_send(self, data: memoryview) -> None:
-        slot = self.free_send.popleft()
+        lane = self.next_send % self.lanes
+        slot = self.free_send[lane].popleft()
         self.send_buf[slot * self.chunk: slot * self.chunk + len(data)] = np.frombuffer(data, dtype=np.uint8)
-        self.qp.post_send(SendWR(WROpcode.SEND, [self.send_mr.sge(slot * self.chunk, len(data))],
-                                 wr_id=slot << 1))
+        self.qps[lane].post_send(SendWR(WROpcode.SEND, [self.send_mr.sge(slot * self.chunk, len(data))],
+                                        wr_id=slot << 1))
+        self.next_send += 1
+
+    def sent(self, slot: int) -> None:
+        self.free_send[slot // SLOTS].append(slot)
+
+    def arrived(self, slot: int, length: int) -> None:
+        self.arrivals[slot // SLOTS].append((slot, length))
+
+    def next_message(self):
+        """The next chunk in sending order, if it has arrived."""
+        lane = self.arrivals[self.next_recv % self.lanes]
+        if not lane:
+            return None
+        self.next_recv += 1
+        return lane.popleft()
 
     def take(self, slot: int, length: int) -> memoryview:
         return memoryview(self.recv_buf)[slot * self.chunk: slot * self.chunk + length]
+
+    def set_rate(self, shares: int) -> None:
+        if self.rate and self.shares != shares:
+            self.shares = shares
+            for qp in self.qps:
+                qp.set_rate_limit(self.rate / shares / self.lanes)
 
 
 class Communicator:
@@ -113,12 +145,14 @@ class Communicator:
 
     def __init__(self, me: Peer, peers: list[Peer], store, open_device, *, chunk: int = CHUNK,
                  timeout: float = 30.0, rc_timeout: float = 0.05, rate_limit_bps: dict | None = None,
-                 ring: list[int] | None = None):
+                 ring: list[int] | None = None, sport_mode: str = "qp", split: int = 1):
         self.me, self.peers, self.store = me, peers, store
         self.ring = ring or rail_ring(peers)
         self.rank, self.world = me.rank, len(peers)
         self.chunk, self.timeout, self.rc_timeout = chunk, timeout, rc_timeout
         self.rate_limit_bps = rate_limit_bps or {}
+        self.sport_mode = sport_mode      # "packet": a new UDP source port per packet (spraying)
+        self.split = split                # queue pairs per peer, each message striped over them
         self._open_device = open_device
         self._devices: dict[str, tuple] = {}
         self.channels: dict[int, Channel] = {}
@@ -158,10 +192,17 @@ class Communicator:
             dev.close()
 
     def counters(self) -> dict:
+        """Transport counters: the devices', plus what only queue pairs count (e.g. out_of_order)."""
         total: dict[str, int] = {}
         for dev, _, _ in self._devices.values():
             for k, v in dev.counters.items():
                 total[k] = total.get(k, 0) + v
+        device_keys = set(total)
+        for ch in self.channels.values():
+            for qp in ch.qps:
+                for k, v in qp.counters.items():
+                    if k not in device_keys:
+                        total[k] = total.get(k, 0) + v
         return total
 
     def fail(self, what: str) -> CollectiveError:
@@ -175,9 +216,7 @@ class Communicator:
         for ch in channels:
             per_path[ch.path] = per_path.get(ch.path, 0) + 1
         for ch in channels:
-            if ch.rate and ch.shares != per_path[ch.path]:
-                ch.shares = per_path[ch.path]
-                ch.qp.set_rate_limit(ch.rate / ch.shares)
+            ch.set_rate(per_path[ch.path])
 
     # -- the progress engine ------------------------------------------------------------------
     def exchange(self, sends=(), recvs=()) -> None:
@@ -201,11 +240,9 @@ class Communicator:
         self._share_links(channels.values())
         in_flight = 0
 
-        def absorb(ch: Channel, slot: int, length: int) -> bool:
-            """Copy a received chunk into the places expected from its peer; False if none is expected."""
-            pending = inbound.get(ch.peer.rank)
-            if not pending:
-                return False
+        def absorb(ch: Channel, slot: int, length: int) -> None:
+            """Copy a received chunk into the places expected from its peer."""
+            pending = inbound[ch.peer.rank]
             data, pos = ch.take(slot, length), 0
             while pos < length:
                 if not pending:
@@ -221,16 +258,19 @@ class Communicator:
             if not pending:
                 del inbound[ch.peer.rank]
             ch.post_recv(slot)
-            return True
+
+        def drain(ch: Channel) -> None:
+            """Consume, in sending order, what has arrived and is expected; the rest waits."""
+            while ch.peer.rank in inbound and (msg := ch.next_message()):
+                absorb(ch, *msg)
 
         for ch in self.channels.values():             # chunks that arrived before this step began
-            while ch.backlog and ch.peer.rank in inbound:
-                absorb(ch, *ch.backlog.popleft())
+            drain(ch)
 
         while True:
             for rank, q in out.items():
                 ch = channels[rank]
-                while q and ch.free_send:
+                while q and ch.can_send():
                     ch.post_send(q.popleft())
                     in_flight += 1
             if not in_flight and not inbound and not any(out.values()):
@@ -248,7 +288,8 @@ class Communicator:
                 raise self.fail(f"transfer with rank {ch.peer.rank} ({ch.peer.name}) failed: {wc.status.name}")
             slot, is_recv = wc.wr_id >> 1, wc.wr_id & 1
             if not is_recv:
-                ch.free_send.append(slot)
+                ch.sent(slot)
                 in_flight -= 1
-            elif not absorb(ch, slot, wc.byte_len):
-                ch.backlog.append((slot, wc.byte_len))
+            else:
+                ch.arrived(slot, wc.byte_len)
+                drain(ch)

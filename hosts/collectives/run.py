@@ -5,7 +5,9 @@
 SPEC: {"rank": r, "peers": [{"rank", "name", "ip", "hb_ip", "server", "local_rank"}], "store": DIR,
        "op": "allreduce", "algo": "ring", "bytes": N, "dtype": "float32", "reduce": "sum",
        "iterations": 5, "warmup": 1, "check": true, "timeout_s": 60, "chunk": 65536,
-       "rate_limit_bps": {"nic": 9.7e6, "hb": 87e6}}   (pace each queue pair below its link's rate)
+       "rate_limit_bps": {"nic": 9.7e6, "hb": 87e6},   (pace each queue pair below its link's rate)
+       "sport_mode": "qp" | "packet", "split": 1,      (spraying: a source port per packet; split:K lanes)
+       "multicast_scope": "fabric" | "rail"}           (algo multicast: where the switches replicate)
 Inputs are integer-valued, drawn from a seed per rank, so every rank can compute the exact expected
 result with numpy. Prints {"rank", "times": [s per iteration], "correct", "counters"} or {"rank", "error"}.
 """
@@ -17,7 +19,7 @@ import time
 
 import numpy as np
 
-from hosts.collectives import algorithms
+from hosts.collectives import algorithms, mcast_allgather
 from hosts.collectives.comm import CollectiveError, Communicator, Peer
 from hosts.collectives.store import FileStore, StoreTimeout
 from hosts.rdma import open_device
@@ -81,7 +83,11 @@ def main() -> None:
     mtu = {me.ip: 1024, me.hb_ip: 4096}
     comm = Communicator(me, peers, store, lambda ip: open_device(ip, mtu=mtu.get(ip, 1024)),
                         timeout=spec.get("timeout_s", 60), chunk=spec.get("chunk", 64 * 1024),
-                        rate_limit_bps=spec.get("rate_limit_bps"))
+                        rate_limit_bps=spec.get("rate_limit_bps"), sport_mode=spec.get("sport_mode", "qp"),
+                        split=spec.get("split", 1),
+                        ring=list(range(world)) if spec.get("ring") == "rank" else None,
+                        rc_timeout=spec.get("rc_timeout", 0.05))
+    comm.multicast_scope = spec.get("multicast_scope", "fabric")
     result = {"rank": rank, "count": count}
     try:
         times, correct = [], True
@@ -96,7 +102,8 @@ def main() -> None:
                 times.append(elapsed)
             if want is not None:
                 correct = correct and bool(np.array_equal(out, want))
-        result.update(times=times, correct=correct if want is not None else None, counters=comm.counters())
+        result.update(times=times, correct=correct if want is not None else None, counters=comm.counters(),
+                      recovered_chunks=mcast_allgather.stats(comm).get("recovered_chunks", 0))
     except (CollectiveError, StoreTimeout) as exc:
         result["error"] = str(exc)
     finally:

@@ -13,10 +13,12 @@ import time
 
 from testbed import models
 from testbed.launch import run_on_hosts
+from testbed.net import transport_options, worst_queueing_delay
 from testbed.scenario import ScenarioError, parse_size
+from testbed.workloads import traffic
 
-ALGOS = {"allreduce": ("ring", "rhd", "hierarchical"), "allgather": ("ring", "rd", "hierarchical"),
-         "reduce_scatter": ("ring",), "broadcast": ("chain",), "alltoall": ("direct", "two-step")}
+ALGOS = {"allreduce": ("ring", "rhd", "hierarchical"), "allgather": ("ring", "rd", "hierarchical", "multicast"),
+         "reduce_scatter": ("ring",), "broadcast": ("chain", "multicast"), "alltoall": ("direct", "two-step")}
 PACE = 0.97
 ALL_PAIRS = {"rhd", "rd", "direct"}            # algorithms that may pair any two ranks
 
@@ -56,10 +58,15 @@ def check_paths(fabric, spec: dict) -> None:
     algo = spec["algo"]
     if algo in ("hierarchical", "two-step"):
         return
+    if algo == "multicast" and multicast_scope(fabric) == "rail":
+        if spec["op"] == "broadcast":
+            raise ScenarioError("broadcast/multicast needs multicast across rails, which a rail-only fabric "
+                                "does not have; use algo chain")
+        return                              # multicast inside each rail, then the HB domain
     if algo in ALL_PAIRS:
         pairs = [(a, b) for a in hosts for b in hosts if a is not b]
     else:
-        ring = rail_ring(hosts)
+        ring = hosts if spec.get("ring") == "rank" else rail_ring(hosts)
         pairs = list(zip(ring, ring[1:] + ring[:1]))
     for a, b in pairs:
         if a.server != b.server and not fabric.nic_reachable(a, b):
@@ -68,11 +75,23 @@ def check_paths(fabric, spec: dict) -> None:
                                 f"{fabric.kind} fabric does not have; use algo {hint}")
 
 
+def multicast_scope(fabric) -> str:
+    """Where the switches can replicate to: a rail-only fabric has no path between rails."""
+    return "rail" if fabric.kind == "rail-only" else "fabric"
+
+
+def model_algo(fabric, spec: dict) -> str:
+    """The analytical model for an algorithm: multicast is receive-bound like a ring, or hierarchical."""
+    if spec["algo"] == "multicast" and multicast_scope(fabric) == "rail":
+        return "hierarchical"
+    return spec["algo"]
+
+
 def validate(fabric, spec: dict) -> None:
     if spec["algo"] not in ALGOS[spec["op"]]:
         raise ScenarioError(f"{spec['op']} has no algorithm {spec['algo']!r}; choose one of "
                             f"{', '.join(ALGOS[spec['op']])}")
-    if spec["algo"] in ("hierarchical", "two-step") and fabric.params["servers"] * \
+    if model_algo(fabric, spec) in ("hierarchical", "two-step") and fabric.params["servers"] * \
             fabric.params["gpus_per_server"] != len(fabric.gpus()):
         raise ScenarioError("hierarchical algorithms need whole servers")
     check_paths(fabric, spec)
@@ -123,7 +142,10 @@ def _run(net, spec: dict, hosts: list) -> dict:
                          "bytes": size, "dtype": spec.get("dtype", "float32"), "reduce": spec.get("reduce", "sum"),
                          "root": spec.get("root", 0), "iterations": spec.get("iterations", 3),
                          "warmup": spec.get("warmup", 1), "check": spec.get("check", True),
-                         "timeout_s": spec.get("timeout_s", 60),
+                         "timeout_s": spec.get("timeout_s", 60), **transport_options(net.routing),
+                         "ring": "rank" if spec.get("ring") == "rank" else "rail",
+                         "multicast_scope": multicast_scope(fabric),
+                         "rc_timeout": 0.05 + 2 * worst_queueing_delay(fabric),
                          # senders pace just below the shaped rates, so queues do not build up
                          "rate_limit_bps": {"nic": PACE * fabric.params["nic_mbps"] * 1e6,
                                             "hb": PACE * fabric.params["hb_mbps"] * 1e6}}
@@ -133,7 +155,7 @@ def _run(net, spec: dict, hosts: list) -> dict:
             commands[h.name] = ["hosts.collectives.run", path]
         # Worst case: every iteration at 1/4 of the bound, plus start-up and the collective's own timeout.
         budget = (spec.get("iterations", 3) + spec.get("warmup", 1)) * \
-            4 * models.time_model(spec["op"], spec["algo"], size, cluster(fabric)) + spec.get("timeout_s", 60) + 30
+            4 * models.time_model(spec["op"], model_algo(fabric, spec), size, cluster(fabric)) + spec.get("timeout_s", 60) + 30
         before = net.counters()
         try:
             out, failed = run_on_hosts(net, commands, timeout=budget, partial=True)
@@ -157,7 +179,7 @@ def row(fabric, spec: dict, size: int, outs: list[dict], before: dict, after: di
     nbytes = outs[0]["count"] * itemsize * (n if spec["op"] == "allgather" else 1)
     algbw = nbytes / seconds / 1e6
     busbw = algbw * models.bus_factor(spec["op"], n)
-    bound = models.bound_busbw(spec["op"], spec["algo"], nbytes, cluster(fabric)) / 1e6
+    bound = models.bound_busbw(spec["op"], model_algo(fabric, spec), nbytes, cluster(fabric)) / 1e6
     counters = {}
     for o in outs:
         for k, v in o.get("counters", {}).items():
@@ -167,9 +189,22 @@ def row(fabric, spec: dict, size: int, outs: list[dict], before: dict, after: di
             "algbw_MBps": round(algbw, 4), "busbw_MBps": round(busbw, 4), "bound_busbw_MBps": round(bound, 4),
             "bus_ratio": round(busbw / bound, 4), "correct": all(o["correct"] is not False for o in outs),
             "fabric_bytes": sum(after[p]["tx_bytes"] - before[p]["tx_bytes"] for p in after),
+            "uplink_bytes": (up := traffic.uplink_bytes(fabric, before, after)),
+            "uplink_imbalance": round(max(up.values()) / (sum(up.values()) / len(up)), 3)
+            if up and sum(up.values()) else None,
+            "out_of_order": counters.get("out_of_order", 0),
             "retransmits": counters.get("retransmits", 0),
+            "send_nic_bytes": send_nic_bytes(fabric, before, after),
+            "recovered_chunks": sum(o.get("recovered_chunks", 0) for o in outs),
             "drops": sum(v for k, v in counters.items() if k.startswith("drop")),
             "transport": {k: v for k, v in sorted(counters.items()) if v and not k.endswith(("packets", "bytes"))}}
+
+
+def send_nic_bytes(fabric, before: dict, after: dict) -> int:
+    """Bytes the GPUs' NICs sent: what the switches received on their GPU-facing ports."""
+    ports = [f"{l.b}:{l.b_port}" if l.a in fabric.hosts else f"{l.a}:{l.a_port}"
+             for l in fabric.links if l.kind == "nic"]
+    return sum(after[p]["rx_bytes"] - before[p]["rx_bytes"] for p in ports if p in after)
 
 
 def summarize(spec: dict, n: int, rows: list[dict], errors: list[str]) -> dict:

@@ -14,6 +14,7 @@ import os
 import time
 
 from testbed.launch import run_on_hosts
+from testbed.net import transport_options
 from testbed.scenario import ScenarioError, parse_size
 
 LISTEN_BASE, SOURCE_BASE = 20000, 30000
@@ -84,7 +85,7 @@ def run(net, spec: dict) -> dict:
                                           "bytes": f["bytes"]})
         specs[f["src"]]["send"].append({"flow": f["flow"], "proto": f["proto"], "dst": fabric.hosts[f["dst"]].ip,
                                         "dport": port, "sport": sport, "bytes": f["bytes"],
-                                        "rate_mbps": f["rate_mbps"]})
+                                        "rate_mbps": f["rate_mbps"], **transport_options(net.routing)})
     commands = {}
     for h, s in specs.items():
         path = os.path.join(net.run_dir, f"flows-{h}.json")
@@ -104,7 +105,8 @@ def run(net, spec: dict) -> dict:
                          "bytes": r.get("bytes", 0), "expected_bytes": f["bytes"],
                          "seconds": r.get("seconds"), "mbps": round(r.get("mbps", 0.0), 3),
                          "lost_packets": r.get("lost_packets"), "error": r.get("error"),
-                         "max_gap_s": r.get("max_gap_s"), "gap_at": r.get("gap_at")})
+                         "max_gap_s": r.get("max_gap_s"), "gap_at": r.get("gap_at"),
+                         "reordered": r.get("reordered")})
     return summarize(fabric, spec, per_flow, uplink_bytes(fabric, before, after))
 
 
@@ -140,6 +142,7 @@ def summarize(fabric, spec: dict, per_flow: list[dict], uplinks: dict[str, int])
             "flow_bytes": per_flow[0]["expected_bytes"], "rate_mbps": per_flow and spec.get("rate_mbps"),
             "mbps_min": min(mbps), "mbps_mean": sum(mbps) / len(mbps), "mbps_max": max(mbps),
             "delivered_bytes": got, "max_gap_s": max(gaps) if gaps else None,
-            "lost_packets": sum(f["lost_packets"] or 0 for f in per_flow), "uplink_bytes": uplinks, "uplinks_used": used,
+            "lost_packets": sum(f["lost_packets"] or 0 for f in per_flow),
+            "reordered_packets": sum(f["reordered"] or 0 for f in per_flow), "uplink_bytes": uplinks, "uplinks_used": used,
             "uplink_imbalance": round(imbalance, 3) if imbalance else None,
             "per_flow": per_flow, "checks": checks}

@@ -20,15 +20,15 @@ def peers_grid(servers, per):
                  server=i, local_rank=j) for i in range(servers) for j in range(per)]
 
 
-def run_ranks(peers, fn, drop=None, timeout=20.0):
-    fabric = MemoryFabric(drop=drop)
+def run_ranks(peers, fn, drop=None, timeout=20.0, delay=None, **comm_options):
+    fabric = MemoryFabric(drop=drop, delay=delay)
     store_dir = tempfile.mkdtemp(prefix="tb-store-")
     results, errors = {}, {}
 
     def rank_main(me):
         comm = Communicator(me, peers, FileStore(store_dir, timeout=timeout),
                             lambda ip: open_device(ip, backend="uroce", transport=fabric.attach(ip)),
-                            timeout=timeout, chunk=8192)
+                            timeout=timeout, chunk=8192, **comm_options)
         try:
             results[me.rank] = fn(comm)
         except Exception as exc:  # reported to the test
@@ -173,3 +173,21 @@ def test_rank_dying_mid_job_gives_a_clear_error_not_a_hang():
 
     with pytest.raises(CollectiveError, match=r"allreduce/ring: .*rank 3 \(s1g1\)"):
         run_ranks(peers, fn, timeout=5.0)
+
+
+@pytest.mark.parametrize("split", [2, 3])
+def test_split_stripes_each_message_over_k_queue_pairs_in_order(split):
+    """split:K: chunks alternate over K queue pairs whose packets race each other (random delays)."""
+    peers = peers_grid(2, 2)
+    rng = np.random.default_rng(11)
+    lock = threading.Lock()
+
+    def delay(pkt):
+        with lock:
+            return float(rng.random()) * 0.002
+
+    xs = inputs(4, 30000, np.float32)
+    got = run_ranks(peers, lambda c: algorithms.allreduce(c, xs[c.rank].copy(), "sum", "ring"),
+                    delay=delay, split=split, sport_mode="packet")
+    want = np.sum(np.stack(xs), axis=0)
+    assert all(np.array_equal(g, want) for g in got.values())

@@ -1,0 +1,31 @@
+"""Benchmark: routing modes compared on scenarios/lb_compare.yaml (printed, not asserted).
+
+    .venv/bin/python benchmarks/lb_compare.py [--modes single,ecmp,spray,split:4]
+"""
+import argparse
+import tempfile
+
+from testbed import runner, scenario
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--modes", default="single,ecmp,spray,split:4")
+    args = ap.parse_args()
+    print(f"{'mode':<9} {'workload':<16} {'time s':>8} {'busbw MB/s':>10} {'imbalance':>9} {'out-of-order':>12} "
+          f"{'retx':>6} {'idle%':>6} correct")
+    for mode in args.modes.split(","):
+        doc = scenario.load("scenarios/lb_compare.yaml", [f"routing.mode={mode}"])
+        out = runner.run(doc, tempfile.mkdtemp(prefix="tb-lb-"), echo=lambda *a: None)
+        for w in out["workloads"]:
+            for r in w["rows"]:
+                print(f"{mode:<9} {w['name']:<16} {r['seconds']:>8.3f} {r['busbw_MBps']:>10.3f} "
+                      f"{r['uplink_imbalance'] or 0:>9.2f} {r['out_of_order']:>12} {r['retransmits']:>6} "
+                      f"{w['cpu_idle_mean_pct']:>6} {'yes' if r['correct'] else 'NO'}")
+        for c in out["checks"]:
+            if not c["ok"]:
+                print(f"{mode:<9} FAILED {c['name']}: {c['detail']}")
+
+
+if __name__ == "__main__":
+    main()

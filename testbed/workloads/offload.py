@@ -1,0 +1,186 @@
+"""Workload `offload`: input-pipeline offloading to tf.data.service on CPU hosts, FastFlow vs baselines.
+
+The trainer runs in a GPU host (default s0g0) with a CPU budget for its local preprocessing and an
+emulated GPU; a dispatcher runs on cpu0 and one worker, with its own CPU budget, on each CPU host. For
+every pipeline it runs FastFlow (profile, Algorithm 1, train) and a sweep of fixed off-ratios, whose
+ends and middle are the baselines: TF-NO = 0 (local only), TF-DSR = 1 (remote only), TF-DSLR = 0.5
+(naive even split). Servers are restarted for every run (workers grow in memory across jobs).
+"""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import select
+import subprocess
+import sys
+import time
+
+from testbed.fidelity import CPU_BOUND_IDLE_PCT, CpuSampler
+from testbed.launch import run_on_hosts
+from testbed.net import PROJECT_ROOT
+from testbed.scenario import ScenarioError
+
+DISPATCHER_PORT, WORKER_PORT = 5050, 5051
+BASELINES = {"tf-no": 0.0, "tf-dslr": 0.5, "tf-dsr": 1.0}
+DEFAULTS = {"pipelines": ["compute"], "trainer": "s0g0", "gpu_steps_per_s": 25, "local_cores": 0.3,
+            "worker_cores": 0.3, "seconds": 6, "profile_s": 3, "warmup_s": 1.5, "threshold": 1.1,
+            "ratios": [0.0, 0.2, 0.4, 0.6, 0.8, 1.0], "candidates": ["p'2", "p'3"],
+            "noise": 0.05, "ratio_tolerance": 0.2, "best_fraction": 0.9, "timeout_s": 180}
+
+
+def validate(fabric, spec: dict) -> dict:
+    s = {**DEFAULTS, **spec}
+    cpus = [h for h in fabric.hosts if h.startswith("cpu")]
+    if not cpus:
+        raise ScenarioError("offload needs CPU hosts for tf.data.service: set fabric.cpu_hosts >= 1")
+    if s["trainer"] not in fabric.hosts or s["trainer"].startswith("cpu"):
+        raise ScenarioError(f"offload trainer {s['trainer']!r} is not a GPU host of this fabric")
+    return s
+
+
+class Servers:
+    """A dispatcher on the first CPU host and a worker on every CPU host, killed by PID on exit."""
+
+    def __init__(self, net, cpu_hosts: list[str], worker_cores: float):
+        self.net, self.hosts, self.cores = net, cpu_hosts, worker_cores
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.ip = net.fabric.hosts[cpu_hosts[0]].ip
+
+    def _start(self, key: str, host: str, args: list[str]) -> None:
+        log = os.path.join(self.net.run_dir, f"tb-tfdata-{key}.log")
+        err = open(log, "ab") if os.path.isdir(self.net.run_dir) else subprocess.DEVNULL
+        self.procs[key] = self.net.host(host).popen([sys.executable, "-m", "hosts.tfdata.service", *args],
+                                                    cwd=PROJECT_ROOT, stdout=subprocess.PIPE, stderr=err)
+
+    def __enter__(self) -> "Servers":
+        self._start("dispatcher", self.hosts[0], ["dispatcher", "--port", str(DISPATCHER_PORT)])
+        for h in self.hosts:
+            ip = self.net.fabric.hosts[h].ip
+            self._start(f"worker-{h}", h, ["worker", "--port", str(WORKER_PORT), "--ip", ip, "--dispatcher",
+                                          f"{self.ip}:{DISPATCHER_PORT}", "--cores", str(self.cores),
+                                          "--name", f"worker-{h}"])
+        deadline = time.monotonic() + 60
+        for key, proc in self.procs.items():          # each prints one line when serving
+            ready, _, _ = select.select([proc.stdout], [], [], max(0.1, deadline - time.monotonic()))
+            if not ready or not proc.stdout.readline():
+                self.__exit__()
+                raise RuntimeError(f"tf.data.service {key} did not start (exit {proc.poll()})")
+        return self
+
+    @property
+    def service(self) -> str:
+        return f"grpc://{self.ip}:{DISPATCHER_PORT}"
+
+    def worker_cpu_s(self) -> float:
+        total = 0.0
+        for key, proc in self.procs.items():
+            try:
+                with open(f"/proc/{proc.pid}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+                total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+            except OSError:
+                pass
+        return total
+
+    def __exit__(self, *exc) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+        for path in glob.glob("/sys/fs/cgroup/cpu/tb-tfdata-*"):     # our groups, once empty
+            try:
+                os.rmdir(path)
+            except OSError:
+                pass
+
+
+def rx_bytes(net, host: str) -> int:
+    """Bytes received on the host's interfaces (all but lo), from /proc/net/dev in its namespace."""
+    total = 0
+    for line in net.host(host).cmd("cat /proc/net/dev").splitlines()[2:]:
+        name, _, rest = line.partition(":")
+        if name.strip() != "lo" and rest.split():
+            total += int(rest.split()[0])
+    return total
+
+
+def one_run(net, s: dict, pipeline: str, policy: str, ratio: float | None) -> dict:
+    cpus = sorted((h for h in net.fabric.hosts if h.startswith("cpu")), key=lambda h: int(h[3:]))
+    trainer = {k: s[k] for k in ("gpu_steps_per_s", "local_cores", "seconds", "profile_s", "warmup_s",
+                                 "threshold", "candidates")}
+    trainer |= {"pipeline": pipeline, "policy": "fastflow" if policy == "fastflow" else "fixed",
+                "ratio": ratio, "pipeline_cfg": s.get("pipeline_cfg", {}).get(pipeline)}
+    with Servers(net, cpus, s["worker_cores"]) as servers:
+        trainer["service"] = servers.service
+        rx0, w0 = rx_bytes(net, s["trainer"]), servers.worker_cpu_s()
+        with CpuSampler() as idle:        # the trainer's run, not the servers' start-up
+            out = run_on_hosts(net, {s["trainer"]: ["hosts.tfdata.trainer", json.dumps(trainer)]},
+                               s["timeout_s"])[s["trainer"]]
+        rx, wcpu = rx_bytes(net, s["trainer"]) - rx0, servers.worker_cpu_s() - w0
+    fid = idle.report()
+    return {"type": "offload", "policy": policy, "pipeline": pipeline, "throughput_eps": round(out["throughput_eps"], 2),
+            "steps_per_s": round(out["steps_per_s"], 3), "epoch_seconds": round(out["epoch_seconds"], 2),
+            "off_ratio": round(out["off_ratio"], 3), "candidate": out.get("candidate"),
+            "metrics": {"measured_ratio": round(out["measured_ratio"], 3), "local_cpu_cores": round(out["cpu_cores"], 3),
+                        "local_cpu_per_step_s": round(out["cpu_per_step"], 4), "local_throttled_s": out["throttled_s"],
+                        "worker_cpu_s": round(wcpu, 2), "trainer_rx_bytes": rx,
+                        "cpu_idle_mean_pct": fid["cpu_idle_mean_pct"], "cpu_bound": fid["cpu_bound"],
+                        **({"profile": _profile_summary(out["profile"]), "decision": out["decision"]}
+                           if policy == "fastflow" else {})}}
+
+
+def _profile_summary(p: dict) -> dict:
+    return {"Gthp": round(p["Gthp"], 3), "Lthp": round(p["Lthp"], 3), "Pcycle": round(p["Pcycle"], 5),
+            "candidates": {k: {"Rthp": round(v["Rthp"], 3), "Ocycle": round(v["Ocycle"], 5)}
+                           for k, v in p["candidates"].items()}}
+
+
+def checks_for(pipeline: str, rows: list[dict], s: dict) -> list[dict]:
+    ff = next(r for r in rows if r["policy"] == "fastflow")
+    sweep = [r for r in rows if r["policy"].startswith("ratio")]
+    no = next(r for r in sweep if r["off_ratio"] == 0.0)
+    best = max(sweep, key=lambda r: r["steps_per_s"])
+    floor = (1 - s["noise"]) * no["steps_per_s"]
+    near = (abs(ff["off_ratio"] - best["off_ratio"]) <= s["ratio_tolerance"]
+            or ff["steps_per_s"] >= s["best_fraction"] * best["steps_per_s"])
+    return [
+        {"name": f"{pipeline}: fastflow >= tf-no", "ok": ff["steps_per_s"] >= floor,
+         "detail": f"{ff['steps_per_s']:.2f} vs {no['steps_per_s']:.2f} steps/s (noise allowance {s['noise']:.0%})"},
+        {"name": f"{pipeline}: fastflow ratio near the sweep's best", "ok": near,
+         "detail": f"chose {ff['off_ratio']:.2f} ({ff['steps_per_s']:.2f} steps/s); best fixed {best['off_ratio']:.2f} "
+                   f"({best['steps_per_s']:.2f}); near = within {s['ratio_tolerance']} in ratio or "
+                   f">= {s['best_fraction']:.0%} of its throughput"},
+    ]
+
+
+def table(rows: list[dict]) -> str:
+    lines = [f"{'pipeline':9} {'policy':10} {'ratio':>5} {'steps/s':>8} {'speed-up':>8} {'local CPU':>9} "
+             f"{'worker CPU s':>12} {'rx MB':>7} {'idle %':>6}"]
+    for r in rows:
+        m = r["metrics"]
+        lines.append(f"{r['pipeline']:9} {r['policy']:10} {r['off_ratio']:5.2f} {r['steps_per_s']:8.2f} "
+                     f"{r.get('speedup_vs_tf_no', 0):8.2f} {m['local_cpu_cores']:9.2f} {m['worker_cpu_s']:12.1f} "
+                     f"{m['trainer_rx_bytes'] / 1e6:7.1f} {m['cpu_idle_mean_pct']:6.1f}"
+                     + ("  CPU-BOUND" if m["cpu_bound"] else ""))
+    return "\n".join(lines)
+
+
+def run(net, spec: dict) -> dict:
+    s = validate(net.fabric, spec)
+    rows, checks = [], []
+    for pipeline in s["pipelines"]:
+        mine = [one_run(net, s, pipeline, "fastflow", None)]
+        for ratio in s["ratios"]:
+            mine.append(one_run(net, s, pipeline, f"ratio={ratio:g}", float(ratio)))
+        no = next(r for r in mine if r["off_ratio"] == 0.0 and r["policy"] != "fastflow")
+        for r in mine:
+            r["speedup_vs_tf_no"] = round(r["steps_per_s"] / max(1e-9, no["steps_per_s"]), 3)
+            r["baseline"] = [b for b, x in BASELINES.items() if r["policy"] != "fastflow" and r["off_ratio"] == x]
+        rows += mine
+        checks += checks_for(pipeline, mine, s)
+    print(table(rows), flush=True)
+    bound = [r for r in rows if r["metrics"]["cpu_bound"]]
+    checks.append({"name": "cpu headroom", "ok": True,
+                   "detail": f"{len(bound)}/{len(rows)} runs had < {CPU_BOUND_IDLE_PCT}% CPU idle (flagged CPU-BOUND)"})
+    return {"type": "offload", "ok": all(c["ok"] for c in checks), "rows": rows, "checks": checks}
