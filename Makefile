@@ -1,8 +1,8 @@
 # The two commands a newcomer runs are `make demo` and `make test`; both set themselves up.
 SHELL := /bin/bash
 PY := .venv/bin/python
-SCENARIO ?= scenarios/smoke.yaml
-OUT ?= results
+SCENARIO ?= scenarios/demo.yaml
+OUT ?=
 
 .PHONY: setup demo test test-unit clean
 
@@ -11,7 +11,7 @@ setup:
 
 demo: setup
 	@scripts/ovs-start
-	@trap 'scripts/ovs-stop' EXIT; .venv/bin/testbed run $(SCENARIO) --out $(OUT)
+	@trap 'scripts/ovs-stop' EXIT; .venv/bin/testbed run $(SCENARIO) $(if $(OUT),--out $(OUT))
 
 test: setup
 	@scripts/ovs-start

@@ -1,5 +1,7 @@
 """`testbed clean`: remove what runs of the testbed left behind, and nothing else.
 
+Runs still in progress (their own process alive) keep their bridges, links and processes.
+
 Only objects carrying the testbed prefix, or processes recorded by PID in a run's state file (and
 still looking like what was recorded), are touched. Never name patterns of other tools.
 """
@@ -36,15 +38,28 @@ def _kill(pid: int, must_contain: str) -> bool:
     return False
 
 
-def stale_processes() -> list[tuple[int, str]]:
-    """(pid, marker) of processes recorded by runs that are no longer tearing themselves down."""
-    found = []
+def run_states() -> dict[str, dict]:
+    """Run directory -> its state file, for runs that have not torn themselves down."""
+    states = {}
     for path in glob.glob(os.path.join(RUN_ROOT, "run-*", "state.json")):
         try:
             with open(path) as f:
-                state = json.load(f)
+                states[os.path.dirname(path)] = json.load(f)
         except (OSError, ValueError):
             continue
+    return states
+
+
+def alive(state: dict) -> bool:
+    """Whether the run's own process still exists (then its objects are in use, not left behind)."""
+    pid = state.get("owner_pid")
+    return bool(pid) and os.path.exists(f"/proc/{pid}")
+
+
+def stale_processes(states: dict[str, dict]) -> list[tuple[int, str]]:
+    """(pid, marker) of processes recorded by runs whose owner is gone."""
+    found = []
+    for state in states.values():
         if "controller_pid" in state:
             found.append((state["controller_pid"], "controllers.run"))
         for name, pid in {**state.get("host_pids", {}), **state.get("switch_pids", {})}.items():
@@ -53,11 +68,17 @@ def stale_processes() -> list[tuple[int, str]]:
 
 
 def clean(echo=print) -> dict:
+    """Remove what finished or crashed runs left; objects of runs still in progress are kept."""
     removed = {"processes": 0, "bridges": 0, "links": 0, "netns": 0, "run_dirs": 0}
-    for pid, marker in stale_processes():
+    states = run_states()
+    live = {d for d, st in states.items() if alive(st)}
+    in_use = {br for d in live for br in states[d].get("bridges", [])}
+    for pid, marker in stale_processes({d: st for d, st in states.items() if d not in live}):
         removed["processes"] += _kill(pid, marker)
 
     for br in ovs.our_bridges():
+        if br in in_use:
+            continue
         try:
             ovs.vsctl("--if-exists", "del-br", br)
             removed["bridges"] += 1
@@ -68,7 +89,8 @@ def clean(echo=print) -> dict:
     with IPRoute() as ipr:
         for link in ipr.get_links():
             name = link.get_attr("IFLA_IFNAME")
-            if name and name.startswith(PREFIX):
+            if name and name.startswith(PREFIX) and name.split("-p")[0] not in in_use \
+                    and name not in in_use:
                 try:
                     ipr.link("del", index=link["index"])
                     removed["links"] += 1
@@ -91,6 +113,7 @@ def clean(echo=print) -> dict:
         removed["netns"] += 1
 
     for run_dir in glob.glob(os.path.join(RUN_ROOT, "run-*")):
-        shutil.rmtree(run_dir, ignore_errors=True)
-        removed["run_dirs"] += 1
+        if run_dir not in live:
+            shutil.rmtree(run_dir, ignore_errors=True)
+            removed["run_dirs"] += 1
     return removed

@@ -19,19 +19,30 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FABRIC_OBJECT = re.compile(r"^tb-(rail|spine|tor|hb|fe)\d")
 
 
+def busy_bridges() -> set[str]:
+    """Bridges of runs that other live processes have in progress (not ours to judge)."""
+    from testbed import clean
+    return {br for st in clean.run_states().values()
+            if st.get("owner_pid") != os.getpid() and clean.alive(st) for br in st.get("bridges", [])}
+
+
 def leftovers() -> list[str]:
     """Fabric bridges, root-namespace links and recorded processes still on the machine."""
     found = []
     bridges = subprocess.run(["ovs-vsctl", "list-br"], capture_output=True, text=True).stdout.split()
-    found += [f"bridge {b}" for b in bridges if FABRIC_OBJECT.match(b)]
+    found += [f"bridge {b}" for b in bridges if FABRIC_OBJECT.match(b) and b not in busy_bridges()]
     links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
-    found += [f"link {m}" for m in re.findall(r"^\d+: ([^:@]+)", links, re.M) if FABRIC_OBJECT.match(m)]
+    found += [f"link {m}" for m in re.findall(r"^\d+: ([^:@]+)", links, re.M)
+              if FABRIC_OBJECT.match(m) and m.split("-p")[0] not in busy_bridges()]
     if os.path.isdir(RUN_ROOT):
         for run in os.listdir(RUN_ROOT):
             state = os.path.join(RUN_ROOT, run, "state.json")
             if os.path.exists(state):
                 with open(state) as f:
                     s = json.load(f)
+                owner = s.get("owner_pid")
+                if owner != os.getpid() and owner and os.path.exists(f"/proc/{owner}"):
+                    continue          # another process's run, still in progress
                 pids = [s.get("controller_pid")] + list(s.get("host_pids", {}).values())
                 found += [f"process {p} of {run}" for p in pids if p and os.path.exists(f"/proc/{p}")]
                 found.append(f"state file of {run}")
