@@ -11,6 +11,8 @@ set down in the host's namespace.
 """
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import threading
 import time
@@ -112,14 +114,69 @@ def inject(net, target: str, up: bool = False) -> dict:
     return {"target": target, "up": up, "at": at, "links": len(links)}
 
 
+GPU_KINDS = {"gpu-crash": signal.SIGKILL, "gpu-hang": signal.SIGSTOP}
+
+
+def gpu_hosts(fabric, kind: str, target: str) -> list[str]:
+    if kind == "server-down":
+        hosts = [h.name for h in fabric.gpus() if f"s{h.server}" == target]
+    else:
+        hosts = [target] if target in fabric.hosts and fabric.hosts[target].kind == "gpu" else []
+    if not hosts:
+        raise FaultError(f"unknown {kind} target {target!r}: expected a GPU host like s0g1"
+                         + (" (server-down: a server like s1)" if kind == "server-down" else ""))
+    return hosts
+
+
+def host_processes(net, host: str) -> list[int]:
+    """PIDs running in an emulated host's namespace, except the host's own shell."""
+    shell = net.host(host).pid
+    try:
+        ns = os.readlink(f"/proc/{shell}/ns/net")
+    except OSError:
+        return []
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) != shell:
+            try:
+                if os.readlink(f"/proc/{entry}/ns/net") == ns:
+                    pids.append(int(entry))
+            except OSError:
+                continue
+    return pids
+
+
+def signal_gpus(net, hosts: list[str], sig) -> int:
+    """A GPU failure: the rank processes of these hosts crash (SIGKILL), hang (SIGSTOP) or resume."""
+    hit = 0
+    for host in hosts:
+        for pid in host_processes(net, host):
+            try:
+                os.kill(pid, sig)
+                hit += 1
+            except ProcessLookupError:
+                pass
+    return hit
+
+
 LINK_KINDS = ("link-down", "link-up", "link-flap", "switch-down")
+GPU_FAULTS = ("gpu-crash", "gpu-hang", "server-down")
+
+
+def check_target(fabric, fault: dict) -> None:
+    if fault["kind"] in GPU_FAULTS:
+        gpu_hosts(fabric, fault["kind"], fault["target"])
+    else:
+        resolve(fabric, fault["target"])
 
 
 class Schedule:
     """Faults of a scenario, injected at their `at` (seconds after the workloads start) by a thread.
 
     link-down / switch-down: down at `at`, back up after `duration` if given; link-up: up at `at`;
-    link-flap: down and up `count` times (default 3), `duration` (default 0.5 s) each way.
+    link-flap: down and up `count` times (default 3), `duration` (default 0.5 s) each way;
+    gpu-crash / server-down: the GPU host's (server's) rank processes are killed (SIGKILL);
+    gpu-hang: they are stopped (SIGSTOP), and resumed after `duration` if given.
     Everything still down when the workloads end is restored before the fabric is torn down.
     """
 
@@ -128,7 +185,7 @@ class Schedule:
         self.faults = faults
         self.steps: list[tuple[float, int, bool]] = []      # (time, fault index, up)
         for i, f in enumerate(faults):
-            resolve(net.fabric, f["target"])                 # fail early on unknown targets
+            check_target(net.fabric, f)                      # fail early on unknown targets
             if f["kind"] == "link-up":
                 self.steps.append((f["at"], i, True))
             elif f["kind"] == "link-flap":
@@ -153,7 +210,14 @@ class Schedule:
         for at, i, up in self.steps:
             if self._stop.wait(max(0.0, self.t0 + at - time.time())):
                 return
-            rec = inject(self.net, self.faults[i]["target"], up)
+            f = self.faults[i]
+            if f["kind"] in LINK_KINDS:
+                rec = inject(self.net, f["target"], up)
+            else:
+                hosts = gpu_hosts(self.net.fabric, f["kind"], f["target"])
+                sig = signal.SIGCONT if up else GPU_KINDS.get(f["kind"], signal.SIGKILL)
+                rec = {"target": f["target"], "up": up, "at": time.time(),
+                       "processes": signal_gpus(self.net, hosts, sig)}
             self.log.append({**rec, "fault": i})
 
     def stop(self) -> None:
@@ -167,8 +231,11 @@ class Schedule:
         for rec in self.log:
             down[rec["target"]] = not rec["up"]
         for target, is_down in down.items():
-            if is_down:
+            kind = next(f["kind"] for f in self.faults if f["target"] == target)
+            if is_down and kind in LINK_KINDS:
                 inject(self.net, target, up=True)
+            elif is_down and kind == "gpu-hang":       # a hung rank is resumed so it can be torn down
+                signal_gpus(self.net, gpu_hosts(self.net.fabric, kind, target), signal.SIGCONT)
 
     def results(self, port_events: list[dict]) -> list[dict]:
         """Per fault: when it was injected, detected by the controller, and routed around (seconds

@@ -133,6 +133,7 @@ class Network:
     def start(self, ready_timeout: float = 60) -> None:
         t0 = time.monotonic()
         ovs.require_running()
+        self._refuse_concurrent_run()
         os.makedirs(self.run_dir, exist_ok=True)
         self._record(bridges=[sysname(s.name) for s in self.fabric.switches.values()])
         port = free_port()
@@ -169,6 +170,15 @@ class Network:
         if os.path.exists(state):
             os.remove(state)      # nothing left for `testbed clean` to do; logs stay for reading
         self.timings["tear_down_s"] = time.monotonic() - t0
+
+    def _refuse_concurrent_run(self) -> None:
+        """Switch names are the same in every run: a second fabric would clobber a running one."""
+        from testbed import clean
+        mine = {sysname(s) for s in self.fabric.switches}
+        for run_dir, state in clean.run_states().items():
+            if state.get("owner_pid") != os.getpid() and clean.alive(state) and mine & set(state.get("bridges", [])):
+                raise NetworkError(f"another testbed run (pid {state['owner_pid']}) is using this machine's fabric "
+                                   f"names; wait for it to finish (or `testbed clean` if it is stuck)")
 
     # -- building -----------------------------------------------------------------------------
     def _add_nodes(self) -> None:

@@ -69,3 +69,11 @@ def port_counters(bridges: list[str]) -> dict[tuple[str, int], dict[str, int]]:
             counters[(br, int(port))] = {"rx_packets": int(rxp), "rx_bytes": int(rxb),
                                          "tx_packets": int(txp), "tx_bytes": int(txb)}
     return counters
+
+
+def growth(before: dict, after: dict, port: str, key: str = "tx_bytes") -> int:
+    """How much a port counter grew between two counters() snapshots. A port that was removed and
+    re-created meanwhile (a cut patch link) restarts from 0; a port missing now counts nothing."""
+    now = after.get(port, {}).get(key, 0)
+    then = before.get(port, {}).get(key, 0)
+    return now - then if now >= then else now

@@ -16,9 +16,9 @@ from testbed.fidelity import CpuSampler
 from testbed.net import Network
 from testbed.timeline import Timeline
 from testbed.scenario import ScenarioError
-from testbed.workloads import collective, connectivity, traffic
+from testbed.workloads import collective, connectivity, offload, traffic
 
-WORKLOADS = {"connectivity": connectivity.run, "traffic": traffic.run, "collective": collective.run}
+WORKLOADS = {"connectivity": connectivity.run, "traffic": traffic.run, "collective": collective.run, "offload": offload.run}
 FABRIC_KEYS = ("servers", "gpus_per_server", "spines", "oversubscription", "nic_mbps", "hb_mbps", "cpu_hosts")
 
 
@@ -34,11 +34,6 @@ def fabric_of(scenario: dict) -> topo.Fabric:
     return topo.build(f["kind"], **params)
 
 
-def delta(before: int, after: int) -> int:
-    """Counter growth; a port that was removed and re-created (a cut patch link) restarts from 0."""
-    return after - before if after >= before else after
-
-
 def check(scenario: dict, fabric: topo.Fabric) -> None:
     """Checks that need the fabric (raise ScenarioError), done before anything is brought up."""
     for i, spec in enumerate(scenario["workloads"]):
@@ -51,7 +46,7 @@ def check(scenario: dict, fabric: topo.Fabric) -> None:
             raise ScenarioError(f"workloads.{i}: {exc}") from None
     for i, fault in enumerate(scenario.get("faults", [])):
         try:
-            faults.resolve(fabric, fault["target"])
+            faults.check_target(fabric, fault)
         except faults.FaultError as exc:
             raise ScenarioError(f"faults.{i}: {exc}") from None
     for i, spec in enumerate(scenario.get("capture", [])):
@@ -115,10 +110,16 @@ def run(scenario: dict, out_dir: str, echo=print) -> dict:
         schedule.stop()
         timeline.stop()
         results["faults"] = schedule.results(net.controller_view().get("port_events", []))
+        errors_at = [w["first_error_at"] for w in results["workloads"] if w.get("first_error_at")]
+        for fault in results["faults"]:
+            if fault["kind"] in faults.GPU_FAULTS and fault["at_s"] is not None:
+                # a GPU failure is detected by its peers: the first rank that reported an error
+                seen = [t - schedule.t0 for t in errors_at if t - schedule.t0 >= fault["at_s"]]
+                fault["detected_s"] = round(min(seen), 4) if seen else None
+                fault["recovered_s"] = None     # recovery policy: abort (shrink/spare not implemented)
         end = net.counters()
         results["captures"] = captures.stop()
-        results["links"] = {p: {k: delta(start.get(p, {}).get(k, 0), end[p][k]) for k in ("tx_bytes", "rx_bytes")}
-                            for p in end}
+        results["links"] = {p: {k: ovs.growth(start, end, p, k) for k in ("tx_bytes", "rx_bytes")} for p in end}
     except Interrupted as exc:
         results["checks"].append({"name": "interrupted", "ok": False, "detail": str(exc)})
     except KeyboardInterrupt:

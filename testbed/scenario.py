@@ -107,7 +107,8 @@ OFFLOAD = {
 }
 FAULT = {"type": "object", "additionalProperties": False, "required": ["at", "kind", "target"],
          "properties": {"at": {"type": "number", "minimum": 0},
-                        "kind": {"enum": ["link-down", "link-up", "link-flap", "switch-down"]},
+                        "kind": {"enum": ["link-down", "link-up", "link-flap", "switch-down", "gpu-crash", "gpu-hang",
+                                          "server-down"]},
                         "target": {"type": "string"},
                         "duration": {"type": "number", "exclusiveMinimum": 0},
                         "count": {"type": "integer", "minimum": 1, "maximum": 100}}}

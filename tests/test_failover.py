@@ -67,3 +67,23 @@ def test_unknown_fault_targets_are_named():
         with pytest.raises(faults.FaultError, match=message):
             faults.resolve(fabric, target)
     assert len(faults.resolve(fabric, "rail1")) == 2 and faults.resolve(fabric, "s1g0/hb")[0].kind == "hb"
+
+
+@pytest.mark.parametrize("kind", ["gpu-crash", "gpu-hang"])
+def test_gpu_failure_is_detected_by_its_peers_and_aborts_cleanly(kind):
+    from testbed import runner
+    out = os.path.join(RUN_ROOT, f"test-{kind}")
+    scenario = {"name": kind, "fabric": {"kind": "rail-optimized", "servers": 2, "gpus_per_server": 2},
+                "workloads": [{"type": "collective", "op": "allreduce", "algo": "ring", "sizes": ["4MiB"],
+                               "iterations": 3, "timeout_s": 5}],
+                "faults": [{"at": 2.0, "kind": kind, "target": "s1g0", "duration": 30}]}
+    t0 = time.monotonic()
+    r = runner.run(scenario, out, echo=lambda *a: None)
+    assert not r["ok"]
+    failed = [c for c in r["checks"] if not c["ok"]]
+    assert any("allreduce/ring" in c["detail"] and "s1g0" in c["detail"] for c in failed), failed
+    fault, = r["faults"]
+    assert fault["at_s"] == pytest.approx(2.0, abs=0.2)
+    assert fault["detected_s"] is not None and fault["detected_s"] - fault["at_s"] < 30
+    assert time.monotonic() - t0 < 180
+    print(f"{kind}: detected {fault['detected_s'] - fault['at_s']:.2f} s after the failure")

@@ -105,7 +105,7 @@ def main() -> None:
         result.update(times=times, correct=correct if want is not None else None, counters=comm.counters(),
                       recovered_chunks=mcast_allgather.stats(comm).get("recovered_chunks", 0))
     except (CollectiveError, StoreTimeout) as exc:
-        result["error"] = str(exc)
+        result.update(error=str(exc), error_at=time.time())
     finally:
         comm.close()
     print(json.dumps(result), flush=True)

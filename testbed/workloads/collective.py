@@ -11,7 +11,7 @@ import os
 import shutil
 import time
 
-from testbed import models
+from testbed import models, ovs
 from testbed.launch import run_on_hosts
 from testbed.net import transport_options, worst_queueing_delay
 from testbed.scenario import ScenarioError, parse_size
@@ -58,11 +58,12 @@ def check_paths(fabric, spec: dict) -> None:
     algo = spec["algo"]
     if algo in ("hierarchical", "two-step"):
         return
-    if algo == "multicast" and multicast_scope(fabric) == "rail":
-        if spec["op"] == "broadcast":
+    if algo == "multicast" and multicast_scope(fabric, spec) == "rail":
+        if spec["op"] == "broadcast" and fabric.kind == "rail-only":
             raise ScenarioError("broadcast/multicast needs multicast across rails, which a rail-only fabric "
                                 "does not have; use algo chain")
-        return                              # multicast inside each rail, then the HB domain
+        if spec["op"] == "allgather":
+            return                          # multicast inside each rail, then the HB domain
     if algo in ALL_PAIRS:
         pairs = [(a, b) for a in hosts for b in hosts if a is not b]
     else:
@@ -75,14 +76,15 @@ def check_paths(fabric, spec: dict) -> None:
                                 f"{fabric.kind} fabric does not have; use algo {hint}")
 
 
-def multicast_scope(fabric) -> str:
-    """Where the switches can replicate to: a rail-only fabric has no path between rails."""
-    return "rail" if fabric.kind == "rail-only" else "fabric"
+def multicast_scope(fabric, spec: dict | None = None) -> str:
+    """Where multicast AllGather replicates: over the whole fabric, or per rail followed by the HB
+    domain ("rail", forced on rail-only fabrics, which have no path between rails)."""
+    return "rail" if fabric.kind == "rail-only" else (spec or {}).get("multicast_scope", "fabric")
 
 
 def model_algo(fabric, spec: dict) -> str:
     """The analytical model for an algorithm: multicast is receive-bound like a ring, or hierarchical."""
-    if spec["algo"] == "multicast" and multicast_scope(fabric) == "rail":
+    if spec["algo"] == "multicast" and multicast_scope(fabric, spec) == "rail":
         return "hierarchical"
     return spec["algo"]
 
@@ -131,7 +133,7 @@ def _run(net, spec: dict, hosts: list) -> dict:
     fabric = net.fabric
     peers = [{"rank": r, "name": h.name, "ip": h.ip, "hb_ip": h.hb_ip, "server": h.server, "local_rank": h.rank}
              for r, h in enumerate(hosts)]
-    rows, errors = [], []
+    rows, errors, error_times = [], [], []
     for size in sizes(spec):
         label = f"{spec['op']}-{spec['algo']}-{size}-{time.monotonic_ns()}"
         store = os.path.join(net.run_dir, "store", label)
@@ -144,7 +146,7 @@ def _run(net, spec: dict, hosts: list) -> dict:
                          "warmup": spec.get("warmup", 1), "check": spec.get("check", True),
                          "timeout_s": spec.get("timeout_s", 60), **transport_options(net.routing),
                          "ring": "rank" if spec.get("ring") == "rank" else "rail",
-                         "multicast_scope": multicast_scope(fabric),
+                         "multicast_scope": multicast_scope(fabric, spec),
                          "rc_timeout": 0.05 + 2 * worst_queueing_delay(fabric),
                          # senders pace just below the shaped rates, so queues do not build up
                          "rate_limit_bps": {"nic": PACE * fabric.params["nic_mbps"] * 1e6,
@@ -163,11 +165,14 @@ def _run(net, spec: dict, hosts: list) -> dict:
             after = net.counters()
             shutil.rmtree(store, ignore_errors=True)
         failed += [o["error"] for o in out.values() if "error" in o]
+        error_times += [o["error_at"] for o in out.values() if "error_at" in o]
         if failed:
             errors.append(f"{size} B: " + "; ".join(failed[:4]) + (f" (+{len(failed) - 4} more)" if len(failed) > 4 else ""))
             break
         rows.append(row(fabric, spec, size, list(out.values()), before, after))
-    return summarize(spec, len(hosts), rows, errors)
+    result = summarize(spec, len(hosts), rows, errors)
+    result["first_error_at"] = min(error_times) if error_times else None
+    return result
 
 
 def row(fabric, spec: dict, size: int, outs: list[dict], before: dict, after: dict) -> dict:
@@ -188,7 +193,7 @@ def row(fabric, spec: dict, size: int, outs: list[dict], before: dict, after: di
             "count": outs[0]["count"], "dtype": spec.get("dtype", "float32"), "seconds": round(seconds, 6),
             "algbw_MBps": round(algbw, 4), "busbw_MBps": round(busbw, 4), "bound_busbw_MBps": round(bound, 4),
             "bus_ratio": round(busbw / bound, 4), "correct": all(o["correct"] is not False for o in outs),
-            "fabric_bytes": sum(after[p]["tx_bytes"] - before[p]["tx_bytes"] for p in after),
+            "fabric_bytes": sum(ovs.growth(before, after, p) for p in after),
             "uplink_bytes": (up := traffic.uplink_bytes(fabric, before, after)),
             "uplink_imbalance": round(max(up.values()) / (sum(up.values()) / len(up)), 3)
             if up and sum(up.values()) else None,

@@ -8,16 +8,15 @@ ends and middle are the baselines: TF-NO = 0 (local only), TF-DSR = 1 (remote on
 """
 from __future__ import annotations
 
-import glob
 import json
-import os
 import select
 import subprocess
 import sys
+import tempfile
 import time
 
+from hosts.tfdata import budget
 from testbed.fidelity import CPU_BOUND_IDLE_PCT, CpuSampler
-from testbed.launch import run_on_hosts
 from testbed.net import PROJECT_ROOT
 from testbed.scenario import ScenarioError
 
@@ -45,11 +44,11 @@ class Servers:
     def __init__(self, net, cpu_hosts: list[str], worker_cores: float):
         self.net, self.hosts, self.cores = net, cpu_hosts, worker_cores
         self.procs: dict[str, subprocess.Popen] = {}
+        self.logs: dict = {}
         self.ip = net.fabric.hosts[cpu_hosts[0]].ip
 
     def _start(self, key: str, host: str, args: list[str]) -> None:
-        log = os.path.join(self.net.run_dir, f"tb-tfdata-{key}.log")
-        err = open(log, "ab") if os.path.isdir(self.net.run_dir) else subprocess.DEVNULL
+        err = self.logs[key] = tempfile.TemporaryFile(prefix="tb-tfdata-")   # TF logs a lot to stderr
         self.procs[key] = self.net.host(host).popen([sys.executable, "-m", "hosts.tfdata.service", *args],
                                                     cwd=PROJECT_ROOT, stdout=subprocess.PIPE, stderr=err)
 
@@ -58,41 +57,38 @@ class Servers:
         for h in self.hosts:
             ip = self.net.fabric.hosts[h].ip
             self._start(f"worker-{h}", h, ["worker", "--port", str(WORKER_PORT), "--ip", ip, "--dispatcher",
-                                          f"{self.ip}:{DISPATCHER_PORT}", "--cores", str(self.cores),
-                                          "--name", f"worker-{h}"])
+                                          f"{self.ip}:{DISPATCHER_PORT}"])
+            budget.limit(f"worker-{h}", self.procs[f"worker-{h}"].pid, self.cores)
         deadline = time.monotonic() + 60
         for key, proc in self.procs.items():          # each prints one line when serving
             ready, _, _ = select.select([proc.stdout], [], [], max(0.1, deadline - time.monotonic()))
             if not ready or not proc.stdout.readline():
                 self.__exit__()
-                raise RuntimeError(f"tf.data.service {key} did not start (exit {proc.poll()})")
+                raise RuntimeError(f"tf.data.service {key} did not start (exit {proc.poll()}): {self.last_error(key)}")
         return self
+
+    def last_error(self, key: str) -> str:
+        log = self.logs[key]
+        log.seek(0)
+        lines = [l for l in log.read().decode(errors="replace").splitlines() if l.strip()]
+        return lines[-1] if lines else "no output"
 
     @property
     def service(self) -> str:
         return f"grpc://{self.ip}:{DISPATCHER_PORT}"
 
     def worker_cpu_s(self) -> float:
-        total = 0.0
-        for key, proc in self.procs.items():
-            try:
-                with open(f"/proc/{proc.pid}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-                total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-            except OSError:
-                pass
-        return total
+        return sum(budget.cpu_seconds(p.pid) for k, p in self.procs.items() if k.startswith("worker"))
 
     def __exit__(self, *exc) -> None:
         for proc in self.procs.values():
             if proc.poll() is None:
                 proc.kill()
             proc.wait()
-        for path in glob.glob("/sys/fs/cgroup/cpu/tb-tfdata-*"):     # our groups, once empty
-            try:
-                os.rmdir(path)
-            except OSError:
-                pass
+        for log in self.logs.values():
+            log.close()
+        for h in self.hosts:
+            budget.remove(f"worker-{h}")
 
 
 def rx_bytes(net, host: str) -> int:
@@ -105,9 +101,32 @@ def rx_bytes(net, host: str) -> int:
     return total
 
 
+def run_trainer(net, host: str, spec: dict, cores: float, timeout: float) -> dict:
+    """The trainer process with its local CPU budget applied by PID right after it starts (before TF)."""
+    group = f"trainer-{host}"
+    proc = net.host(host).popen([sys.executable, "-m", "hosts.tfdata.trainer", json.dumps(spec)], cwd=PROJECT_ROOT,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        budget.limit(group, proc.pid, cores)
+        out, err = proc.communicate(timeout=timeout)
+        try:
+            result = json.loads(out.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            raise RuntimeError(f"trainer on {host} exited {proc.returncode}: "
+                               f"{(err.strip().splitlines() or ['no output'])[-1]}") from None
+        return result | {"throttled_s": round(budget.throttled_s(group), 3)}
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(f"trainer on {host} still running after {timeout:.0f} s") from None
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        budget.remove(group)
+
+
 def one_run(net, s: dict, pipeline: str, policy: str, ratio: float | None) -> dict:
     cpus = sorted((h for h in net.fabric.hosts if h.startswith("cpu")), key=lambda h: int(h[3:]))
-    trainer = {k: s[k] for k in ("gpu_steps_per_s", "local_cores", "seconds", "profile_s", "warmup_s",
+    trainer = {k: s[k] for k in ("gpu_steps_per_s", "seconds", "profile_s", "warmup_s",
                                  "threshold", "candidates")}
     trainer |= {"pipeline": pipeline, "policy": "fastflow" if policy == "fastflow" else "fixed",
                 "ratio": ratio, "pipeline_cfg": s.get("pipeline_cfg", {}).get(pipeline)}
@@ -115,8 +134,7 @@ def one_run(net, s: dict, pipeline: str, policy: str, ratio: float | None) -> di
         trainer["service"] = servers.service
         rx0, w0 = rx_bytes(net, s["trainer"]), servers.worker_cpu_s()
         with CpuSampler() as idle:        # the trainer's run, not the servers' start-up
-            out = run_on_hosts(net, {s["trainer"]: ["hosts.tfdata.trainer", json.dumps(trainer)]},
-                               s["timeout_s"])[s["trainer"]]
+            out = run_trainer(net, s["trainer"], trainer, s["local_cores"], s["timeout_s"])
         rx, wcpu = rx_bytes(net, s["trainer"]) - rx0, servers.worker_cpu_s() - w0
     fid = idle.report()
     return {"type": "offload", "policy": policy, "pipeline": pipeline, "throughput_eps": round(out["throughput_eps"], 2),

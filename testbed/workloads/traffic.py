@@ -13,6 +13,7 @@ import json
 import os
 import time
 
+from testbed import ovs
 from testbed.launch import run_on_hosts
 from testbed.net import transport_options
 from testbed.scenario import ScenarioError, parse_size
@@ -66,7 +67,7 @@ def uplink_bytes(fabric, before: dict, after: dict) -> dict[str, int]:
         if l.kind != "uplink":
             continue
         a, b = f"{l.a}:{l.a_port}", f"{l.b}:{l.b_port}"
-        out[f"{l.a}-{l.b}"] = sum(after[p]["tx_bytes"] - before[p]["tx_bytes"] for p in (a, b))
+        out[f"{l.a}-{l.b}"] = sum(ovs.growth(before, after, p) for p in (a, b))
     return out
 
 
