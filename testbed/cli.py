@@ -4,6 +4,7 @@
     testbed run SCENARIO.yaml [--set key=value ...] [--out DIR]
     testbed clean
     testbed pcap summarize FILE [--json]
+    testbed fault TARGET down|up|crash|hang|resume      (into the fabric a run has up)
     testbed plan --gpus G --hb-size K --radix R [--kind ...] [--predict] [--json]   (see testbed/plan.py)
 
 Exit status: 0 success; 1 a check failed; 2 bad input (one line on stderr naming the problem);
@@ -104,19 +105,21 @@ def parser() -> argparse.ArgumentParser:
     c = sub.add_parser("clean", help="remove everything the testbed left behind")
     c.set_defaults(func=cmd_clean)
 
-    from testbed import pcap, plan    # `testbed pcap summarize`, `testbed plan`
+    from testbed import handfaults, pcap, plan    # `testbed fault`, `testbed pcap summarize`, `testbed plan`
+    handfaults.register(sub)
     pcap.register(sub)
     plan.register(sub)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
+    from testbed.handfaults import HandFaultError
     from testbed.pcap import PcapError
     from testbed.scenario import ScenarioError
     args = parser().parse_args(argv)
     try:
         return args.func(args)
-    except (topo.TopologyError, ScenarioError, UsageError, PcapError) as exc:
+    except (topo.TopologyError, ScenarioError, UsageError, PcapError, HandFaultError) as exc:
         print(f"testbed {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:

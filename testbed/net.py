@@ -135,7 +135,8 @@ class Network:
         ovs.require_running()
         self._refuse_concurrent_run()
         os.makedirs(self.run_dir, exist_ok=True)
-        self._record(bridges=[sysname(s.name) for s in self.fabric.switches.values()])
+        self._record(bridges=[sysname(s.name) for s in self.fabric.switches.values()],
+                     fabric={"kind": self.fabric.kind, **self.fabric.params})
         port = free_port()
         self._start_controller(port)
         setLogLevel("error")   # Mininet warns about br_netfilter sysctls we do not rely on

@@ -47,17 +47,20 @@ def test_bad_input_is_one_line_exit_2(args, message):
     assert "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) <= 3
 
 
+def run_with_extra(tmp_path, extra: str):
+    """`testbed run` on a minimal clos scenario with one more top-level section."""
+    path = tmp_path / "scenario.yaml"
+    path.write_text(f"name: f\nfabric: {{kind: clos}}\nworkloads: [{{type: connectivity}}]\n{extra}\n")
+    return run_cli("run", str(path))
+
+
 @pytest.mark.parametrize("point,message", [
     ("s9g0/nic", "capture.0: unknown capture point 's9g0/nic'"),
     ("tor0:3", "capture.0: tor0:3 is an OVS patch port"),
     ("tor0:9", "capture.0: switch tor0 has no port 9"),
 ])
-def test_bad_capture_points_are_named(point, message):
-    import tempfile
-    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
-        f.write(f"name: f\nfabric: {{kind: clos}}\nworkloads: [{{type: connectivity}}]\ncapture: [{{point: '{point}'}}]\n")
-    p = run_cli("run", f.name)
-    os.unlink(f.name)
+def test_bad_capture_points_are_named(point, message, tmp_path):
+    p = run_with_extra(tmp_path, f"capture: [{{point: '{point}'}}]")
     assert p.returncode == 2 and message in p.stderr, p.stderr
 
 
@@ -77,10 +80,6 @@ def test_pcap_summarize_reads_real_rxe_captures():
     ("{at: 1, kind: gpu-melt, target: s0g0}", "faults.0.kind: 'gpu-melt' is not one of"),
     ("{at: -1, kind: link-down, target: tor0-spine0}", "faults.0.at: -1 is less than the minimum"),
 ])
-def test_bad_faults_are_named(fault, message):
-    import tempfile
-    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
-        f.write(f"name: f\nfabric: {{kind: clos}}\nworkloads: [{{type: connectivity}}]\nfaults: [{fault}]\n")
-    p = run_cli("run", f.name)
-    os.unlink(f.name)
+def test_bad_faults_are_named(fault, message, tmp_path):
+    p = run_with_extra(tmp_path, f"faults: [{fault}]")
     assert p.returncode == 2 and message in p.stderr, p.stderr

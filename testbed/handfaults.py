@@ -1,0 +1,75 @@
+"""`testbed fault TARGET down|up`: inject a fault by hand into a fabric that a run has up.
+
+The running fabric is found through its run directory's state file (the fabric's parameters and the
+PIDs of its host shells); host interfaces are reached with nsenter into the host's namespace.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+
+from testbed import clean, faults, topo
+
+
+class HandFaultError(ValueError):
+    pass
+
+
+class _Host:
+    def __init__(self, pid: int):
+        self.pid = pid
+
+    def cmd(self, command: str) -> str:
+        return subprocess.run(["nsenter", "-t", str(self.pid), "-n", "sh", "-c", command],
+                              capture_output=True, text=True).stdout
+
+
+class RunningFabric:
+    """Just enough of a Network, rebuilt from a live run's state, for testbed.faults."""
+
+    def __init__(self, state: dict):
+        params = dict(state["fabric"])
+        kind = params.pop("kind")
+        self.fabric = topo.build(kind, **params)
+        self.pids = state.get("host_pids", {})
+
+    def host(self, name: str) -> _Host:
+        return _Host(self.pids[name])
+
+    def is_patch(self, link) -> bool:
+        from testbed.net import is_patch
+        return is_patch(self.fabric, link)
+
+
+def running_fabric() -> RunningFabric:
+    live = [st for st in clean.run_states().values() if clean.alive(st) and "fabric" in st]
+    if not live:
+        raise HandFaultError("no testbed run has a fabric up on this machine")
+    return RunningFabric(live[0])
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("fault", help="inject a fault by hand into the running fabric")
+    p.add_argument("target", help="rail0-spine1 | HOST/nic | HOST/hb | path:SRC>DST | SWITCH | GPU host")
+    p.add_argument("action", choices=("down", "up", "crash", "hang", "resume"),
+                   help="down/up for links and switches; crash/hang/resume for a GPU host's processes")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    net = running_fabric()
+    if args.action in ("down", "up"):
+        try:
+            rec = faults.inject(net, args.target, up=args.action == "up")
+        except faults.FaultError as exc:
+            raise HandFaultError(str(exc)) from None
+        print(f"{args.target}: {args.action} ({rec['links']} links)")
+        return 0
+    sig = {"crash": signal.SIGKILL, "hang": signal.SIGSTOP, "resume": signal.SIGCONT}[args.action]
+    try:
+        hosts = faults.gpu_hosts(net.fabric, "gpu-crash", args.target)
+    except faults.FaultError as exc:
+        raise HandFaultError(str(exc)) from None
+    print(f"{args.target}: {args.action}, {faults.signal_gpus(net, hosts, sig)} processes signalled")
+    return 0
