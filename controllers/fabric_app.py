@@ -10,6 +10,10 @@ as it connects:
 ECMP groups carry Open vSwitch's selection-method property `dp_hash`: OVS's default select hash
 ignores UDP ports, which would put every RoCEv2 flow of a host pair on one path.
 
+Mode `rr` instead sends multi-path traffic to the controller, which forwards packet by packet in
+round robin: exact per-packet spraying of UDP (and RoCEv2) for small demonstrations, a few thousand
+packets/s at most.
+
 Failures: with data-plane failover (TESTBED_FAILOVER=1) select-group buckets watch their port, and
 single-path routes become fast-failover groups over the equal-cost ports, so a switch moves traffic
 off a dead port by itself. In every case the controller recomputes the routes on each PORT_STATUS and
@@ -41,6 +45,9 @@ from controllers.routes import Topology  # noqa: E402
 NTR_VENDOR_ID = 0x0000154D       # Open vSwitch's "Nicira extension" vendor id for OpenFlow 1.5
 NTRT_SELECTION_METHOD = 1
 PRIO_ROUTE, PRIO_DROP = 100, 0
+# Our flows carry this cookie and we delete by cookie mask, so other apps' flows (multicast) survive;
+# our group ids count from 1, theirs from 100000.
+COOKIE, COOKIE_MASK = 0x4641000000000000, 0xFFFF000000000000     # "FA"
 
 
 def selection_method(name: str = "dp_hash") -> list[int]:
@@ -58,7 +65,9 @@ class FabricRouting(app_manager.OSKenApp if hasattr(app_manager, "OSKenApp") els
             self.topo = Topology(json.load(f))
         self.mode = os.environ.get("TESTBED_ROUTING", "ecmp")
         self.failover = os.environ.get("TESTBED_FAILOVER", "0") == "1"
-        self.topo.routes(self.mode)                       # validates the mode
+        if self.mode not in ("single", "ecmp", "rr"):
+            raise ValueError(f"unknown routing mode {self.mode!r}; choose single, ecmp or rr")
+        self.rr_next: dict[tuple[str, str], int] = {}     # round robin position per (switch, dst IP)
         self.state_path = os.environ.get("TESTBED_STATE")
         self.dps: dict[str, object] = {}
         self.groups: dict[str, dict[tuple, int]] = {}     # switch -> {(type, ports): group id}
@@ -77,6 +86,8 @@ class FabricRouting(app_manager.OSKenApp if hasattr(app_manager, "OSKenApp") els
             for ip, ports in routes.items():
                 if len(ports) == 1 or (self.mode == "single" and not self.failover):
                     table[sw][ip] = ("out", (ports[0],))
+                elif self.mode == "rr":
+                    table[sw][ip] = ("rr", tuple(sorted(ports)))   # per-packet, by the controller
                 elif self.mode == "single":
                     table[sw][ip] = ("ff", tuple(ports))           # preferred port first
                 else:
@@ -87,9 +98,12 @@ class FabricRouting(app_manager.OSKenApp if hasattr(app_manager, "OSKenApp") els
     @set_ev_cls(ofp_event.EventOFPSwitchFeatures, CONFIG_DISPATCHER)
     def switch_features(self, ev):
         dp = ev.msg.datapath
+        # os-ken's own handler sets dp.id from this message, but apps run in their own threads and
+        # with a second app (multicast) this one can run first
+        dp.id = ev.msg.datapath_id
         name = self.topo.by_dpid(dp.id)
         if name is None:
-            self.logger.warning("unknown switch dpid %016x: left without flows", dp.id)
+            self.logger.warning("unknown switch dpid %s: left without flows", dp.id)
             return
         self.guarded(name, self.install, dp, name)
 
@@ -103,9 +117,10 @@ class FabricRouting(app_manager.OSKenApp if hasattr(app_manager, "OSKenApp") els
 
     def install(self, dp, name: str) -> None:
         ofp, parser = dp.ofproto, dp.ofproto_parser
-        dp.send_msg(parser.OFPFlowMod(dp, command=ofp.OFPFC_DELETE, table_id=ofp.OFPTT_ALL,
-                                      out_port=ofp.OFPP_ANY, out_group=ofp.OFPG_ANY))
-        dp.send_msg(parser.OFPGroupMod(dp, command=ofp.OFPGC_DELETE, group_id=ofp.OFPG_ALL))
+        dp.send_msg(parser.OFPFlowMod(dp, command=ofp.OFPFC_DELETE, table_id=ofp.OFPTT_ALL, cookie=COOKIE,
+                                      cookie_mask=COOKIE_MASK, out_port=ofp.OFPP_ANY, out_group=ofp.OFPG_ANY))
+        for gid in self.groups.get(name, {}).values():           # ours from an earlier connection
+            dp.send_msg(parser.OFPGroupMod(dp, command=ofp.OFPGC_DELETE, group_id=gid))
         self.dps[name] = dp
         self.groups[name] = {}
         self.current[name] = {}
@@ -122,13 +137,18 @@ class FabricRouting(app_manager.OSKenApp if hasattr(app_manager, "OSKenApp") els
             if self.current[name].get(ip) == route:
                 continue
             kind, ports = route
-            action = parser.OFPActionOutput(ports[0]) if kind == "out" else \
-                parser.OFPActionGroup(self.group(dp, name, kind, ports))
+            if kind == "out":
+                action = parser.OFPActionOutput(ports[0])
+            elif kind == "rr":
+                action = parser.OFPActionOutput(ofp.OFPP_CONTROLLER, ofp.OFPCML_NO_BUFFER)
+            else:
+                action = parser.OFPActionGroup(self.group(dp, name, kind, ports))
             self.add_flow(dp, PRIO_ROUTE, parser.OFPMatch(eth_type=0x0800, ipv4_dst=ip), [action])
             self.current[name][ip] = route
             changed += 1
         for ip in set(self.current[name]) - set(routes):          # destinations now unreachable
             dp.send_msg(parser.OFPFlowMod(dp, command=ofp.OFPFC_DELETE_STRICT, priority=PRIO_ROUTE,
+                                          cookie=COOKIE, cookie_mask=COOKIE_MASK,
                                           match=parser.OFPMatch(eth_type=0x0800, ipv4_dst=ip),
                                           out_port=ofp.OFPP_ANY, out_group=ofp.OFPG_ANY))
             del self.current[name][ip]
@@ -165,7 +185,7 @@ class FabricRouting(app_manager.OSKenApp if hasattr(app_manager, "OSKenApp") els
     def add_flow(self, dp, priority, match, actions):
         ofp, parser = dp.ofproto, dp.ofproto_parser
         inst = [parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, actions)] if actions else []
-        dp.send_msg(parser.OFPFlowMod(dp, priority=priority, match=match, instructions=inst))
+        dp.send_msg(parser.OFPFlowMod(dp, cookie=COOKIE, priority=priority, match=match, instructions=inst))
 
     def barrier(self, dp, name: str) -> None:
         """Report the switch as installed only once it has processed everything (barrier reply)."""
@@ -180,6 +200,31 @@ class FabricRouting(app_manager.OSKenApp if hasattr(app_manager, "OSKenApp") els
             name, info = done
             self.installed[name] = {**info, "at": time.time()}
             self.save_state()
+
+    # -- controller round robin (mode "rr"): exact per-packet spraying, at a few thousand packets/s --
+    @set_ev_cls(ofp_event.EventOFPPacketIn, MAIN_DISPATCHER)
+    def packet_in(self, ev):
+        msg = ev.msg
+        dp = msg.datapath
+        name = self.topo.by_dpid(dp.id)
+        if name is None or len(msg.data) < 34 or msg.data[12:14] != b"\x08\x00":
+            return
+        dst = ".".join(str(b) for b in msg.data[30:34])            # IPv4 destination of the frame
+        route = self.current.get(name, {}).get(dst)
+        if not route or route[0] != "rr":
+            return
+        k = self.rr_next.get((name, dst), 0)
+        self.rr_next[(name, dst)] = k + 1
+        ofp, parser = dp.ofproto, dp.ofproto_parser
+        out = route[1][k % len(route[1])]
+        data = bytearray(msg.data)
+        if data[23] == 17:
+            # The sender's UDP checksum may have been left to offload, which a packet-out loses;
+            # 0 means "no checksum" in IPv4 UDP (and is what RoCEv2 sends anyway).
+            off = 14 + (data[14] & 0x0F) * 4
+            data[off + 6: off + 8] = b"\0\0"
+        dp.send_msg(parser.OFPPacketOut(dp, buffer_id=ofp.OFP_NO_BUFFER, match=parser.OFPMatch(
+            in_port=msg.match["in_port"]), actions=[parser.OFPActionOutput(out)], data=bytes(data)))
 
     # -- failures ---------------------------------------------------------------------------------
     @set_ev_cls(ofp_event.EventOFPPortStatus, MAIN_DISPATCHER)

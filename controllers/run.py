@@ -26,7 +26,7 @@ def main() -> None:
     cfg.CONF(["--ofp-listen-host", "127.0.0.1", "--ofp-tcp-listen-port", str(args.port)],
              project="os_ken", default_config_files=[])
     log.init_log()
-    app_manager.AppManager.run_apps(["controllers.fabric_app"])
+    app_manager.AppManager.run_apps(["controllers.fabric_app", "controllers.multicast_app"])
 
 
 if __name__ == "__main__":

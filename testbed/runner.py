@@ -111,12 +111,15 @@ def run(scenario: dict, out_dir: str, echo=print) -> dict:
         timeline.stop()
         results["faults"] = schedule.results(net.controller_view().get("port_events", []))
         errors_at = [w["first_error_at"] for w in results["workloads"] if w.get("first_error_at")]
+        recovered_at = [w["first_recovered_at"] for w in results["workloads"] if w.get("first_recovered_at")]
         for fault in results["faults"]:
             if fault["kind"] in faults.GPU_FAULTS and fault["at_s"] is not None:
-                # a GPU failure is detected by its peers: the first rank that reported an error
+                # a GPU failure is detected by its peers (the first rank that reported it) and
+                # recovered when the survivors re-formed the communicator (recovery: shrink)
                 seen = [t - schedule.t0 for t in errors_at if t - schedule.t0 >= fault["at_s"]]
                 fault["detected_s"] = round(min(seen), 4) if seen else None
-                fault["recovered_s"] = None     # recovery policy: abort (shrink/spare not implemented)
+                back = [t - schedule.t0 for t in recovered_at if t - schedule.t0 >= fault["at_s"]]
+                fault["recovered_s"] = round(min(back), 4) if back else None
         end = net.counters()
         results["captures"] = captures.stop()
         results["links"] = {p: {k: ovs.growth(start, end, p, k) for k in ("tx_bytes", "rx_bytes")} for p in end}

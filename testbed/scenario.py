@@ -79,6 +79,8 @@ COLLECTIVE = {
         "timeout_s": {"type": "number", "minimum": 1, "maximum": 3600},
         "loss": {"type": "number", "minimum": 0, "maximum": 0.5},
         "ring": {"enum": ["rail", "rank"]},
+        "recovery": {"enum": ["abort", "shrink"]},
+        "multicast_scope": {"enum": ["fabric", "rail"]},
         "expect": {"type": "object", "additionalProperties": False,
                    "properties": {"min_bus_ratio": {"type": "number", "minimum": 0}}},
     },

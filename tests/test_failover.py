@@ -87,3 +87,45 @@ def test_gpu_failure_is_detected_by_its_peers_and_aborts_cleanly(kind):
     assert fault["detected_s"] is not None and fault["detected_s"] - fault["at_s"] < 30
     assert time.monotonic() - t0 < 180
     print(f"{kind}: detected {fault['detected_s'] - fault['at_s']:.2f} s after the failure")
+
+
+def test_faults_by_hand_into_a_running_fabric():
+    fabric = build("rail-optimized", 2, 2, spines=2)
+
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "testbed.cli", "fault", *args], cwd=ROOT,
+                              capture_output=True, text=True, timeout=60)
+    with Network(fabric, routing="ecmp") as net:
+        p = cli("rail0-spine0", "down")
+        assert p.returncode == 0, p.stderr
+        time.sleep(0.3)
+        assert ["rail0", 3] in net.controller_view()["down"]
+        assert cli("rail0-spine0", "up").returncode == 0
+        p = cli("s0g0/nic", "down")
+        assert p.returncode == 0 and "DOWN" in net.host("s0g0").cmd("ip -o link show eth0")
+        cli("s0g0/nic", "up")
+        sleeper = net.host("s1g1").popen(["sleep", "60"])
+        p = cli("s1g1", "crash")
+        assert p.returncode == 0 and "1 processes signalled" in p.stdout, p.stdout + p.stderr
+        assert sleeper.wait(5) == -9
+        bad = cli("rail9-spine0", "down")
+        assert bad.returncode == 2 and "unknown fault target" in bad.stderr
+    assert cli("rail0-spine0", "down").returncode == 2            # no fabric up any more
+
+
+def test_gpu_crash_with_shrink_recovery_finishes_on_the_survivors():
+    from testbed import runner
+    out = os.path.join(RUN_ROOT, "test-shrink")
+    scenario = {"name": "shrink", "fabric": {"kind": "rail-optimized", "servers": 2, "gpus_per_server": 2},
+                "workloads": [{"type": "collective", "op": "allreduce", "algo": "ring", "sizes": ["2MiB"],
+                               "iterations": 4, "timeout_s": 4, "recovery": "shrink"}],
+                "faults": [{"at": 3.0, "kind": "gpu-crash", "target": "s1g1"}]}
+    r = runner.run(scenario, out, echo=lambda *a: None)
+    assert r["ok"], r["checks"]
+    w = r["workloads"][0]
+    row, = w["rows"]
+    assert row["ranks"] == 3 and row["correct"]                 # the job continued on 3 GPUs, exactly
+    fault, = r["faults"]
+    assert fault["detected_s"] is not None and fault["recovered_s"] >= fault["detected_s"]
+    print(f"shrink: detected {fault['detected_s'] - fault['at_s']:.2f} s, re-formed "
+          f"{fault['recovered_s'] - fault['at_s']:.2f} s after the crash")

@@ -2,8 +2,9 @@
 
     allreduce(comm, x, op, algo)        ring | rhd (recursive halving-doubling) | hierarchical (rail-aware)
     allgather(comm, shard, algo)        ring | rd (recursive doubling, Bruck's form for any n) | hierarchical
+                                        | multicast (switch replication, mcast_allgather.py)
     reduce_scatter(comm, x, op, algo)   ring            -> this rank's segment of the reduced x
-    broadcast(comm, x, root, algo)      chain (pipelined)
+    broadcast(comm, x, root, algo)      chain (pipelined) | multicast
     alltoall(comm, x, algo)             direct | two-step (rail-only: over the HB domain, then the rail)
 
 Flat rings follow `comm.ring` (a cycle of ranks whose neighbours can reach each other: the launcher
@@ -15,9 +16,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from hosts.collectives import mcast_allgather
+
 OPS = {"sum": np.add, "max": np.maximum}
-ALGOS = {"allreduce": ("ring", "rhd", "hierarchical"), "allgather": ("ring", "rd", "hierarchical"),
-         "reduce_scatter": ("ring",), "broadcast": ("chain",), "alltoall": ("direct", "two-step")}
+ALGOS = {"allreduce": ("ring", "rhd", "hierarchical"), "allgather": ("ring", "rd", "hierarchical", "multicast"),
+         "reduce_scatter": ("ring",), "broadcast": ("chain", "multicast"), "alltoall": ("direct", "two-step")}
 
 
 def bounds(count: int, parts: int) -> list[tuple[int, int]]:
@@ -148,6 +151,8 @@ def allgather(comm, shard: np.ndarray, algo: str = "ring") -> np.ndarray:
         return out
     if algo == "rd":
         return _bruck_allgather(comm, shard)
+    if algo == "multicast":   # comm.multicast_scope "rail": the fabric replicates only inside a rail
+        return mcast_allgather.allgather(comm, shard, getattr(comm, "multicast_scope", "fabric"))
     if algo == "hierarchical":
         servers, per = _check_grid(comm)
         rail, hb = rail_group(comm), hb_group(comm)
@@ -206,6 +211,8 @@ def reduce_scatter(comm, x: np.ndarray, op: str = "sum", algo: str = "ring") -> 
 def broadcast(comm, x: np.ndarray, root: int = 0, algo: str = "chain", piece: int | None = None) -> np.ndarray:
     """Pipelined chain along the ring starting at root: receive piece k while forwarding piece k-1."""
     comm.op = f"broadcast/{algo}"
+    if algo == "multicast":
+        return mcast_allgather.broadcast(comm, x, root)
     if algo != "chain":
         raise ValueError(f"unknown broadcast algorithm {algo!r}")
     n = comm.world

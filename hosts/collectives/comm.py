@@ -186,10 +186,12 @@ class Communicator:
             self.channels[rank] = Channel(self, self.peers[rank])
         return self.channels[rank]
 
-    def close(self) -> None:
+    def close(self, linger: float | None = None) -> None:
+        """Close the devices; linger=0 skips waiting for peers' last retransmissions (after a failure)."""
         self._closing = True
         for dev, _, _ in self._devices.values():
-            dev.close()
+            dev.close(linger=linger)
+        self._devices = {}
 
     def counters(self) -> dict:
         """Transport counters: the devices', plus what only queue pairs count (e.g. out_of_order)."""

@@ -14,6 +14,7 @@ result with numpy. Prints {"rank", "times": [s per iteration], "correct", "count
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 
@@ -69,45 +70,87 @@ def expected(spec: dict, world: int, rank: int, count: int, dtype) -> np.ndarray
     return np.concatenate([inputs[src][rank * m:(rank + 1) * m] for src in range(world)])
 
 
-def main() -> None:
-    with open(sys.argv[1]) as f:
-        spec = json.load(f)
-    rank = spec["rank"]
-    peers = [Peer(**p) for p in spec["peers"]]
-    world = len(peers)
-    dtype = np.dtype(spec.get("dtype", "float32"))
-    count = elements(spec["op"], spec["bytes"], dtype.itemsize, world)
-    store = FileStore(spec["store"], timeout=spec.get("timeout_s", 60))
-    me = peers[rank]
+def build_comm(spec: dict, peers: list[Peer], me: Peer, store: FileStore) -> Communicator:
     # RoCE MTU 1024 on the NIC (its link MTU is 1500) and 4096 in the HB domain (link MTU 9000)
     mtu = {me.ip: 1024, me.hb_ip: 4096}
     comm = Communicator(me, peers, store, lambda ip: open_device(ip, mtu=mtu.get(ip, 1024)),
                         timeout=spec.get("timeout_s", 60), chunk=spec.get("chunk", 64 * 1024),
                         rate_limit_bps=spec.get("rate_limit_bps"), sport_mode=spec.get("sport_mode", "qp"),
                         split=spec.get("split", 1),
-                        ring=list(range(world)) if spec.get("ring") == "rank" else None,
+                        ring=list(range(len(peers))) if spec.get("ring") == "rank" else None,
                         rc_timeout=spec.get("rc_timeout", 0.05))
     comm.multicast_scope = spec.get("multicast_scope", "fabric")
-    result = {"rank": rank, "count": count}
-    try:
-        times, correct = [], True
-        want = expected(spec, world, rank, count, dtype) if spec.get("check", True) else None
-        for it in range(spec.get("warmup", 1) + spec.get("iterations", 5)):
-            x = make_input(rank, count, dtype)
-            store.barrier(f"it{it}", rank, world)
-            t0 = time.monotonic()
-            out = run_op(comm, spec, x)
-            elapsed = time.monotonic() - t0
-            if it >= spec.get("warmup", 1):
-                times.append(elapsed)
-            if want is not None:
-                correct = correct and bool(np.array_equal(out, want))
-        result.update(times=times, correct=correct if want is not None else None, counters=comm.counters(),
-                      recovered_chunks=mcast_allgather.stats(comm).get("recovered_chunks", 0))
-    except (CollectiveError, StoreTimeout) as exc:
-        result.update(error=str(exc), error_at=time.time())
-    finally:
-        comm.close()
+    return comm
+
+
+def shrink(spec: dict, store: FileStore, epoch: int, members: list[int], me: int) -> list[int]:
+    """Survivors of a failure agree on who is left: each announces itself; whoever has not
+    announced within a grace period after the first announcement (longer than the time a peer
+    needs to notice the failure) is out."""
+    grace = spec.get("timeout_s", 60) + 2.0
+    store.set(f"epoch{epoch}/alive/{me}", time.time())
+    decided = f"epoch{epoch}/members"
+    while not store.exists(decided):
+        announced = {r: store.get(f"epoch{epoch}/alive/{r}") for r in members
+                     if store.exists(f"epoch{epoch}/alive/{r}")}
+        if len(announced) == len(members) or time.time() > min(announced.values()) + grace:
+            if me == min(announced):          # one survivor decides, so that all agree
+                store.set(decided, sorted(announced))
+                break
+        time.sleep(0.05)
+    return store.get(decided, timeout=grace + 5, what="the survivors' membership decision")
+
+
+def main() -> None:
+    with open(sys.argv[1]) as f:
+        spec = json.load(f)
+    original = [Peer(**p) for p in spec["peers"]]
+    me = spec["rank"]
+    dtype = np.dtype(spec.get("dtype", "float32"))
+    steps = spec.get("warmup", 1) + spec.get("iterations", 5)
+    members = [p.rank for p in original]             # original ranks still in the job
+    result = {"rank": me, "recoveries": [], "lost_steps": 0}
+    times, correct, step, epoch = [], True, 0, 0
+    while True:
+        # ranks are renumbered 0..n-1 among the members; each epoch has its own rendezvous
+        peers = [Peer(**{**vars(original[r]), "rank": k}) for k, r in enumerate(members)]
+        rank, world = members.index(me), len(members)
+        store = FileStore(os.path.join(spec["store"], f"epoch{epoch}"), timeout=spec.get("timeout_s", 60))
+        count = elements(spec["op"], spec["bytes"], dtype.itemsize, world)
+        comm = build_comm(spec, peers, peers[rank], store)
+        try:
+            want = expected(spec, world, rank, count, dtype) if spec.get("check", True) else None
+            while step < steps:
+                x = make_input(rank, count, dtype)
+                store.barrier(f"it{step}", rank, world)
+                t0 = time.monotonic()
+                out = run_op(comm, spec, x)
+                if step >= spec.get("warmup", 1):
+                    times.append(time.monotonic() - t0)
+                if want is not None:
+                    correct = correct and bool(np.array_equal(out, want))
+                step += 1
+            result.update(count=count, times=times, correct=correct if want is not None else None,
+                          counters=comm.counters(), world=world,
+                          recovered_chunks=mcast_allgather.stats(comm).get("recovered_chunks", 0))
+            comm.close()
+            break
+        except (CollectiveError, StoreTimeout) as exc:
+            detected = time.time()
+            comm.close(linger=0)
+            if spec.get("recovery", "abort") != "shrink":
+                result.update(error=str(exc), error_at=detected)
+                break
+            epoch += 1
+            members = shrink(spec, FileStore(spec["store"], timeout=spec.get("timeout_s", 60)),
+                             epoch, members, me)
+            result["lost_steps"] += 1
+            step += 1                                  # the step in progress is lost
+            result["recoveries"].append({"error": str(exc), "detected_at": detected, "reformed_at": time.time(),
+                                         "world": len(members)})
+            if len(members) < 2 or me not in members:
+                result.update(error=f"cannot shrink further: {exc}", error_at=detected)
+                break
     print(json.dumps(result), flush=True)
 
 

@@ -30,6 +30,9 @@ class FileStore:
             json.dump(value, f)
         os.replace(tmp, self._file(key))
 
+    def exists(self, key: str) -> bool:
+        return os.path.exists(self._file(key))
+
     def get(self, key: str, timeout: float | None = None, what: str | None = None):
         """Wait for `key`; `what` names the awaited party in the timeout error."""
         deadline = time.monotonic() + (self.timeout if timeout is None else timeout)

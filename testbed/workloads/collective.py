@@ -133,7 +133,7 @@ def _run(net, spec: dict, hosts: list) -> dict:
     fabric = net.fabric
     peers = [{"rank": r, "name": h.name, "ip": h.ip, "hb_ip": h.hb_ip, "server": h.server, "local_rank": h.rank}
              for r, h in enumerate(hosts)]
-    rows, errors, error_times = [], [], []
+    rows, errors, error_times, recoveries = [], [], [], []
     for size in sizes(spec):
         label = f"{spec['op']}-{spec['algo']}-{size}-{time.monotonic_ns()}"
         store = os.path.join(net.run_dir, "store", label)
@@ -144,6 +144,7 @@ def _run(net, spec: dict, hosts: list) -> dict:
                          "bytes": size, "dtype": spec.get("dtype", "float32"), "reduce": spec.get("reduce", "sum"),
                          "root": spec.get("root", 0), "iterations": spec.get("iterations", 3),
                          "warmup": spec.get("warmup", 1), "check": spec.get("check", True),
+                         "recovery": spec.get("recovery", "abort"),
                          "timeout_s": spec.get("timeout_s", 60), **transport_options(net.routing),
                          "ring": "rank" if spec.get("ring") == "rank" else "rail",
                          "multicast_scope": multicast_scope(fabric, spec),
@@ -164,20 +165,28 @@ def _run(net, spec: dict, hosts: list) -> dict:
         finally:
             after = net.counters()
             shutil.rmtree(store, ignore_errors=True)
+        done = [o for o in out.values() if "times" in o]
+        for o in done:
+            recoveries += o.get("recoveries", [])
+        error_times += [o["error_at"] for o in out.values() if "error_at" in o] + \
+            [r["detected_at"] for r in recoveries]
+        if recoveries and done and len(done) + len(failed) == len(hosts):
+            failed = []        # ranks lost to a GPU failure; the survivors shrank the job and finished
         failed += [o["error"] for o in out.values() if "error" in o]
-        error_times += [o["error_at"] for o in out.values() if "error_at" in o]
         if failed:
             errors.append(f"{size} B: " + "; ".join(failed[:4]) + (f" (+{len(failed) - 4} more)" if len(failed) > 4 else ""))
             break
-        rows.append(row(fabric, spec, size, list(out.values()), before, after))
+        rows.append(row(fabric, spec, size, done, before, after))
     result = summarize(spec, len(hosts), rows, errors)
     result["first_error_at"] = min(error_times) if error_times else None
+    result["first_recovered_at"] = min((r["reformed_at"] for r in recoveries), default=None)
+    result["recoveries"] = sorted({(r["world"], round(r["reformed_at"] - r["detected_at"], 3)) for r in recoveries})
     return result
 
 
 def row(fabric, spec: dict, size: int, outs: list[dict], before: dict, after: dict) -> dict:
-    n = len(outs)
-    iters = len(outs[0]["times"])
+    n = outs[0].get("world", len(outs))
+    iters = min(len(o["times"]) for o in outs)
     # an iteration takes as long as its slowest rank; report the mean over iterations
     seconds = sum(max(o["times"][i] for o in outs) for i in range(iters)) / iters
     itemsize = 2 if spec.get("dtype") == "float16" else 4

@@ -1,0 +1,227 @@
+"""IGMP snooping and multicast trees, a second Ryu-API app next to fabric_app in the same process.
+
+Each SDN switch sends IGMP (v1/v2/v3) arriving on host-facing ports to the controller; reports and
+leaves update the groups' members (hosts). Each group gets shared trees (controllers/mcast_trees.py)
+installed as flows `ipv4_dst=GROUP, in_port=P` -> an OpenFlow `all` group over the other tree ports,
+recomputed on every join, leave and PORT_STATUS. Traffic to a group without members, or from a port
+off the tree, hits fabric_app's lowest-priority drop.
+
+Coexistence with fabric_app: this app's flows carry COOKIE and are deleted by cookie mask only; its
+group ids start at GROUP_BASE. State goes to TESTBED_STATE + ".mcast" (JSON): groups, members,
+trees, members they cannot reach, events and errors.
+"""
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import sys
+import time
+
+try:
+    from os_ken.base import app_manager
+    from os_ken.controller import ofp_event
+    from os_ken.controller.handler import CONFIG_DISPATCHER, MAIN_DISPATCHER, set_ev_cls
+    from os_ken.lib.packet import igmp, packet
+    from os_ken.ofproto import ofproto_v1_5
+except ImportError:  # pragma: no cover - exercised only under ryu-manager
+    from ryu.base import app_manager
+    from ryu.controller import ofp_event
+    from ryu.controller.handler import CONFIG_DISPATCHER, MAIN_DISPATCHER, set_ev_cls
+    from ryu.lib.packet import igmp, packet
+    from ryu.ofproto import ofproto_v1_5
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from controllers import mcast_trees  # noqa: E402
+from controllers.routes import Topology  # noqa: E402
+
+COOKIE, COOKIE_MASK = 0x4D43000000000000, 0xFFFF000000000000     # "MC"
+GROUP_BASE = 100000
+PRIO_IGMP, PRIO_GROUP = 300, 200
+LINK_LOCAL = ipaddress.ip_network("224.0.0.0/24")
+JOIN_RECORDS = (igmp.MODE_IS_EXCLUDE, igmp.CHANGE_TO_EXCLUDE_MODE)
+
+
+def igmp_changes(data: bytes) -> list[tuple[str, bool]]:
+    """[(group, joined)] that an IGMP message announces (empty for queries and anything else)."""
+    pkt = packet.Packet(data)
+    msg = pkt.get_protocol(igmp.igmpv3_report) or pkt.get_protocol(igmp.igmp)
+    if msg is None:
+        return []
+    if isinstance(msg, igmp.igmpv3_report):
+        out = []
+        for rec in msg.records or []:
+            if rec.type_ in JOIN_RECORDS:
+                out.append((rec.address, True))
+            elif rec.type_ in (igmp.MODE_IS_INCLUDE, igmp.CHANGE_TO_INCLUDE_MODE, igmp.ALLOW_NEW_SOURCES):
+                out.append((rec.address, bool(rec.srcs)))   # INCLUDE {} is a leave
+        return out
+    if msg.msgtype in (igmp.IGMP_TYPE_REPORT_V1, igmp.IGMP_TYPE_REPORT_V2):
+        return [(msg.address, True)]
+    if msg.msgtype == igmp.IGMP_TYPE_LEAVE:
+        return [(msg.address, False)]
+    return []
+
+
+class MulticastTrees(app_manager.OSKenApp if hasattr(app_manager, "OSKenApp") else app_manager.RyuApp):
+    OFP_VERSIONS = [ofproto_v1_5.OFP_VERSION]
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        with open(os.environ["TESTBED_TOPOLOGY"]) as f:
+            self.topo = Topology(json.load(f))      # our own copy: fabric_app's is its business
+        state = os.environ.get("TESTBED_STATE")
+        self.state_path = state + ".mcast" if state else None
+        self.dps: dict[str, object] = {}
+        self.members: dict[str, set[str]] = {}              # group -> hosts
+        self.installed: dict[str, dict[tuple[str, int], tuple[int, ...]]] = {}   # switch -> {(group, in_port): outs}
+        self.gids: dict[str, dict[tuple[str, int], int]] = {}                    # switch -> {(group, in_port): gid}
+        self.next_gid: dict[str, int] = {}
+        self.history: list[dict] = []
+        self.errors: list[str] = []
+
+    # -- switches ---------------------------------------------------------------------------------
+    @set_ev_cls(ofp_event.EventOFPSwitchFeatures, CONFIG_DISPATCHER)
+    def switch_features(self, ev):
+        dp = ev.msg.datapath
+        dp.id = ev.msg.datapath_id          # os-ken's handler sets it too, possibly after us
+        name = self.topo.by_dpid(dp.id)
+        if name is None:
+            return
+        ofp, parser = dp.ofproto, dp.ofproto_parser
+        dp.send_msg(parser.OFPFlowMod(dp, command=ofp.OFPFC_DELETE, table_id=ofp.OFPTT_ALL, cookie=COOKIE,
+                                      cookie_mask=COOKIE_MASK, out_port=ofp.OFPP_ANY, out_group=ofp.OFPG_ANY))
+        for gid in self.gids.get(name, {}).values():         # ours from an earlier connection
+            dp.send_msg(parser.OFPGroupMod(dp, command=ofp.OFPGC_DELETE, group_id=gid))
+        self.dps[name], self.installed[name], self.gids[name] = dp, {}, {}
+        self.next_gid[name] = GROUP_BASE
+        punt = [parser.OFPActionOutput(ofp.OFPP_CONTROLLER, ofp.OFPCML_NO_BUFFER)]
+        for host, (sw, port) in sorted(self.topo.host_port.items()):
+            if sw == name:
+                self.add_flow(dp, PRIO_IGMP, parser.OFPMatch(in_port=port, eth_type=0x0800, ip_proto=2), punt)
+        self.sync()
+
+    def add_flow(self, dp, priority, match, actions, command=None):
+        ofp, parser = dp.ofproto, dp.ofproto_parser
+        inst = [parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, actions)]
+        dp.send_msg(parser.OFPFlowMod(dp, cookie=COOKIE, command=ofp.OFPFC_ADD if command is None else command,
+                                      priority=priority, match=match, instructions=inst))
+
+    # -- membership ---------------------------------------------------------------------------------
+    @set_ev_cls(ofp_event.EventOFPPacketIn, MAIN_DISPATCHER)
+    def packet_in(self, ev):
+        msg = ev.msg
+        name = self.topo.by_dpid(msg.datapath.id)
+        data = msg.data
+        if name is None or len(data) < 34 or data[12:14] != b"\x08\x00" or data[23] != 2:
+            return                                           # not IGMP: fabric_app's business
+        in_port = msg.match["in_port"]
+        host = next((h for h, at in self.topo.host_port.items() if at == (name, in_port)), None)
+        if host is None:
+            return
+        try:
+            changes = igmp_changes(data)
+        except Exception as exc:  # a malformed report must not stop the app
+            self.errors.append(f"{name}:{in_port}: bad IGMP message: {exc!r}")
+            self.save_state()
+            return
+        changed = False
+        for group, joined in changes:
+            if ipaddress.ip_address(group) in LINK_LOCAL:
+                continue                                      # link-local groups are never routed
+            members = self.members.setdefault(group, set())
+            if joined != (host in members):
+                (members.add if joined else members.discard)(host)
+                self.history.append({"at": time.time(), "group": group, "host": host,
+                                    "event": "join" if joined else "leave"})
+                changed = True
+            if not members:
+                del self.members[group]
+        if changed:
+            self.sync()
+
+    @set_ev_cls(ofp_event.EventOFPPortStatus, MAIN_DISPATCHER)
+    def port_status(self, ev):
+        msg = ev.msg
+        dp, desc = msg.datapath, msg.desc
+        name = self.topo.by_dpid(dp.id)
+        if name is None or desc.port_no > dp.ofproto.OFPP_MAX:
+            return
+        ofp = dp.ofproto
+        up = msg.reason != ofp.OFPPR_DELETE and not (desc.config & ofp.OFPPC_PORT_DOWN) \
+            and not (desc.state & ofp.OFPPS_LINK_DOWN)
+        if self.topo.set_port(name, desc.port_no, up):
+            self.history.append({"at": time.time(), "switch": name, "port": desc.port_no,
+                                "event": "port_up" if up else "port_down"})
+            self.sync()
+
+    # -- installing ----------------------------------------------------------------------------------
+    def wanted(self) -> dict[str, dict[tuple[str, int], tuple[int, ...]]]:
+        table: dict[str, dict] = {}
+        for group, members in self.members.items():
+            for sw, rules in mcast_trees.forwarding(self.topo, members).items():
+                for in_port, outs in rules.items():
+                    table.setdefault(sw, {})[(group, in_port)] = outs
+        return table
+
+    def sync(self) -> None:
+        """Bring every connected switch to the wanted rules, changing only what differs."""
+        wanted = self.wanted()
+        for name, dp in self.dps.items():
+            try:
+                self.apply(dp, name, wanted.get(name, {}))
+            except Exception as exc:
+                self.errors.append(f"{name}: installing multicast rules failed: {exc!r}")
+                self.logger.exception(self.errors[-1])
+        self.save_state()
+
+    def apply(self, dp, name: str, rules: dict) -> None:
+        ofp, parser = dp.ofproto, dp.ofproto_parser
+        current, gids = self.installed[name], self.gids[name]
+        for key, outs in sorted(rules.items()):
+            if current.get(key) == outs:
+                continue
+            group, in_port = key
+            buckets = [parser.OFPBucket(bucket_id=i, actions=[parser.OFPActionOutput(p)])
+                       for i, p in enumerate(outs)]
+            if key in gids:                                  # the flow stays; its group changes
+                dp.send_msg(parser.OFPGroupMod(dp, command=ofp.OFPGC_MODIFY, type_=ofp.OFPGT_ALL,
+                                               group_id=gids[key], buckets=buckets))
+            else:
+                gids[key] = gid = self.next_gid[name]
+                self.next_gid[name] += 1
+                dp.send_msg(parser.OFPGroupMod(dp, command=ofp.OFPGC_ADD, type_=ofp.OFPGT_ALL,
+                                               group_id=gid, buckets=buckets))
+                self.add_flow(dp, PRIO_GROUP, parser.OFPMatch(in_port=in_port, eth_type=0x0800, ipv4_dst=group),
+                              [parser.OFPActionGroup(gid)])
+            current[key] = outs
+        for key in sorted(set(current) - set(rules)):
+            group, in_port = key
+            dp.send_msg(parser.OFPFlowMod(dp, command=ofp.OFPFC_DELETE_STRICT, priority=PRIO_GROUP,
+                                          cookie=COOKIE, cookie_mask=COOKIE_MASK,
+                                          match=parser.OFPMatch(in_port=in_port, eth_type=0x0800, ipv4_dst=group),
+                                          out_port=ofp.OFPP_ANY, out_group=ofp.OFPG_ANY))
+            dp.send_msg(parser.OFPGroupMod(dp, command=ofp.OFPGC_DELETE, group_id=gids.pop(key)))
+            del current[key]
+
+    @set_ev_cls(ofp_event.EventOFPErrorMsg, MAIN_DISPATCHER)
+    def error(self, ev):
+        msg = ev.msg
+        self.errors.append(f"switch {msg.datapath.id:016x}: OpenFlow error type={msg.type} code={msg.code}")
+        self.save_state()
+
+    def save_state(self) -> None:
+        if not self.state_path:
+            return
+        groups = {}
+        for group, members in sorted(self.members.items()):
+            groups[group] = {
+                "members": sorted(members),
+                "trees": [{sw: sorted(ports) for sw, ports in sorted(t.items())}
+                          for t in mcast_trees.trees(self.topo, members)],
+                "unreachable": mcast_trees.unreachable(self.topo, members)}
+        tmp = self.state_path + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump({"groups": groups, "rules": sum(len(r) for r in self.installed.values()),
+                       "events": self.history[-1000:], "errors": self.errors}, f)
+        os.replace(tmp, self.state_path)
