@@ -110,7 +110,6 @@ def test_faults_by_hand_into_a_running_fabric():
         assert sleeper.wait(5) == -9
         bad = cli("rail9-spine0", "down")
         assert bad.returncode == 2 and "unknown fault target" in bad.stderr
-    assert cli("rail0-spine0", "down").returncode == 2            # no fabric up any more
 
 
 def test_gpu_crash_with_shrink_recovery_finishes_on_the_survivors():
