@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from testbed import RUN_ROOT, runner
+from testbed import runner
 from testbed.net import Network
 from testbed.scenario import ScenarioError
 from testbed.topo import build
@@ -79,8 +79,8 @@ def test_rail_only_refuses_algorithms_that_need_cross_rail_paths():
         collective.validate(build("rail-only", 2, 3), {"op": "allreduce", "algo": "ring", "sizes": ["1MiB"]})
 
 
-def test_captured_roce_traffic_decodes_cleanly_in_tshark():
-    out = os.path.join(RUN_ROOT, "test-capture")
+def test_captured_roce_traffic_decodes_cleanly_in_tshark(tmp_path):
+    out = str(tmp_path / "test-capture")
     scenario = {"name": "capture", "fabric": {"kind": "rail-only", "servers": 2, "gpus_per_server": 2},
                 "workloads": [{"type": "collective", "op": "allgather", "algo": "hierarchical",
                                "sizes": ["256KiB"], "iterations": 1}],

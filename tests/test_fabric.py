@@ -88,8 +88,8 @@ def test_single_keeps_a_pair_on_one_path_ecmp_spreads_it(mode, uplinks):
     assert sum(result["uplink_bytes"].values()) >= 2 * 16 * 64 * 1024
 
 
-def test_run_scenario_writes_results_and_passes():
-    out = os.path.join(RUN_ROOT, "test-results-smoke")
+def test_run_scenario_writes_results_and_passes(tmp_path):
+    out = str(tmp_path / "test-results-smoke")
     p = run_cli("run", "scenarios/smoke.yaml", "--out", out)
     assert p.returncode == 0, p.stdout + p.stderr
     with open(os.path.join(out, "results.json")) as f:
@@ -111,8 +111,8 @@ def test_run_scenario_writes_results_and_passes():
         assert f.read(8) == b"\x89PNG\r\n\x1a\n" and os.path.getsize(png) > 5000
 
 
-def test_run_fails_when_a_check_fails():
-    out = os.path.join(RUN_ROOT, "test-results-spread")
+def test_run_fails_when_a_check_fails(tmp_path):
+    out = str(tmp_path / "test-results-spread")
     p = run_cli("run", "scenarios/ecmp_spread.yaml", "--out", out, "--set", "routing.mode=single",
                 "--set", "fabric.servers=2", "--set", "workloads.0.flows_per_pair=2")
     assert p.returncode == 1, p.stdout + p.stderr
@@ -122,9 +122,9 @@ def test_run_fails_when_a_check_fails():
     assert failed == ["ecmp-udp: uplinks-all-used"]
 
 
-def test_ctrl_c_tears_down():
+def test_ctrl_c_tears_down(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "testbed.cli", "run", "scenarios/smoke.yaml",
-                             "--out", os.path.join(RUN_ROOT, "test-results-int")],
+                             "--out", str(tmp_path / "test-results-int")],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     for line in proc.stdout:
         if line.startswith("workload"):

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from testbed import RUN_ROOT, faults
+from testbed import faults
 from testbed.net import Network
 from testbed.topo import build
 from testbed.workloads import connectivity
@@ -40,8 +40,8 @@ def test_cut_uplinks_reroute_and_restore():
 
 
 @pytest.mark.parametrize("failover", [True, False])
-def test_transfer_survives_a_cut_on_its_path(failover):
-    out = os.path.join(RUN_ROOT, f"test-failover-{failover}")
+def test_transfer_survives_a_cut_on_its_path(failover, tmp_path):
+    out = str(tmp_path / f"test-failover-{failover}")
     p = subprocess.run([sys.executable, "-m", "testbed.cli", "run", "scenarios/failover.yaml", "--out", out,
                         "--set", f"routing.failover={str(failover).lower()}"],
                        cwd=ROOT, capture_output=True, text=True, timeout=300)
@@ -70,9 +70,9 @@ def test_unknown_fault_targets_are_named():
 
 
 @pytest.mark.parametrize("kind", ["gpu-crash", "gpu-hang"])
-def test_gpu_failure_is_detected_by_its_peers_and_aborts_cleanly(kind):
+def test_gpu_failure_is_detected_by_its_peers_and_aborts_cleanly(kind, tmp_path):
     from testbed import runner
-    out = os.path.join(RUN_ROOT, f"test-{kind}")
+    out = str(tmp_path / f"test-{kind}")
     scenario = {"name": kind, "fabric": {"kind": "rail-optimized", "servers": 2, "gpus_per_server": 2},
                 "workloads": [{"type": "collective", "op": "allreduce", "algo": "ring", "sizes": ["4MiB"],
                                "iterations": 3, "timeout_s": 5}],
@@ -112,9 +112,9 @@ def test_faults_by_hand_into_a_running_fabric():
         assert bad.returncode == 2 and "unknown fault target" in bad.stderr
 
 
-def test_gpu_crash_with_shrink_recovery_finishes_on_the_survivors():
+def test_gpu_crash_with_shrink_recovery_finishes_on_the_survivors(tmp_path):
     from testbed import runner
-    out = os.path.join(RUN_ROOT, "test-shrink")
+    out = str(tmp_path / "test-shrink")
     scenario = {"name": "shrink", "fabric": {"kind": "rail-optimized", "servers": 2, "gpus_per_server": 2},
                 "workloads": [{"type": "collective", "op": "allreduce", "algo": "ring", "sizes": ["2MiB"],
                                "iterations": 4, "timeout_s": 4, "recovery": "shrink"}],
