@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -167,9 +168,7 @@ class Network:
                 self.controller.kill()
                 self.controller.wait()
             self.controller = None
-        state = os.path.join(self.run_dir, "state.json")
-        if os.path.exists(state):
-            os.remove(state)      # nothing left for `testbed clean` to do; logs stay for reading
+        shutil.rmtree(self.run_dir, ignore_errors=True)     # nothing left for `testbed clean` to do
         self.timings["tear_down_s"] = time.monotonic() - t0
 
     def _refuse_concurrent_run(self) -> None:
@@ -262,14 +261,21 @@ class Network:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:       # listening before switches are pointed at it
             if self.controller.poll() is not None:
-                raise NetworkError(f"the controller exited (status {self.controller.returncode}); "
-                                   f"see {self.run_dir}/controller.log")
+                raise NetworkError(f"the controller exited (status {self.controller.returncode}): "
+                                   f"{self._controller_tail()}")
             try:
                 socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
                 return
             except OSError:
                 time.sleep(0.05)
         raise NetworkError(f"the controller did not listen on 127.0.0.1:{port} within 30 s")
+
+    def _controller_tail(self) -> str:
+        try:
+            with open(os.path.join(self.run_dir, "controller.log")) as f:
+                return " | ".join(line.strip() for line in f.readlines()[-3:])
+        except OSError:
+            return "no controller log"
 
     def _wait_routes(self, timeout: float) -> None:
         """Wait until the controller reports every SDN switch's routes installed."""
@@ -278,8 +284,8 @@ class Network:
         state: dict = {}
         while time.monotonic() < deadline:
             if self.controller.poll() is not None:
-                raise NetworkError(f"the controller exited (status {self.controller.returncode}); "
-                                   f"see {self.run_dir}/controller.log")
+                raise NetworkError(f"the controller exited (status {self.controller.returncode}): "
+                                   f"{self._controller_tail()}")
             try:
                 with open(self.controller_state) as f:
                     state = json.load(f)

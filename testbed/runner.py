@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import shutil
 import signal
 import time
 
@@ -135,6 +136,9 @@ def run(scenario: dict, out_dir: str, echo=print) -> dict:
         if timeline is not None:
             timeline.stop()
         captures.stop()
+        log = os.path.join(net.run_dir, "controller.log")
+        if os.path.exists(log):
+            shutil.copy(log, os.path.join(out_dir, "controller.log"))    # the run directory goes away
         net.stop()
         signal.signal(signal.SIGTERM, previous)
         results["timings"]["tear_down_s"] = round(net.timings.get("tear_down_s", 0.0), 3)
