@@ -158,6 +158,8 @@ def summary_table(results: dict) -> str:
             best = max((r["bus_ratio"] for r in w["rows"]), default=0)
             what = f"{w['op']}/{w['algo']} on {w['ranks']} ranks, {len(w['rows'])} sizes, best busbw/bound {best:.2f}"
             tables.append(collective.table(w))
+        elif w["type"] == "offload":
+            what = offload.summary(w)
         elif w["type"] == "connectivity":
             what = f"{w['reachable_ok']}/{w['expected_reachable']} pairs reachable, {len(w['leaked'])} leaked"
         else:

@@ -4,11 +4,13 @@ The trainer runs in a GPU host (default s0g0) with a CPU budget for its local pr
 emulated GPU; a dispatcher runs on cpu0 and one worker, with its own CPU budget, on each CPU host. For
 every pipeline it runs FastFlow (profile, Algorithm 1, train) and a sweep of fixed off-ratios, whose
 ends and middle are the baselines: TF-NO = 0 (local only), TF-DSR = 1 (remote only), TF-DSLR = 0.5
-(naive even split). Servers are restarted for every run (workers grow in memory across jobs).
+(naive even split). Servers are restarted for every run (workers grow in memory across jobs), and
+between FastFlow's profiling and its training.
 """
 from __future__ import annotations
 
 import json
+import os
 import select
 import subprocess
 import sys
@@ -24,8 +26,8 @@ DISPATCHER_PORT, WORKER_PORT = 5050, 5051
 BASELINES = {"tf-no": 0.0, "tf-dslr": 0.5, "tf-dsr": 1.0}
 DEFAULTS = {"pipelines": ["compute"], "trainer": "s0g0", "gpu_steps_per_s": 25, "local_cores": 0.3,
             "worker_cores": 0.3, "seconds": 6, "profile_s": 3, "warmup_s": 1.5, "threshold": 1.1,
-            "ratios": [0.0, 0.2, 0.4, 0.6, 0.8, 1.0], "candidates": ["p'2", "p'3"],
-            "noise": 0.05, "ratio_tolerance": 0.2, "best_fraction": 0.9, "timeout_s": 180}
+            "ratios": [0.0, 0.25, 0.5, 0.75, 1.0], "candidates": ["p'2", "p'3"],
+            "noise": 0.05, "ratio_tolerance": 0.25, "best_fraction": 0.9, "timeout_s": 180}
 
 
 def validate(fabric, spec: dict) -> dict:
@@ -58,7 +60,7 @@ class Servers:
             ip = self.net.fabric.hosts[h].ip
             self._start(f"worker-{h}", h, ["worker", "--port", str(WORKER_PORT), "--ip", ip, "--dispatcher",
                                           f"{self.ip}:{DISPATCHER_PORT}"])
-            budget.limit(f"worker-{h}", self.procs[f"worker-{h}"].pid, self.cores)
+            budget.limit(f"{os.getpid()}-worker-{h}", self.procs[f"worker-{h}"].pid, self.cores)
         deadline = time.monotonic() + 60
         for key, proc in self.procs.items():          # each prints one line when serving
             ready, _, _ = select.select([proc.stdout], [], [], max(0.1, deadline - time.monotonic()))
@@ -88,7 +90,7 @@ class Servers:
         for log in self.logs.values():
             log.close()
         for h in self.hosts:
-            budget.remove(f"worker-{h}")
+            budget.remove(f"{os.getpid()}-worker-{h}")
 
 
 def rx_bytes(net, host: str) -> int:
@@ -103,7 +105,7 @@ def rx_bytes(net, host: str) -> int:
 
 def run_trainer(net, host: str, spec: dict, cores: float, timeout: float) -> dict:
     """The trainer process with its local CPU budget applied by PID right after it starts (before TF)."""
-    group = f"trainer-{host}"
+    group = f"{os.getpid()}-trainer-{host}"          # unique: other runs may be up at the same time
     proc = net.host(host).popen([sys.executable, "-m", "hosts.tfdata.trainer", json.dumps(spec)], cwd=PROJECT_ROOT,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -124,28 +126,37 @@ def run_trainer(net, host: str, spec: dict, cores: float, timeout: float) -> dic
         budget.remove(group)
 
 
-def one_run(net, s: dict, pipeline: str, policy: str, ratio: float | None) -> dict:
+def with_servers(net, s: dict, trainer: dict) -> tuple[dict, dict]:
+    """One trainer run against freshly started servers; returns its output and what was measured around it."""
     cpus = sorted((h for h in net.fabric.hosts if h.startswith("cpu")), key=lambda h: int(h[3:]))
-    trainer = {k: s[k] for k in ("gpu_steps_per_s", "seconds", "profile_s", "warmup_s",
-                                 "threshold", "candidates")}
-    trainer |= {"pipeline": pipeline, "policy": "fastflow" if policy == "fastflow" else "fixed",
-                "ratio": ratio, "pipeline_cfg": s.get("pipeline_cfg", {}).get(pipeline)}
     with Servers(net, cpus, s["worker_cores"]) as servers:
-        trainer["service"] = servers.service
+        trainer = trainer | {"service": servers.service}
         rx0, w0 = rx_bytes(net, s["trainer"]), servers.worker_cpu_s()
         with CpuSampler() as idle:        # the trainer's run, not the servers' start-up
             out = run_trainer(net, s["trainer"], trainer, s["local_cores"], s["timeout_s"])
-        rx, wcpu = rx_bytes(net, s["trainer"]) - rx0, servers.worker_cpu_s() - w0
-    fid = idle.report()
+        around = {"rx": rx_bytes(net, s["trainer"]) - rx0, "worker_cpu_s": servers.worker_cpu_s() - w0}
+    return out, around | idle.report()
+
+
+def one_run(net, s: dict, pipeline: str, policy: str, ratio: float | None) -> dict:
+    """A fixed-ratio run, or FastFlow: profile and decide, restart the servers, train with the decision."""
+    trainer = {k: s[k] for k in ("gpu_steps_per_s", "seconds", "profile_s", "warmup_s", "threshold", "candidates")}
+    trainer |= {"pipeline": pipeline, "pipeline_cfg": s.get("pipeline_cfg", {}).get(pipeline)}
+    extra = {}
+    if policy == "fastflow":
+        prof, _ = with_servers(net, s, trainer | {"policy": "profile"})
+        d = prof["decision"]
+        ratio, candidate = d["off_ratio"], d["pipeline"] or "p'3"
+        extra = {"profile": _profile_summary(prof["profile"]), "decision": d}
+        trainer["candidate"] = candidate
+    out, fid = with_servers(net, s, trainer | {"policy": "fixed", "ratio": ratio})
     return {"type": "offload", "policy": policy, "pipeline": pipeline, "throughput_eps": round(out["throughput_eps"], 2),
             "steps_per_s": round(out["steps_per_s"], 3), "epoch_seconds": round(out["epoch_seconds"], 2),
             "off_ratio": round(out["off_ratio"], 3), "candidate": out.get("candidate"),
             "metrics": {"measured_ratio": round(out["measured_ratio"], 3), "local_cpu_cores": round(out["cpu_cores"], 3),
                         "local_cpu_per_step_s": round(out["cpu_per_step"], 4), "local_throttled_s": out["throttled_s"],
-                        "worker_cpu_s": round(wcpu, 2), "trainer_rx_bytes": rx,
-                        "cpu_idle_mean_pct": fid["cpu_idle_mean_pct"], "cpu_bound": fid["cpu_bound"],
-                        **({"profile": _profile_summary(out["profile"]), "decision": out["decision"]}
-                           if policy == "fastflow" else {})}}
+                        "worker_cpu_s": round(fid["worker_cpu_s"], 2), "trainer_rx_bytes": fid["rx"],
+                        "cpu_idle_mean_pct": fid["cpu_idle_mean_pct"], "cpu_bound": fid["cpu_bound"], **extra}}
 
 
 def _profile_summary(p: dict) -> dict:
@@ -202,3 +213,13 @@ def run(net, spec: dict) -> dict:
     checks.append({"name": "cpu headroom", "ok": True,
                    "detail": f"{len(bound)}/{len(rows)} runs had < {CPU_BOUND_IDLE_PCT}% CPU idle (flagged CPU-BOUND)"})
     return {"type": "offload", "ok": all(c["ok"] for c in checks), "rows": rows, "checks": checks}
+
+
+def summary(w: dict) -> str:
+    """One line for the run summary: FastFlow's choice and speed-up per pipeline."""
+    parts = []
+    for r in w["rows"]:
+        if r["policy"] == "fastflow":
+            parts.append(f"{r['pipeline']}: fastflow ratio {r['off_ratio']:.2f}, {r['steps_per_s']:.2f} steps/s, "
+                         f"x{r['speedup_vs_tf_no']:.2f} vs tf-no")
+    return "; ".join(parts)

@@ -1,0 +1,42 @@
+"""tf.data.service servers in an emulated host.
+
+    python -m hosts.tfdata.service dispatcher --port 5050
+    python -m hosts.tfdata.service worker --dispatcher 10.11.250.1:5050 --ip 10.11.250.2 --port 5051
+
+A worker must advertise the host's own address (worker_address): the default, localhost, makes clients in
+other hosts hang silently. Prints one JSON line when serving, then serves until killed. The launcher
+sets the CPU budget (`budget.limit`) on the PID.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("role", choices=["dispatcher", "worker"])
+    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--ip", help="this host's address (worker)")
+    ap.add_argument("--dispatcher", help="IP:PORT (worker)")
+    a = ap.parse_args(argv)
+    import tensorflow as tf
+    svc = tf.data.experimental.service
+    if a.role == "dispatcher":
+        # Abandoned jobs (a profiling phase's iterator is gone) are collected within a second, so their
+        # workers stop producing for nobody; the default waits minutes.
+        server = svc.DispatchServer(svc.DispatcherConfig(port=a.port, job_gc_check_interval_ms=500,
+                                                         job_gc_timeout_ms=500))
+    else:
+        if not (a.ip and a.dispatcher):
+            sys.exit("worker needs --ip and --dispatcher")
+        server = svc.WorkerServer(svc.WorkerConfig(dispatcher_address=a.dispatcher, worker_address=f"{a.ip}:{a.port}",
+                                                   port=a.port))
+    print(json.dumps({"role": a.role, "pid": os.getpid(), "port": a.port}), flush=True)
+    server.join()
+
+
+if __name__ == "__main__":
+    main()
