@@ -25,7 +25,7 @@ from testbed import rxe_guest
 from testbed.rxe_guest import RxeLan, parse_perftest
 
 REPO = Path(__file__).resolve().parent.parent
-GOLDEN = REPO.parent / "shared" / "data" / "rxe"
+GOLDEN = REPO / "tests" / "data" / "rxe"
 UROCE_IP_N, GUEST_IP_N = 10, 1
 ITERS = {"rc_pingpong": 200, "write_bw": 200, "read_bw": 200}
 SIZE = {"rc_pingpong": 4096, "write_bw": 65536, "read_bw": 65536}
