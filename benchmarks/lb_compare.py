@@ -25,6 +25,8 @@ def main():
         for c in out["checks"]:
             if not c["ok"]:
                 print(f"{mode:<9} FAILED {c['name']}: {c['detail']}")
+        if any(c["name"] == "interrupted" for c in out["checks"]):
+            break                                      # Ctrl-C / SIGTERM ends the whole comparison
 
 
 if __name__ == "__main__":
