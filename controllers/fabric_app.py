@@ -40,6 +40,7 @@ except ImportError:  # pragma: no cover - exercised only under ryu-manager
     from ryu.ofproto import ofproto_v1_5
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from controllers.ofport import port_is_up  # noqa: E402
 from controllers.routes import Topology  # noqa: E402
 
 NTR_VENDOR_ID = 0x0000154D       # Open vSwitch's "Nicira extension" vendor id for OpenFlow 1.5
@@ -234,9 +235,7 @@ class FabricRouting(app_manager.OSKenApp if hasattr(app_manager, "OSKenApp") els
         name = self.topo.by_dpid(dp.id)
         if name is None or desc.port_no > dp.ofproto.OFPP_MAX:
             return
-        ofp = dp.ofproto
-        up = msg.reason != ofp.OFPPR_DELETE and not (desc.config & ofp.OFPPC_PORT_DOWN) \
-            and not (desc.state & ofp.OFPPS_LINK_DOWN)
+        up = port_is_up(msg)
         t0 = time.time()
         if not self.topo.set_port(name, desc.port_no, up):
             return

@@ -33,6 +33,7 @@ except ImportError:  # pragma: no cover - exercised only under ryu-manager
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from controllers import mcast_trees  # noqa: E402
+from controllers.ofport import port_is_up  # noqa: E402
 from controllers.routes import Topology  # noqa: E402
 
 COOKIE, COOKIE_MASK = 0x4D43000000000000, 0xFFFF000000000000     # "MC"
@@ -147,9 +148,7 @@ class MulticastTrees(app_manager.OSKenApp if hasattr(app_manager, "OSKenApp") el
         name = self.topo.by_dpid(dp.id)
         if name is None or desc.port_no > dp.ofproto.OFPP_MAX:
             return
-        ofp = dp.ofproto
-        up = msg.reason != ofp.OFPPR_DELETE and not (desc.config & ofp.OFPPC_PORT_DOWN) \
-            and not (desc.state & ofp.OFPPS_LINK_DOWN)
+        up = port_is_up(msg)
         if self.topo.set_port(name, desc.port_no, up):
             self.history.append({"at": time.time(), "switch": name, "port": desc.port_no,
                                 "event": "port_up" if up else "port_down"})
