@@ -11,6 +11,7 @@ Everything carries the testbed prefix and is recorded in the run directory for `
 """
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -118,6 +119,7 @@ class Network:
         self.mn: Mininet | None = None
         self.controller: subprocess.Popen | None = None
         self.timings: dict[str, float] = {}
+        self._lock_fd: int | None = None
 
     # -- lifecycle ----------------------------------------------------------------------------
     def __enter__(self) -> "Network":
@@ -134,6 +136,7 @@ class Network:
     def start(self, ready_timeout: float = 60) -> None:
         t0 = time.monotonic()
         ovs.require_running()
+        self._take_fabric_lock()
         self._refuse_concurrent_run()
         os.makedirs(self.run_dir, exist_ok=True)
         self._record(bridges=[sysname(s.name) for s in self.fabric.switches.values()],
@@ -169,7 +172,30 @@ class Network:
                 self.controller.wait()
             self.controller = None
         shutil.rmtree(self.run_dir, ignore_errors=True)     # nothing left for `testbed clean` to do
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)                          # releases the fabric lock
+            self._lock_fd = None
         self.timings["tear_down_s"] = time.monotonic() - t0
+
+    def _take_fabric_lock(self) -> None:
+        """One fabric per machine (switch names are the same in every run). A second run is refused,
+        or with TESTBED_WAIT_FOR_FABRIC=SECONDS queues behind the running one. The kernel releases
+        the lock when its holder dies, so a crashed run never blocks the next."""
+        os.makedirs(RUN_ROOT, exist_ok=True)
+        self._lock_fd = os.open(os.path.join(RUN_ROOT, "fabric.lock"), os.O_CREAT | os.O_RDWR, 0o644)
+        wait = float(os.environ.get("TESTBED_WAIT_FOR_FABRIC", "0") or 0)
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    os.close(self._lock_fd)
+                    self._lock_fd = None
+                    raise NetworkError("another testbed run is using this machine's fabric; wait for it to finish "
+                                       "(or set TESTBED_WAIT_FOR_FABRIC=SECONDS to queue behind it)") from None
+                time.sleep(0.5)
 
     def _refuse_concurrent_run(self) -> None:
         """Switch names are the same in every run: a second fabric would clobber a running one."""

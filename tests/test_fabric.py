@@ -145,3 +145,29 @@ def test_clean_removes_what_a_killed_run_left():
     p = run_cli("clean")
     assert p.returncode == 0, p.stderr
     assert "removed:" in p.stdout
+
+
+def test_a_second_fabric_is_refused_or_queued(monkeypatch):
+    """The fabric lock: held by another process, a new run is refused with a clear error, or waits
+    TESTBED_WAIT_FOR_FABRIC seconds for it; once the holder is gone the next run starts."""
+    from testbed.net import NetworkError
+    holder = subprocess.Popen([sys.executable, "-c",
+                               "import fcntl, os, sys, time\n"
+                               f"fd = os.open({os.path.join(RUN_ROOT, 'fabric.lock')!r}, os.O_CREAT | os.O_RDWR)\n"
+                               "fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); time.sleep(60)\n"],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(NetworkError, match="another testbed run"):
+            Network(build("rail-only", 2, 2)).start()
+        monkeypatch.setenv("TESTBED_WAIT_FOR_FABRIC", "1")
+        t0 = time.monotonic()
+        with pytest.raises(NetworkError, match="TESTBED_WAIT_FOR_FABRIC"):
+            Network(build("rail-only", 2, 2)).start()
+        assert time.monotonic() - t0 >= 1.0
+    finally:
+        holder.kill()
+        holder.wait()
+    monkeypatch.setenv("TESTBED_WAIT_FOR_FABRIC", "30")
+    with Network(build("rail-only", 2, 2)) as net:
+        assert connectivity.run(net, {})["ok"]

@@ -101,6 +101,18 @@ def shrink(spec: dict, store: FileStore, epoch: int, members: list[int], me: int
     return store.get(decided, timeout=grace + 5, what="the survivors' membership decision")
 
 
+def finish(comm: Communicator, store: FileStore, rank: int, world: int) -> None:
+    """Tear down only once every rank's last work request has completed: a rank that left early
+    could not re-ACK a peer's retransmission after a lost final ACK (that peer would then fail
+    with RETRY_EXC_ERR although its data had arrived). The results are complete by now, so a
+    peer that never arrives (it failed at the very end) only delays the teardown."""
+    try:
+        store.barrier("done", rank, world, timeout=10)
+    except StoreTimeout:
+        pass
+    comm.close()
+
+
 def main() -> None:
     with open(sys.argv[1]) as f:
         spec = json.load(f)
@@ -133,7 +145,7 @@ def main() -> None:
             result.update(count=count, times=times, correct=correct if want is not None else None,
                           counters=comm.counters(), world=world,
                           recovered_chunks=mcast_allgather.stats(comm).get("recovered_chunks", 0))
-            comm.close()
+            finish(comm, store, rank, world)
             break
         except (CollectiveError, StoreTimeout) as exc:
             detected = time.time()

@@ -9,7 +9,7 @@ API (names follow libibverbs; enum values equal ibverbs'):
 
     open_device(ip, backend="auto", mtu=1024, **opts) -> Device
     Device.alloc_pd() -> PD;  Device.create_cq(depth=4096) -> CQ;  Device.counters
-    Device.close(linger=None)   # keeps ACKing peers up to 2 x timeout after the last request (TIME_WAIT)
+    Device.close(linger=None)   # keeps ACKing peers until 3 x timeout pass without a request (TIME_WAIT)
     PD.reg_mr(buf, access=Access.LOCAL_WRITE) -> MR     # buf: bytearray / writable numpy array / mmap
     MR.addr, MR.length, MR.lkey, MR.rkey, MR.access;  MR.sge(offset=0, length=None) -> SGE
     Device.create_qp(pd, QPType.RC | QPType.UD, send_cq, recv_cq=None, *, psn=None, mtu=None,

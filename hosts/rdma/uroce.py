@@ -215,16 +215,21 @@ class Device(ReliableConnection):
         Like TCP's TIME_WAIT, the device first keeps answering its RC peers for a short while if one of
         them sent a request recently: if our last ACK was lost, the peer retransmits after its timeout
         and must get the ACK again, or its send fails with RETRY_EXC_ERR although all data arrived.
-        linger=None waits until 2 x timeout (at most 1 s) after the last request any RC QP received;
-        linger=0 closes at once."""
+        linger=None waits until no RC QP has received a request for 3 x its timeout (re-checked while
+        retransmissions keep arriving, at most 3 s in all); linger=0 closes at once."""
         if not self._running:
             return
         if linger is None:
-            with self._lock:
-                ends = [qp._last_req_rx + 2 * qp.timeout for qp in self._qps.values()
-                        if qp.qp_type == QPType.RC and qp.state == QPState.RTS and qp._last_req_rx]
-            linger = min(1.0, max(ends, default=0.0) - time.monotonic())
-        if linger > 0:
+            give_up = time.monotonic() + 3.0
+            while True:
+                with self._lock:
+                    ends = [qp._last_req_rx + 3 * qp.timeout for qp in self._qps.values()
+                            if qp.qp_type == QPType.RC and qp.state == QPState.RTS and qp._last_req_rx]
+                wait = min(max(ends, default=0.0), give_up) - time.monotonic()
+                if wait <= 0:
+                    break
+                time.sleep(wait)
+        elif linger > 0:
             time.sleep(linger)
         self._running = False
         self._wake()
