@@ -15,7 +15,8 @@ demo: setup
 
 test: setup
 	@scripts/ovs-start
-	@trap '.venv/bin/testbed clean >/dev/null; scripts/ovs-stop' EXIT; $(PY) -m pytest -q -rs tests
+	@trap '.venv/bin/testbed clean >/dev/null; scripts/dockerd-stop; scripts/ovs-stop' EXIT; \
+		scripts/dockerd-start && $(PY) -m pytest -q -rs tests
 
 test-unit: setup
 	$(PY) -m pytest -q -rs -m "not root" tests

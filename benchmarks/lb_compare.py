@@ -11,11 +11,12 @@ from testbed import runner, scenario
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--modes", default="single,ecmp,spray,split:4")
+    ap.add_argument("--scenario", default="scenarios/lb_compare.yaml")
     args = ap.parse_args()
     print(f"{'mode':<9} {'workload':<16} {'time s':>8} {'busbw MB/s':>10} {'imbalance':>9} {'out-of-order':>12} "
           f"{'retx':>6} {'idle%':>6} correct")
     for mode in args.modes.split(","):
-        doc = scenario.load("scenarios/lb_compare.yaml", [f"routing.mode={mode}"])
+        doc = scenario.load(args.scenario, [f"routing.mode={mode}"])
         out = runner.run(doc, tempfile.mkdtemp(prefix="tb-lb-"), echo=lambda *a: None)
         for w in out["workloads"]:
             for r in w["rows"]:

@@ -19,8 +19,10 @@ class Topology:
         self.kind = spec["kind"]
         self.switches = {s["name"]: s for s in spec["switches"]}
         self.hosts = {h["name"]: h for h in spec["hosts"]}
-        self.down: set[tuple[str, int]] = set()      # (switch, port) reported down
         self.links = spec["links"]
+        # (switch, port) reported down; spares' ports start down (disabled until a spare is needed)
+        self.down: set[tuple[str, int]] = {(l[end], l[f"{end}_port"]) for l in self.links if l.get("down")
+                                           for end in ("a", "b") if l[end] in self.switches}
         self.adj: dict[str, list[tuple[str, int]]] = {}
         self.host_port: dict[str, tuple[str, int]] = {}
         self._index()

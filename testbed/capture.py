@@ -68,7 +68,9 @@ class Captures:
                     "-c", str(spec.get("max_packets", 1_000_000))]
             if spec.get("filter"):
                 argv += spec["filter"].split()
-            popen = self.net.host(host).popen if host else subprocess.Popen
+            # the machine's tcpdump, in the host's network namespace (Docker hosts: not in the container)
+            popen = (getattr(self.net.host(host), "netns_popen", None) or self.net.host(host).popen) if host \
+                else subprocess.Popen
             self.procs.append((spec, path, popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)))
         time.sleep(0.5)      # tcpdump needs a moment before it sees packets
         for spec, _, proc in self.procs:

@@ -3,7 +3,8 @@
 Runs still in progress (their own process alive) keep their bridges, links and processes.
 
 Only objects carrying the testbed prefix, or processes recorded by PID in a run's state file (and
-still looking like what was recorded), are touched. Never name patterns of other tools.
+still looking like what was recorded), are touched. Never name patterns of other tools. Docker
+containers are ours when they carry the testbed's label and name prefix; images are kept (a cache).
 """
 from __future__ import annotations
 
@@ -67,14 +68,34 @@ def stale_processes(states: dict[str, dict]) -> list[tuple[int, str]]:
     return found
 
 
+def stale_containers(live: set[str], echo=print) -> int:
+    """Remove the testbed's containers (label and name prefix) whose run is not in progress."""
+    try:
+        from testbed import dockerhost
+        client = dockerhost.engine()
+    except Exception:          # no Docker engine (or no SDK): no containers of ours can be running
+        return 0
+    removed = 0
+    for c in client.containers.list(all=True, filters={"label": dockerhost.LABEL}):
+        if not c.name.startswith(PREFIX) or c.labels.get(f"{dockerhost.LABEL}.run") in live:
+            continue
+        try:
+            c.remove(force=True)
+            removed += 1
+        except Exception as exc:
+            echo(f"clean: container {c.name}: {exc}")
+    return removed
+
+
 def clean(echo=print) -> dict:
     """Remove what finished or crashed runs left; objects of runs still in progress are kept."""
-    removed = {"processes": 0, "bridges": 0, "links": 0, "netns": 0, "run_dirs": 0}
+    removed = {"processes": 0, "bridges": 0, "links": 0, "netns": 0, "containers": 0, "run_dirs": 0}
     states = run_states()
     live = {d for d, st in states.items() if alive(st)}
     in_use = {br for d in live for br in states[d].get("bridges", [])}
     for pid, marker in stale_processes({d: st for d, st in states.items() if d not in live}):
         removed["processes"] += _kill(pid, marker)
+    removed["containers"] = stale_containers(live, echo)
 
     for br in ovs.our_bridges():
         if br in in_use:

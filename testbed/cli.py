@@ -1,6 +1,6 @@
 """The `testbed` command line.
 
-    testbed topo KIND --servers N --gpus K [--spines S] [--json]
+    testbed topo KIND --servers N --gpus K [--spines S] [--spares-per-server P] [--spare-servers M] [--json]
     testbed run SCENARIO.yaml [--set key=value ...] [--out DIR]
     testbed clean
     testbed pcap summarize FILE [--json]
@@ -36,7 +36,8 @@ class Parser(argparse.ArgumentParser):
 def cmd_topo(args) -> int:
     fabric = topo.build(args.kind, args.servers, args.gpus, spines=args.spines,
                         oversubscription=args.oversubscription, nic_mbps=args.nic_mbps,
-                        hb_mbps=args.hb_mbps, cpu_hosts=args.cpu_hosts)
+                        hb_mbps=args.hb_mbps, cpu_hosts=args.cpu_hosts,
+                        spares_per_server=args.spares_per_server, spare_servers=args.spare_servers)
     if args.json:
         print(json.dumps(fabric.to_json()))
         return 0
@@ -58,6 +59,12 @@ def cmd_run(args) -> int:
         raise UsageError("`testbed run` needs root (namespaces, Open vSwitch); try sudo")
     from testbed import ovs
     ovs.require_running()
+    if doc.get("hosts") == "docker":
+        from testbed.dockerhost import DockerUnavailable, engine
+        try:
+            engine()
+        except DockerUnavailable as exc:
+            raise UsageError(str(exc)) from None
     del fabric
     out = args.out or runner.default_out_dir(doc)
     results = runner.run(doc, out)
@@ -92,6 +99,8 @@ def parser() -> argparse.ArgumentParser:
     t.add_argument("--nic-mbps", type=float, default=5.0)
     t.add_argument("--hb-mbps", type=float, default=None, help="default 9 x NIC")
     t.add_argument("--cpu-hosts", type=int, default=0)
+    t.add_argument("--spares-per-server", type=int, default=0, help="idle spare GPUs per HB domain")
+    t.add_argument("--spare-servers", type=int, default=0, help="idle spare servers")
     t.add_argument("--json", action="store_true")
     t.set_defaults(func=cmd_topo)
 

@@ -11,6 +11,7 @@ set down in the host's namespace.
 """
 from __future__ import annotations
 
+import heapq
 import os
 import signal
 import subprocess
@@ -118,10 +119,10 @@ GPU_KINDS = {"gpu-crash": signal.SIGKILL, "gpu-hang": signal.SIGSTOP}
 
 
 def gpu_hosts(fabric, kind: str, target: str) -> list[str]:
-    if kind == "server-down":
-        hosts = [h.name for h in fabric.gpus() if f"s{h.server}" == target]
+    if kind == "server-down":        # the whole server, its spares included
+        hosts = [h.name for h in fabric.gpus() + fabric.spares() if f"s{h.server}" == target]
     else:
-        hosts = [target] if target in fabric.hosts and fabric.hosts[target].kind == "gpu" else []
+        hosts = [target] if target in fabric.hosts and fabric.hosts[target].kind in ("gpu", "spare") else []
     if not hosts:
         raise FaultError(f"unknown {kind} target {target!r}: expected a GPU host like s0g1"
                          + (" (server-down: a server like s1)" if kind == "server-down" else ""))
@@ -147,9 +148,14 @@ def host_processes(net, host: str) -> list[int]:
 
 
 def signal_gpus(net, hosts: list[str], sig) -> int:
-    """A GPU failure: the rank processes of these hosts crash (SIGKILL), hang (SIGSTOP) or resume."""
+    """A GPU failure: the rank processes of these hosts crash (SIGKILL), hang (SIGSTOP) or resume.
+    A Docker host fails as a whole: its container is killed, paused or unpaused."""
     hit = 0
     for host in hosts:
+        node = net.host(host)
+        if hasattr(node, "container_fault"):
+            hit += node.container_fault(sig)
+            continue
         for pid in host_processes(net, host):
             try:
                 os.kill(pid, sig)
@@ -171,34 +177,44 @@ def check_target(fabric, fault: dict) -> None:
 
 
 class Schedule:
-    """Faults of a scenario, injected at their `at` (seconds after the workloads start) by a thread.
+    """Faults of a scenario, injected at their `at` by a thread: seconds after the workloads start, or
+    after the start of the workload named by the fault's `workload` (the runner reports each start).
 
     link-down / switch-down: down at `at`, back up after `duration` if given; link-up: up at `at`;
     link-flap: down and up `count` times (default 3), `duration` (default 0.5 s) each way;
     gpu-crash / server-down: the GPU host's (server's) rank processes are killed (SIGKILL);
     gpu-hang: they are stopped (SIGSTOP), and resumed after `duration` if given.
+    (Docker hosts: docker kill, docker pause, docker unpause of the host's container.)
     Everything still down when the workloads end is restored before the fabric is torn down.
     """
 
     def __init__(self, net, faults: list[dict]):
         self.net = net
         self.faults = faults
-        self.steps: list[tuple[float, int, bool]] = []      # (time, fault index, up)
+        self.steps: list[tuple[float, int, bool]] = []      # (time after t0, fault index, up), a heap
+        self.anchored: dict[str, list[tuple[float, int, bool]]] = {}     # workload -> steps after its start
         for i, f in enumerate(faults):
             check_target(net.fabric, f)                      # fail early on unknown targets
+            steps = []
             if f["kind"] == "link-up":
-                self.steps.append((f["at"], i, True))
+                steps.append((f["at"], i, True))
             elif f["kind"] == "link-flap":
                 period = f.get("duration", 0.5)
                 for k in range(f.get("count", 3)):
-                    self.steps += [(f["at"] + 2 * k * period, i, False), (f["at"] + (2 * k + 1) * period, i, True)]
+                    steps += [(f["at"] + 2 * k * period, i, False), (f["at"] + (2 * k + 1) * period, i, True)]
             else:
-                self.steps.append((f["at"], i, False))
+                steps.append((f["at"], i, False))
                 if "duration" in f:
-                    self.steps.append((f["at"] + f["duration"], i, True))
-        self.steps.sort()
+                    steps.append((f["at"] + f["duration"], i, True))
+            if "workload" in f:
+                self.anchored.setdefault(f["workload"], []).extend(steps)
+            else:
+                self.steps += steps
+        heapq.heapify(self.steps)
         self.log: list[dict] = []
         self.t0 = 0.0
+        self._cv = threading.Condition()
+        self._stopped = False
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name="tb-faults")
 
@@ -206,10 +222,30 @@ class Schedule:
         self.t0 = time.time()
         self._thread.start()
 
+    def workload_started(self, name: str) -> None:
+        """Schedule the faults anchored to this workload from now."""
+        with self._cv:
+            since = time.time() - self.t0
+            for at, i, up in self.anchored.pop(name, []):
+                heapq.heappush(self.steps, (since + at, i, up))
+            self._cv.notify()
+
+    def _next(self):
+        """The next step when it is due, or None once stopped."""
+        with self._cv:
+            while not self._stopped:
+                if not self.steps:
+                    self._cv.wait()
+                    continue
+                due = self.t0 + self.steps[0][0] - time.time()
+                if due <= 0:
+                    return heapq.heappop(self.steps)
+                self._cv.wait(due)
+            return None
+
     def _run(self) -> None:
-        for at, i, up in self.steps:
-            if self._stop.wait(max(0.0, self.t0 + at - time.time())):
-                return
+        while (step := self._next()) is not None:
+            _, i, up = step
             f = self.faults[i]
             if f["kind"] in LINK_KINDS:
                 rec = inject(self.net, f["target"], up)
@@ -225,6 +261,9 @@ class Schedule:
         if self._stop.is_set():
             return
         self._stop.set()
+        with self._cv:
+            self._stopped = True
+            self._cv.notify()
         if self._thread.is_alive():
             self._thread.join()
         down = {}
@@ -237,6 +276,15 @@ class Schedule:
             elif is_down and kind == "gpu-hang":       # a hung rank is resumed so it can be torn down
                 signal_gpus(self.net, gpu_hosts(self.net.fabric, kind, target), signal.SIGCONT)
 
+    def _ports(self, fault: dict) -> set | None:
+        """The switch ports a link or switch fault takes down (None for GPU faults, which the
+        controller does not see: the runner fills them in from the workloads' recoveries)."""
+        if fault["kind"] in GPU_FAULTS:
+            return None
+        fabric = self.net.fabric
+        return {(node, port) for link in resolve(fabric, fault["target"])
+                for node, port in ((link.a, link.a_port), (link.b, link.b_port)) if node in fabric.switches}
+
     def results(self, port_events: list[dict]) -> list[dict]:
         """Per fault: when it was injected, detected by the controller, and routed around (seconds
         after the workloads started)."""
@@ -245,10 +293,12 @@ class Schedule:
             mine = [r for r in self.log if r["fault"] == i]
             first = next((r for r in mine if not r["up"]), mine[0] if mine else None)
             rec = {"kind": f["kind"], "target": f["target"], "at_s": None, "detected_s": None,
-                   "recovered_s": None, "restored_s": None}
+                   "recovered_s": None, "restored_s": None, "first_success_s": None, "lost_steps": None}
             if first:
                 rec["at_s"] = round(first["at"] - self.t0, 4)
-                seen = [e for e in port_events if e["at"] >= first["at"] - 0.001]
+                ports = self._ports(f)      # events on the fault's own ports (spares coming up are others)
+                seen = [e for e in port_events if e["at"] >= first["at"] - 0.001
+                        and ports is not None and (e["switch"], e["port"]) in ports]
                 if seen:
                     rec["detected_s"] = round(seen[0]["at"] - self.t0, 4)
                     rec["recovered_s"] = round(seen[0]["at"] + seen[0]["computed_s"] - self.t0, 4)
@@ -257,3 +307,42 @@ class Schedule:
                     rec["restored_s"] = round(back["at"] - self.t0, 4)
             out.append(rec)
         return out
+
+
+def gpu_outcomes(records: list[dict], workloads: list[dict], t0: float, fabric) -> None:
+    """Fill in the GPU faults' outcomes from the workloads (seconds after the workloads started):
+    detected when the first peer noticed the failure, recovered when the communicator had re-formed
+    (every member of the new epoch in), first success when the first collective after that completed on
+    every member, and the started steps that were lost (run again); `recovery` names the policy."""
+    recoveries = [r for w in workloads for r in w.get("recoveries", [])]
+    errors_at = [w["first_error_at"] for w in workloads if w.get("first_error_at")]
+
+    def rel(t):
+        return round(t - t0, 4) if t else None
+    for fault in records:
+        if fault["kind"] not in GPU_FAULTS or fault["at_s"] is None:
+            continue
+        at, hosts = t0 + fault["at_s"], set(gpu_hosts(fabric, fault["kind"], fault["target"]))
+        mine = [r for r in recoveries if r.get("detected_at") and r["detected_at"] >= at - 0.01
+                and hosts & set(r.get("failed") or hosts)]
+        if mine:
+            r = min(mine, key=lambda r: r["detected_at"])
+            fault.update(detected_s=rel(r["detected_at"]), recovered_s=rel(r["reformed_at"]),
+                         first_success_s=rel(r["first_success_at"]), lost_steps=r["lost_steps"],
+                         recovery=r["policy"], replaced_by=r.get("replaced") or None)
+        else:           # abort (or nothing noticed it): detection only
+            seen = [t for t in errors_at if t >= at - 0.01]
+            fault.update(detected_s=rel(min(seen)) if seen else None, recovery="abort" if seen else None)
+
+
+def describe_gpu_outcome(f: dict) -> str:
+    """One line for the summary: when the peers noticed, when the job had re-formed, the first success."""
+    def since(t):
+        return f"{t} s (+{t - f['at_s']:.2f} s)" if t is not None and f["at_s"] is not None else "never"
+    line = f"fault {f['kind']} {f['target']}: at {f['at_s']} s, detected at {since(f['detected_s'])}"
+    if f.get("recovery") in (None, "abort"):
+        return line + (", job aborted" if f.get("recovery") else "")
+    how = f["recovery"] + (f" by {', '.join(f['replaced_by'].values())}" if f.get("replaced_by") else "")
+    return (line + f", re-formed ({how}) at {since(f['recovered_s'])}, first collective after it done at "
+            f"{since(f['first_success_s'])}, {f['lost_steps']} step(s) lost")
+

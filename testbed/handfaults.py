@@ -25,6 +25,19 @@ class _Host:
                               capture_output=True, text=True).stdout
 
 
+class _ContainerHost(_Host):
+    """A Docker host: its GPU failures are its container's (docker kill / pause / unpause)."""
+
+    def __init__(self, pid: int, container: str):
+        super().__init__(pid)
+        self.container = container
+
+    def container_fault(self, sig) -> int:
+        from testbed import dockerhost
+        client = dockerhost.engine()
+        return dockerhost.container_fault(client.containers.get(self.container), sig)
+
+
 class RunningFabric:
     """Just enough of a Network, rebuilt from a live run's state, for testbed.faults."""
 
@@ -33,8 +46,12 @@ class RunningFabric:
         kind = params.pop("kind")
         self.fabric = topo.build(kind, **params)
         self.pids = state.get("host_pids", {})
+        self.docker = state.get("hosts") == "docker"
 
     def host(self, name: str) -> _Host:
+        if self.docker:
+            from testbed.dockerhost import container_name
+            return _ContainerHost(self.pids[name], container_name(name))
         return _Host(self.pids[name])
 
     def is_patch(self, link) -> bool:

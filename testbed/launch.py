@@ -17,6 +17,12 @@ class LaunchError(RuntimeError):
     pass
 
 
+def python(node) -> str:
+    """The interpreter that runs the hosts package in an emulated host: the testbed's own in a namespace,
+    the image's in a container (DockerHost.python)."""
+    return getattr(node, "python", sys.executable)
+
+
 def run_on_hosts(net, commands: dict[str, list[str]], timeout: float, partial: bool = False):
     """commands: host name -> argv after `python -m`; returns host name -> parsed JSON output.
 
@@ -25,9 +31,9 @@ def run_on_hosts(net, commands: dict[str, list[str]], timeout: float, partial: b
     procs: dict[str, subprocess.Popen] = {}
     try:
         for host, argv in commands.items():
-            procs[host] = net.host(host).popen([sys.executable, "-m", *argv], cwd=PROJECT_ROOT,
-                                               stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                               text=True)
+            node = net.host(host)
+            procs[host] = node.popen([python(node), "-m", *argv], cwd=PROJECT_ROOT,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         deadline = time.monotonic() + timeout
         results, errors = {}, []
         for host, proc in procs.items():

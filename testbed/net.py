@@ -8,6 +8,9 @@ module exists) controlled over OpenFlow 1.5 by controllers/fabric_app.py on loop
 Linux bridges. Host NICs are shaped with tbf at both ends of their veth; uplinks are OVS patch ports
 (fastest here) unless oversubscribed, then tbf-shaped veths. Hosts use static neighbour entries.
 Everything carries the testbed prefix and is recorded in the run directory for `testbed clean`.
+
+Hosts are network namespaces (Mininet's hosts, the default) or Docker containers (hosts="docker",
+testbed/dockerhost.py), with the same cabling, addressing and workloads.
 """
 from __future__ import annotations
 
@@ -26,11 +29,12 @@ from mininet.net import Mininet
 from mininet.node import Host, OVSSwitch, RemoteController
 from mininet.nodelib import LinuxBridge
 
-from testbed import PREFIX, RUN_ROOT, ovs
+from testbed import PREFIX, RUN_ROOT, ovs, softroce
 from testbed.topo import Fabric
 
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HB_MTU = 9000
+HOST_BACKENDS = ("netns", "docker")
 
 
 class NetworkError(RuntimeError):
@@ -111,10 +115,16 @@ def free_port() -> int:
 
 class Network:
     def __init__(self, fabric: Fabric, routing: str = "ecmp", run_dir: str | None = None,
-                 failover: bool = True):
+                 failover: bool = True, hosts: str = "netns", host_limits: dict | None = None):
+        if hosts not in HOST_BACKENDS:
+            raise NetworkError(f"unknown host backend {hosts!r}; choose one of {', '.join(HOST_BACKENDS)}")
         self.fabric = fabric
         self.routing = routing
         self.failover = failover
+        self.hosts = hosts
+        self.host_limits = host_limits or {}
+        self.containers = None
+        self.rdma = {"transport": "uroce", "detail": "not brought up"}
         self.run_dir = run_dir or os.path.join(RUN_ROOT, f"run-{os.getpid()}-{int(time.time() * 1000)}")
         self.mn: Mininet | None = None
         self.controller: subprocess.Popen | None = None
@@ -137,10 +147,14 @@ class Network:
         t0 = time.monotonic()
         ovs.require_running()
         self._take_fabric_lock()
+        self.timings["lock_wait_s"] = time.monotonic() - t0     # queued behind another run: not bring-up
+        t0 = time.monotonic()
         self._refuse_concurrent_run()
         os.makedirs(self.run_dir, exist_ok=True)
         self._record(bridges=[sysname(s.name) for s in self.fabric.switches.values()],
-                     fabric={"kind": self.fabric.kind, **self.fabric.params})
+                     fabric={"kind": self.fabric.kind, **self.fabric.params}, hosts=self.hosts)
+        if self.hosts == "docker":
+            self._start_containers()
         port = free_port()
         self._start_controller(port)
         setLogLevel("error")   # Mininet warns about br_netfilter sysctls we do not rely on
@@ -152,17 +166,24 @@ class Network:
                      switch_pids={s.name: s.pid for s in self.mn.switches})
         self.mn.start()
         self._configure_hosts()
+        self.rdma = softroce.attach(self)      # kernel Soft-RoCE per host where the kernel has it
         self._shape()
+        self._disable_standby_ports()
         self._wait_routes(ready_timeout)
         self.timings["bring_up_s"] = time.monotonic() - t0
 
     def stop(self) -> None:
         t0 = time.monotonic()
-        if self.mn is not None:
-            try:
-                self.mn.stop()
-            finally:
-                self.mn = None
+        try:
+            if self.mn is not None:
+                try:
+                    self.mn.stop()
+                finally:
+                    self.mn = None
+        finally:
+            if self.containers is not None:
+                self.containers.remove()
+                self.containers = None
         if self.controller is not None:
             self.controller.terminate()
             try:
@@ -207,6 +228,24 @@ class Network:
                                    f"names; wait for it to finish (or `testbed clean` if it is stuck)")
 
     # -- building -----------------------------------------------------------------------------
+    def _start_containers(self) -> None:
+        """One container per host, from the host image (rebuilt first only if its inputs changed)."""
+        from testbed import dockerhost, image
+        t0 = time.monotonic()
+        client = dockerhost.engine()
+        tag = image.ensure(client, echo=lambda *a: None)
+        self.timings["image_s"] = time.monotonic() - t0
+        self.containers = dockerhost.Containers(client, tag, self.run_dir, **self.host_limits)
+        names = list(self.fabric.hosts)
+        self._record(containers=[n for h in names for n in (dockerhost.holder_name(h), dockerhost.container_name(h))])
+        self.containers.start(names)
+
+    def _host_class(self, name: str) -> dict:
+        if self.containers is None:
+            return {"cls": Host}
+        from testbed.dockerhost import DockerHost
+        return {"cls": DockerHost, "pod": self.containers[name], "containers": self.containers}
+
     def _add_nodes(self) -> None:
         fab, mn = self.fabric, self.mn
         protocols = "OpenFlow13,OpenFlow15"
@@ -218,7 +257,7 @@ class Network:
             else:
                 mn.addSwitch(sysname(sw.name), cls=LinuxBridge)
         for h in fab.hosts.values():
-            mn.addHost(h.name, cls=Host, ip=f"{h.ip}/16", mac=h.mac)
+            mn.addHost(h.name, ip=f"{h.ip}/16", mac=h.mac, **self._host_class(h.name))
         for l in fab.links:
             a_host, b_host = l.a in fab.hosts, l.b in fab.hosts
             n1 = mn.get(l.a if a_host else sysname(l.a))
@@ -245,7 +284,7 @@ class Network:
                 lines += [f"ip link set eth1 mtu {HB_MTU} address {h.hb_mac}",
                           f"ip addr replace {h.hb_ip}/24 dev eth1", "ip link set eth1 up"]
                 neigh += [f"neigh replace {p.hb_ip} lladdr {p.hb_mac} dev eth1 nud permanent"
-                          for p in fab.gpus() if p.server == h.server and p.name != h.name]
+                          for p in fab.hosts.values() if p.hb_ip and p.server == h.server and p.name != h.name]
             batch = os.path.join(self.run_dir, f"neigh-{h.name}")
             with open(batch, "w") as f:
                 f.write("\n".join(neigh) + "\n")
@@ -253,6 +292,13 @@ class Network:
             out = node.cmd(" && ".join(lines) + " || echo TESTBED-FAILED")
             if "TESTBED-FAILED" in out:
                 raise NetworkError(f"configuring host {h.name} failed: {out.strip()}")
+
+    def _disable_standby_ports(self) -> None:
+        """Spares' NIC ports are cabled but disabled, until a job brings a spare onto its rail (testbed.spares)."""
+        for l in self.fabric.links:
+            if l.standby:
+                subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", "mod-port", sysname(l.b), str(l.b_port), "down"],
+                               check=True, capture_output=True)
 
     def _shape(self) -> None:
         """tbf at both ends of every shaped link (the host side in the host's namespace)."""

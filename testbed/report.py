@@ -1,13 +1,17 @@
 """The run report: summary.md (measured against the analytical model, with ratios) and PNG plots.
 
-Plots: link utilisation over time per rail / ToR and spine (faults marked), and completion time and
-busbw against the bound per collective operation and algorithm.
+Plots: link utilisation over time per rail / ToR and spine (faults marked), completion time and
+busbw against the bound per collective operation and algorithm, and the traffic matrix of every
+training iteration (bytes between GPU pairs, per phase).
 """
 from __future__ import annotations
 
 import os
 
 import matplotlib
+import numpy as np
+
+from testbed.faults import GPU_FAULTS
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -33,6 +37,10 @@ def plot_utilisation(fabric, timeline, results: dict, path: str) -> bool:
             x = results["timings"]["workloads_start"] - t_start + f["at_s"]
             ax.axvline(x, color="red", linewidth=1)
             ax.annotate(f"{f['kind']} {f['target']}", (x, ax.get_ylim()[1] * 0.95), color="red", fontsize=8)
+            # a GPU failure's recovery timeline: noticed by the peers, communicator re-formed
+            for key, style in (("detected_s", ":"), ("recovered_s", "--")):
+                if f["kind"] in GPU_FAULTS and f.get(key) is not None:
+                    ax.axvline(x - f["at_s"] + f[key], color="red", linewidth=1, linestyle=style)
     ax.set_xlabel("time since the fabric came up (s)")
     ax.set_ylabel("traffic out of the switch (Mbit/s)")
     ax.set_title(f"{results['scenario']}: switch throughput over time")
@@ -66,6 +74,66 @@ def plot_collectives(results: dict, path: str) -> bool:
     return True
 
 
+def plot_traffic_matrix(workload: dict, path: str) -> bool:
+    """Heatmaps of the bytes each GPU sent each other GPU in a training iteration (rows: sender), in all and per
+    phase, with the HB domains outlined: TP stays inside the squares, PP and DP run along rails between them."""
+    tr = workload.get("traffic")
+    if not tr:
+        return False
+    names, n = tr["gpus"], len(tr["gpus"])
+    edges = [i for i in range(1, n) if tr["servers"][i] != tr["servers"][i - 1]]
+    panels = [("all phases", tr["bytes"]), ("TP AllReduce", tr["tp"]), ("pipeline (PP)", tr["pp"]),
+              ("DP AllReduce", tr["dp"])]
+    fig, axes = plt.subplots(1, 4, figsize=(4.2 * 4, 4.4))
+    for ax, (title, matrix) in zip(axes, panels):
+        kb = np.array(matrix, dtype=float) / 1e3
+        im = ax.imshow(np.ma.masked_equal(kb, 0), cmap="viridis", vmin=0)
+        for edge in edges:                                  # HB-domain boundaries
+            ax.axhline(edge - 0.5, color="red", linewidth=1)
+            ax.axvline(edge - 0.5, color="red", linewidth=1)
+        ax.set_xticks(range(n), names, rotation=90, fontsize=7)
+        ax.set_yticks(range(n), names, fontsize=7)
+        ax.set_xlabel("receiver")
+        ax.set_title(f"{title}: {kb.sum() / 1e3:.2f} MB", fontsize=9)
+        if n <= 16:
+            for (a, b), v in np.ndenumerate(kb):
+                if v:
+                    ax.text(b, a, f"{v:.0f}", ha="center", va="center", fontsize=5,
+                            color="black" if v > 0.6 * kb.max() else "white")
+        fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04, label="kB")
+    axes[0].set_ylabel("sender")
+    p = workload["plan"]
+    fig.suptitle(f"{workload['name']}: bytes between GPUs, p={p['pp']} t={p['tp']} d={p['dp']} on "
+                 f"{workload['fabric']} (red: HB domains; {workload['traffic']['cross_rail_bytes']} B between "
+                 "different servers and rails)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def training_markdown(results: dict) -> list[str]:
+    lines = []
+    for w in results["workloads"]:
+        if w["type"] != "training_iteration" or "measured" not in w:
+            continue
+        p = w["plan"]
+        lines += [f"## Training iteration {w['name']}: measured against T = Tcomp + Ttp + Tpp + Tdp + Tbubble", "",
+                  f"p={p['pp']}, t={p['tp']}, d={p['dp']}, m={w['micro_batches']}, {w['schedule']}; message sizes "
+                  f"x{w['scale']:.3g}, so times x{w['dilation']:.3g} of the full-scale cluster.", "",
+                  "| phase | predicted s | measured s | ratio | full-scale predicted ms | measured equivalent ms |",
+                  "|---|---|---|---|---|---|"]
+        for k in ("comp", "tp", "pp", "dp", "bubble", "iteration"):
+            r = w["ratio"][k]
+            lines.append(f"| {k} | {w['predicted'][k]:.3f} | {w['measured'][k]:.3f} | "
+                         f"{'-' if r is None else f'{r:.2f}'} | {w['full_scale']['predicted'][k] * 1e3:.2f} | "
+                         f"{w['full_scale']['measured_equivalent'][k] * 1e3:.2f} |")
+        b = w["bubble_ratio"]
+        lines += ["", f"Bubble ratio (p-1)/(p-1+m) = {b['formula']:.3f}, measured {b['measured']:.3f}. Traffic "
+                      f"matrix: `plots/traffic_matrix_{w['name']}.png`.", ""]
+    return lines
+
+
 def summary_markdown(results: dict, table: str) -> str:
     f = results["fabric"]
     lines = [f"# {results['scenario']}", "",
@@ -84,11 +152,15 @@ def summary_markdown(results: dict, table: str) -> str:
                          f"{r['busbw_MBps']:.3f} | {r['bound_busbw_MBps']:.3f} | {r['bus_ratio']:.2f} | "
                          f"{model_t:.3f} | {'yes' if r['correct'] else 'NO'} |")
         lines.append("")
+    lines += training_markdown(results)
     if results.get("faults"):
-        lines += ["## Faults", "", "| kind | target | at s | detected s | rerouted s | restored s |",
-                  "|---|---|---|---|---|---|"]
+        # links: detected = the controller saw it, recovered = rerouted; GPUs: detected by the peers,
+        # recovered = the communicator re-formed (policy in the last column), then the first success
+        lines += ["## Faults", "", "| kind | target | at s | detected s | recovered s | first success s | "
+                  "lost steps | restored s | recovery |", "|---|---|---|---|---|---|---|---|---|"]
         lines += [f"| {x['kind']} | {x['target']} | {x['at_s']} | {x['detected_s']} | {x['recovered_s']} | "
-                  f"{x['restored_s']} |" for x in results["faults"]]
+                  f"{x.get('first_success_s')} | {x.get('lost_steps')} | {x['restored_s']} | "
+                  f"{x.get('recovery') or ('-' if x['kind'] in GPU_FAULTS else 'reroute')} |" for x in results["faults"]]
         lines.append("")
     bound = [w["name"] for w in results["workloads"] if w.get("cpu_bound")]
     if bound:
@@ -114,6 +186,10 @@ def write(results: dict, fabric, timeline, out_dir: str, table: str) -> list[str
     path = os.path.join(plots, "collectives.png")
     if plot_collectives(results, path):
         written.append(path)
+    for w in results["workloads"]:
+        path = os.path.join(plots, f"traffic_matrix_{w['name']}.png")
+        if w["type"] == "training_iteration" and plot_traffic_matrix(w, path):
+            written.append(path)
     path = os.path.join(out_dir, "summary.md")
     with open(path, "w") as f:
         f.write(summary_markdown(results, table))

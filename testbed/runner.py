@@ -16,11 +16,13 @@ from testbed import __version__, capture, faults, ovs, report, topo
 from testbed.fidelity import CpuSampler
 from testbed.net import Network
 from testbed.timeline import Timeline
-from testbed.scenario import ScenarioError
-from testbed.workloads import collective, connectivity, offload, traffic
+from testbed.scenario import ScenarioError, host_limits
+from testbed.workloads import collective, connectivity, offload, traffic, training
 
-WORKLOADS = {"connectivity": connectivity.run, "traffic": traffic.run, "collective": collective.run, "offload": offload.run}
-FABRIC_KEYS = ("servers", "gpus_per_server", "spines", "oversubscription", "nic_mbps", "hb_mbps", "cpu_hosts")
+WORKLOADS = {"connectivity": connectivity.run, "traffic": traffic.run, "collective": collective.run, "offload": offload.run,
+             "training_iteration": training.run}
+FABRIC_KEYS = ("servers", "gpus_per_server", "spines", "oversubscription", "nic_mbps", "hb_mbps", "cpu_hosts",
+               "spares_per_server", "spare_servers")
 
 
 class Interrupted(Exception):
@@ -38,18 +40,27 @@ def fabric_of(scenario: dict) -> topo.Fabric:
 def check(scenario: dict, fabric: topo.Fabric) -> None:
     """Checks that need the fabric (raise ScenarioError), done before anything is brought up."""
     for i, spec in enumerate(scenario["workloads"]):
+        if spec["type"] == "offload" and scenario.get("hosts") == "docker":
+            raise ScenarioError(f"workloads.{i}: offload runs TensorFlow, which the Docker host image does not "
+                                f"carry; run it with hosts: netns")
         try:
             if spec["type"] == "collective":
                 collective.validate(fabric, spec)
             elif spec["type"] == "traffic":
                 traffic.plan_flows(fabric, spec)
+            elif spec["type"] == "training_iteration":
+                training.validate(fabric, spec)
         except ScenarioError as exc:
             raise ScenarioError(f"workloads.{i}: {exc}") from None
+    labels = [spec.get("name", f"{spec['type']}#{i}") for i, spec in enumerate(scenario["workloads"])]
     for i, fault in enumerate(scenario.get("faults", [])):
         try:
             faults.check_target(fabric, fault)
         except faults.FaultError as exc:
             raise ScenarioError(f"faults.{i}: {exc}") from None
+        if "workload" in fault and fault["workload"] not in labels:
+            raise ScenarioError(f"faults.{i}.workload: no workload named {fault['workload']!r}; "
+                                f"workloads are {', '.join(labels)}")
     for i, spec in enumerate(scenario.get("capture", [])):
         try:
             capture.validate(fabric, [spec])
@@ -71,6 +82,7 @@ def run(scenario: dict, out_dir: str, echo=print) -> dict:
     results = {"scenario": scenario["name"], "testbed_version": __version__,
                "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                "fabric": fabric.counts() | {"routing": mode, "failover": failover, "datapath": ovs.datapath(),
+                                             "host_backend": scenario.get("hosts", "netns"),
                                              "nic_mbps": fabric.params["nic_mbps"],
                                              "hb_mbps": fabric.params["hb_mbps"]},
                "workloads": [], "links": {}, "checks": [], "timings": {}}
@@ -78,14 +90,19 @@ def run(scenario: dict, out_dir: str, echo=print) -> dict:
     def on_term(signum, frame):
         raise Interrupted(f"signal {signum}")
     previous = signal.signal(signal.SIGTERM, on_term)
-    net = Network(fabric, routing=mode, failover=failover)
+    net = Network(fabric, routing=mode, failover=failover, hosts=scenario.get("hosts", "netns"),
+                  host_limits=host_limits(scenario))
     schedule = timeline = None
     captures = capture.Captures(net, scenario.get("capture", []), out_dir)
     try:
         echo(f"bringing up {fabric.kind}: {fabric.params['servers']} servers x "
-             f"{fabric.params['gpus_per_server']} GPUs, {len(fabric.switches)} switches, routing {mode}")
+             f"{fabric.params['gpus_per_server']} GPUs, {len(fabric.switches)} switches, routing {mode}, "
+             f"hosts {scenario.get('hosts', 'netns')}")
         net.start()
         results["timings"]["bring_up_s"] = round(net.timings["bring_up_s"], 3)
+        results["fabric"]["transport"] = net.rdma["transport"]       # rxe where the kernel has Soft-RoCE
+        if "image_s" in net.timings:        # Docker hosts: checking (or rebuilding) the host image, within bring-up
+            results["timings"]["image_s"] = round(net.timings["image_s"], 3)
         results["checks"].append({"name": "bring-up", "ok": True,
                                   "detail": f"routes installed on {len(fabric.sdn_switches())} switches "
                                             f"in {net.timings['bring_up_s']:.2f} s"})
@@ -97,6 +114,7 @@ def run(scenario: dict, out_dir: str, echo=print) -> dict:
         results["timings"]["workloads_start"] = schedule.t0
         for i, spec in enumerate(scenario["workloads"]):
             label = spec.get("name", f"{spec['type']}#{i}")
+            schedule.workload_started(label)          # faults timed from this workload's start
             echo(f"workload {label} ...")
             t0 = time.monotonic()
             with CpuSampler() as cpu:
@@ -111,16 +129,7 @@ def run(scenario: dict, out_dir: str, echo=print) -> dict:
         schedule.stop()
         timeline.stop()
         results["faults"] = schedule.results(net.controller_view().get("port_events", []))
-        errors_at = [w["first_error_at"] for w in results["workloads"] if w.get("first_error_at")]
-        recovered_at = [w["first_recovered_at"] for w in results["workloads"] if w.get("first_recovered_at")]
-        for fault in results["faults"]:
-            if fault["kind"] in faults.GPU_FAULTS and fault["at_s"] is not None:
-                # a GPU failure is detected by its peers (the first rank that reported it) and
-                # recovered when the survivors re-formed the communicator (recovery: shrink)
-                seen = [t - schedule.t0 for t in errors_at if t - schedule.t0 >= fault["at_s"]]
-                fault["detected_s"] = round(min(seen), 4) if seen else None
-                back = [t - schedule.t0 for t in recovered_at if t - schedule.t0 >= fault["at_s"]]
-                fault["recovered_s"] = round(min(back), 4) if back else None
+        faults.gpu_outcomes(results["faults"], results["workloads"], schedule.t0, fabric)
         end = net.counters()
         results["captures"] = captures.stop()
         results["links"] = {p: {k: ovs.growth(start, end, p, k) for k in ("tx_bytes", "rx_bytes")} for p in end}
@@ -157,9 +166,15 @@ def summary_table(results: dict) -> str:
         if w["type"] == "collective":
             best = max((r["bus_ratio"] for r in w["rows"]), default=0)
             what = f"{w['op']}/{w['algo']} on {w['ranks']} ranks, {len(w['rows'])} sizes, best busbw/bound {best:.2f}"
+            for rec in w.get("recoveries", []):
+                what += (f"; recovered ({rec['policy']}) from the failure of {', '.join(rec['failed'] or ['?'])}"
+                         if rec.get("reformed_at") else f"; {rec['policy']} recovery did not complete")
             tables.append(collective.table(w))
         elif w["type"] == "offload":
             what = offload.summary(w)
+        elif w["type"] == "training_iteration":
+            what = training.summary(w)
+            tables.append(training.table(w))
         elif w["type"] == "connectivity":
             what = f"{w['reachable_ok']}/{w['expected_reachable']} pairs reachable, {len(w['leaked'])} leaked"
         else:
@@ -172,6 +187,9 @@ def summary_table(results: dict) -> str:
                     f"{w['cpu_idle_mean_pct'] if w['cpu_idle_mean_pct'] is not None else '-':>7}  {what}")
     rows += [""] + [line for t in tables for line in (t, "")]
     for f in results.get("faults", []):
+        if f["kind"] in faults.GPU_FAULTS:
+            rows.append(faults.describe_gpu_outcome(f))
+            continue
         rows.append(f"fault {f['kind']} {f['target']}: at {f['at_s']} s, controller saw it at {f['detected_s']} s, "
                     f"rerouted at {f['recovered_s']} s, restored at {f['restored_s']} s")
     if results.get("faults"):

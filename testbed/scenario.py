@@ -30,6 +30,8 @@ FABRIC = {
         "oversubscription": {"type": "number", "minimum": 1},
         "nic_mbps": RATE, "hb_mbps": RATE,
         "cpu_hosts": {"type": "integer", "minimum": 0},
+        "spares_per_server": {"type": "integer", "minimum": 0},     # idle GPUs per HB domain (recovery: spare)
+        "spare_servers": {"type": "integer", "minimum": 0},         # idle servers (recovery: migrate)
     },
 }
 
@@ -78,8 +80,13 @@ COLLECTIVE = {
         "check": {"type": "boolean"},
         "timeout_s": {"type": "number", "minimum": 1, "maximum": 3600},
         "loss": {"type": "number", "minimum": 0, "maximum": 0.5},
+        "congestion": {"enum": ["delay", "none"]},
         "ring": {"enum": ["rail", "rank"]},
-        "recovery": {"enum": ["abort", "shrink"]},
+        "recovery": {"enum": ["abort", "shrink", "spare", "migrate"]},
+        "heartbeat": {"anyOf": [{"const": False}, {     # false: detection by transport timeouts only
+            "type": "object", "additionalProperties": False,
+            "properties": {"period_s": {"type": "number", "minimum": 0.01, "maximum": 5},
+                           "timeout_s": {"type": "number", "minimum": 0.1, "maximum": 60}}}]},
         "multicast_scope": {"enum": ["fabric", "rail"]},
         "expect": {"type": "object", "additionalProperties": False,
                    "properties": {"min_bus_ratio": {"type": "number", "minimum": 0}}},
@@ -107,11 +114,37 @@ OFFLOAD = {
         "timeout_s": {"type": "number", "minimum": 10, "maximum": 3600},
     },
 }
+POSITIVE_INT = {"type": "integer", "minimum": 1}
+TRAINING = {
+    "type": "object", "additionalProperties": False, "required": ["type", "plan"],
+    "properties": {
+        "type": {"const": "training_iteration"}, "name": {"type": "string"},
+        "plan": {"type": "object", "additionalProperties": False, "required": ["tp", "pp", "dp"],
+                 "properties": {"tp": POSITIVE_INT, "pp": POSITIVE_INT, "dp": POSITIVE_INT}},
+        "micro_batches": {"type": "integer", "minimum": 1, "maximum": 64},
+        "schedule": {"enum": ["1f1b", "gpipe"]},
+        "model": {"type": "object", "additionalProperties": False,
+                  "properties": {"layers": POSITIVE_INT, "hidden": POSITIVE_INT, "seq_len": POSITIVE_INT,
+                                 "micro_batch": POSITIVE_INT, "params": RATE, "bytes_per_param": {"enum": [2, 4]},
+                                 "recompute": {"type": "boolean"}}},
+        "hardware": {"type": "object", "additionalProperties": False,
+                     "properties": {"gpu_tflops": RATE, "nic_gbps": RATE, "hb_gbps": RATE,
+                                    "utilisation": {"type": "number", "exclusiveMinimum": 0, "maximum": 1}}},
+        "scale": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
+        "target_s": {"type": "number", "minimum": 1, "maximum": 600},
+        "iterations": {"type": "integer", "minimum": 1, "maximum": 10},
+        "check": {"type": "boolean"},
+        "timeout_s": {"type": "number", "minimum": 1, "maximum": 3600},
+        "expect": {"type": "object", "additionalProperties": False,
+                   "properties": {"max_ratio": {"type": "number", "exclusiveMinimum": 0}}},
+    },
+}
 FAULT = {"type": "object", "additionalProperties": False, "required": ["at", "kind", "target"],
          "properties": {"at": {"type": "number", "minimum": 0},
                         "kind": {"enum": ["link-down", "link-up", "link-flap", "switch-down", "gpu-crash", "gpu-hang",
                                           "server-down"]},
                         "target": {"type": "string"},
+                        "workload": {"type": "string"},     # `at` counts from this workload's start
                         "duration": {"type": "number", "exclusiveMinimum": 0},
                         "count": {"type": "integer", "minimum": 1, "maximum": 100}}}
 CAPTURE = {"type": "object", "additionalProperties": False, "required": ["point"],
@@ -129,24 +162,31 @@ SCHEMA = {
                     "properties": {"mode": {"type": "string"}, "failover": {"type": "boolean"}}},
         "workloads": {"type": "array", "minItems": 1, "items": {
             "type": "object", "required": ["type"],
-            "properties": {"type": {"enum": ["connectivity", "traffic", "collective", "offload"]}},
+            "properties": {"type": {"enum": ["connectivity", "traffic", "collective", "offload",
+                                             "training_iteration"]}},
             "allOf": [
                 {"if": {"properties": {"type": {"const": "connectivity"}}}, "then": CONNECTIVITY},
                 {"if": {"properties": {"type": {"const": "traffic"}}}, "then": TRAFFIC},
                 {"if": {"properties": {"type": {"const": "collective"}}}, "then": COLLECTIVE},
                 {"if": {"properties": {"type": {"const": "offload"}}}, "then": OFFLOAD},
+                {"if": {"properties": {"type": {"const": "training_iteration"}}}, "then": TRAINING},
             ]}},
         "faults": {"type": "array", "items": FAULT},
         "capture": {"type": "array", "items": CAPTURE},
+        "hosts": {"enum": ["netns", "docker"]},        # emulated hosts: network namespaces or Docker containers
+        "host_limits": {"type": "object", "additionalProperties": False,      # per Docker host
+                        "properties": {"cpus": {"type": "number", "exclusiveMinimum": 0, "maximum": 64},
+                                       "memory": SIZE}},
     },
 }
+MIN_HOST_MEMORY, MAX_HOST_MEMORY = 32 * 2**20, 64 * 2**30
 
 
 class ScenarioError(ValueError):
     """A scenario that cannot be run; the message is one line naming the problem."""
 
 
-def parse_size(value) -> int:
+def parse_size(value, low: int = 1, high: int = MAX_FLOW_BYTES) -> int:
     """'1MiB' -> 1048576; plain integers are bytes."""
     if isinstance(value, int) and not isinstance(value, bool):
         size = value
@@ -155,9 +195,16 @@ def parse_size(value) -> int:
         if not m:
             raise ScenarioError(f"size {value!r} is not a size like 4096, 64KiB, 1MiB or 10MB")
         size = int(float(m.group(1)) * SIZE_UNITS[m.group(2)])
-    if not 1 <= size <= MAX_FLOW_BYTES:
-        raise ScenarioError(f"size {value!r} must be between 1 B and 1 GiB")
+    if not low <= size <= high:
+        raise ScenarioError(f"size {value!r} must be between {_human(low)} and {_human(high)}")
     return size
+
+
+def _human(n: int) -> str:
+    for unit, factor in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= factor and n % factor == 0:
+            return f"{n // factor} {unit}"
+    return f"{n} B"
 
 
 def _where(error: jsonschema.ValidationError) -> str:
@@ -188,7 +235,23 @@ def validate(doc) -> dict:
                     raise ScenarioError(f"workloads.{i}.{key}: {exc}") from None
         if w.get("pattern") == "pairs" and "pairs" not in w:
             raise ScenarioError(f"workloads.{i}: pattern 'pairs' needs a 'pairs' list")
+    if "host_limits" in doc:
+        if doc.get("hosts", "netns") != "docker":
+            raise ScenarioError("host_limits: CPU and memory limits are for Docker hosts; set hosts: docker")
+        if "memory" in doc["host_limits"]:
+            try:
+                parse_size(doc["host_limits"]["memory"], MIN_HOST_MEMORY, MAX_HOST_MEMORY)
+            except ScenarioError as exc:
+                raise ScenarioError(f"host_limits.memory: {exc}") from None
     return doc
+
+
+def host_limits(doc: dict) -> dict:
+    """Per-host limits of a Docker-hosts scenario, as the backend takes them: {cpus, memory (bytes)}."""
+    limits = dict(doc.get("host_limits", {}))
+    if "memory" in limits:
+        limits["memory"] = parse_size(limits["memory"], MIN_HOST_MEMORY, MAX_HOST_MEMORY)
+    return limits
 
 
 def apply_set(doc: dict, assignment: str) -> None:

@@ -11,7 +11,15 @@ Naming (deterministic, see the README):
   spine        spine{s}   rail-optimized and clos
   front-end    fe0        CPU hosts; cabled to every rail / ToR switch
   HB domain    hb{i}      server i's NVLink domain (a Linux bridge, not SDN-managed)
-Host interfaces: eth0 is the NIC, eth1 the HB port. Switch ports are numbered from 1 in cabling order.
+  spare GPU    s{i}spare{k}  in server i's HB domain   NIC 10.11.i.(129+k)/16  HB 10.12.i.(129+k)/24
+  spare server s{N+m}g{j}    servers after the N active ones, cabled like them
+Host interfaces: eth0 is the NIC, eth1 the HB port. Switch ports are numbered from 1 in cabling order;
+spares are cabled last, so they do not move the other ports.
+
+Spares (kind "spare") are idle: their NIC links are `standby` (cabled, port disabled at bring-up) and
+they are in no job until testbed.spares brings one onto a rail. A spare GPU's NIC goes through an optical
+circuit switch that can connect it to a reserved port on any of its server's leaves (`circuits`); it is
+parked on the first one.
 """
 from __future__ import annotations
 
@@ -24,6 +32,8 @@ MAX_SERVERS = 200
 MAX_GPUS_PER_SERVER = 64
 MAX_SPINES = 64
 MAX_CPU_HOSTS = 200
+MAX_SPARES_PER_SERVER = 16
+SPARE_HOST_BASE = 129        # spare GPU k of a server: host address .(129 + k)
 CPU_SUBNET = 250
 NIC_PREFIX = "10.11"
 HB_PREFIX = "10.12"
@@ -64,6 +74,7 @@ class Link:
     a_port: int            # switch port number, or host interface index (0 = eth0)
     b_port: int
     kind: str              # nic | hb | uplink | frontend
+    standby: bool = False  # cabled but disabled at bring-up: a spare's NIC
 
 
 @dataclass
@@ -73,6 +84,7 @@ class Fabric:
     switches: dict[str, Switch] = field(default_factory=dict)
     hosts: dict[str, Host] = field(default_factory=dict)
     links: list[Link] = field(default_factory=list)
+    circuits: dict[str, list[Link]] = field(default_factory=dict)   # spare GPU -> its NIC's possible links
     _next_port: dict[str, int] = field(default_factory=dict, repr=False)
 
     # -- construction -------------------------------------------------------------------------
@@ -84,10 +96,17 @@ class Fabric:
         self.hosts[host.name] = host
         self._next_port[host.name] = 0
 
-    def add_link(self, a: str, b: str, mbps: float, kind: str) -> Link:
-        link = Link(a, b, float(mbps), self._take_port(a), self._take_port(b), kind)
+    def add_link(self, a: str, b: str, mbps: float, kind: str, standby: bool = False) -> Link:
+        link = Link(a, b, float(mbps), self._take_port(a), self._take_port(b), kind, standby)
         self.links.append(link)
         return link
+
+    def add_circuits(self, host: str, leaves: list[str], mbps: float) -> None:
+        """A spare GPU's NIC (eth0) behind an optical circuit switch: a reserved port on every leaf,
+        one connected at a time. It is cabled (parked, disabled) to the first."""
+        self.circuits[host] = [Link(host, leaf, float(mbps), 0, self._take_port(leaf), "nic", True) for leaf in leaves]
+        self.links.append(self.circuits[host][0])
+        self._next_port[host] = 1
 
     def _take_port(self, node: str) -> int:
         port = self._next_port[node]
@@ -97,6 +116,10 @@ class Fabric:
     # -- queries ------------------------------------------------------------------------------
     def gpus(self) -> list[Host]:
         return [h for h in self.hosts.values() if h.kind == "gpu"]
+
+    def spares(self) -> list[Host]:
+        """Idle spare GPUs: those of servers' HB domains and those of spare servers."""
+        return [h for h in self.hosts.values() if h.kind == "spare"]
 
     def sdn_switches(self) -> list[Switch]:
         return [s for s in self.switches.values() if s.sdn]
@@ -119,8 +142,8 @@ class Fabric:
 
     def nic_reachable(self, src: Host, dst: Host) -> bool:
         """Whether the network (not the HB domain) should carry src -> dst."""
-        if src.name == dst.name:
-            return False
+        if src.name == dst.name or "spare" in (src.kind, dst.kind):
+            return False               # an idle spare's NIC is disabled
         if self.kind == "rail-only" and src.kind == dst.kind == "gpu":
             return src.rank == dst.rank          # no spine: only within a rail
         return True
@@ -128,7 +151,8 @@ class Fabric:
     def counts(self) -> dict:
         return {"kind": self.kind, "servers": self.params["servers"],
                 "gpus_per_server": self.params["gpus_per_server"],
-                "switches": len(self.switches), "hosts": len(self.hosts), "links": len(self.links)}
+                "switches": len(self.switches), "hosts": len(self.hosts), "links": len(self.links),
+                "spares": len(self.spares())}
 
     def to_json(self) -> dict:
         """The `testbed topo --json` form."""
@@ -138,14 +162,18 @@ class Fabric:
                 "links": [[l.a, l.b, {"mbps": l.mbps}] for l in self.links]}
 
     def to_controller(self) -> dict:
-        """Everything the SDN controller needs to route proactively."""
+        """Everything the SDN controller needs to route proactively. Spares' links, and every circuit a
+        spare GPU could be switched to, are listed down: the controller routes to a spare once its
+        port comes up."""
+        links = [l for l in self.links if l.kind != "hb" and l.a not in self.circuits] + \
+            [c for circuits in self.circuits.values() for c in circuits]
         return {
             "kind": self.kind,
             "switches": [{"name": s.name, "kind": s.kind, "dpid": s.dpid} for s in self.sdn_switches()],
             "hosts": [{"name": h.name, "kind": h.kind, "ip": h.ip, "mac": h.mac, "rank": h.rank}
                       for h in self.hosts.values()],
             "links": [{"a": l.a, "b": l.b, "a_port": l.a_port, "b_port": l.b_port, "kind": l.kind}
-                      for l in self.links if l.kind != "hb"],
+                      | ({"down": True} if l.standby else {}) for l in links],
         }
 
 
@@ -155,6 +183,12 @@ def gpu_host(i: int, j: int) -> Host:
     return Host(name=f"s{i}g{j}", kind="gpu", server=i, rank=j,
                 ip=f"{NIC_PREFIX}.{i}.{j + 1}", mac=f"02:0b:00:{i:02x}:{j:02x}:00",
                 hb_ip=f"{HB_PREFIX}.{i}.{j + 1}", hb_mac=f"02:0c:00:{i:02x}:{j:02x}:00")
+
+
+def spare_gpu(i: int, k: int) -> Host:
+    return Host(name=f"s{i}spare{k}", kind="spare", server=i,
+                ip=f"{NIC_PREFIX}.{i}.{SPARE_HOST_BASE + k}", mac=f"02:0b:00:{i:02x}:{0x80 + k:02x}:00",
+                hb_ip=f"{HB_PREFIX}.{i}.{SPARE_HOST_BASE + k}", hb_mac=f"02:0c:00:{i:02x}:{0x80 + k:02x}:00")
 
 
 def cpu_host(c: int) -> Host:
@@ -181,14 +215,19 @@ def _check_rate(name: str, value) -> float:
 
 def build(kind: str, servers: int, gpus_per_server: int, spines: int = 2,
           oversubscription: float = 1.0, nic_mbps: float = 5.0, hb_mbps: float | None = None,
-          cpu_hosts: int = 0) -> Fabric:
-    """Build the fabric model of one of KINDS; raises TopologyError naming a bad parameter."""
+          cpu_hosts: int = 0, spares_per_server: int = 0, spare_servers: int = 0) -> Fabric:
+    """Build the fabric model of one of KINDS; raises TopologyError naming a bad parameter.
+
+    spares_per_server: idle GPUs in every server's HB domain (recovery `spare`); spare_servers: idle
+    servers (recovery `migrate`)."""
     if kind not in KINDS:
         raise TopologyError(f"unknown fabric kind {kind!r}; choose one of {', '.join(KINDS)}")
     n = _check_int("servers", servers, 1, MAX_SERVERS)
     k = _check_int("gpus_per_server", gpus_per_server, 1, MAX_GPUS_PER_SERVER)
     s = _check_int("spines", spines, 1, MAX_SPINES) if kind != "rail-only" else 0
     cpus = _check_int("cpu_hosts", cpu_hosts, 0, MAX_CPU_HOSTS)
+    spare_k = _check_int("spares_per_server", spares_per_server, 0, MAX_SPARES_PER_SERVER)
+    spare_n = _check_int("spare_servers", spare_servers, 0, MAX_SERVERS - n)
     nic = _check_rate("nic_mbps", nic_mbps)
     hb = _check_rate("hb_mbps", 9 * nic if hb_mbps is None else hb_mbps)
     if isinstance(oversubscription, bool) or not isinstance(oversubscription, (int, float)) \
@@ -197,7 +236,8 @@ def build(kind: str, servers: int, gpus_per_server: int, spines: int = 2,
 
     fabric = Fabric(kind, {"servers": n, "gpus_per_server": k, "spines": s,
                            "oversubscription": float(oversubscription), "nic_mbps": nic,
-                           "hb_mbps": hb, "cpu_hosts": cpus})
+                           "hb_mbps": hb, "cpu_hosts": cpus, "spares_per_server": spare_k,
+                           "spare_servers": spare_n})
     for i in range(n):
         for j in range(k):
             fabric.add_host(gpu_host(i, j))
@@ -241,4 +281,24 @@ def build(kind: str, servers: int, gpus_per_server: int, spines: int = 2,
             fabric.add_link(f"cpu{c}", "fe0", nic, "nic")
         for leaf in leaves:
             fabric.add_link("fe0", leaf, nic * cpus, "frontend")
+
+    # Spares, cabled last. A spare GPU can be switched onto any leaf of its server.
+    for i in range(n):
+        for x in range(spare_k):
+            host = spare_gpu(i, x)
+            fabric.add_host(host)
+            fabric.add_circuits(host.name, [f"tor{i}"] if kind == "clos" else leaves, nic)
+            fabric.add_link(host.name, f"hb{i}", hb, "hb")
+    # A spare server is cabled as the others (on clos with its own ToR), its NIC ports disabled.
+    for i in range(n, n + spare_n):
+        if kind == "clos":
+            fabric.add_switch(f"tor{i}", "tor", DPID_BASE["tor"] + i)
+            for x in range(s):
+                fabric.add_link(f"tor{i}", f"spine{x}", uplink, "uplink")
+        for j in range(k):
+            fabric.add_host(Host(**{**vars(gpu_host(i, j)), "kind": "spare"}))
+            fabric.add_link(f"s{i}g{j}", f"tor{i}" if kind == "clos" else f"rail{j}", nic, "nic", standby=True)
+        fabric.add_switch(f"hb{i}", "hb")
+        for j in range(k):
+            fabric.add_link(f"s{i}g{j}", f"hb{i}", hb, "hb")
     return fabric

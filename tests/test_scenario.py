@@ -21,12 +21,19 @@ ERRORS = {
     "workload": "workloads.0.type: 'allreduce' is not one of",
     "mode": "routing.mode: 'split:1' is not a routing mode; choose single, ecmp, spray, rr or split:K",
     "notmapping": "a scenario must be a YAML mapping",
+    "training_plan": "workloads.0: plan tp 2 x pp 2 x dp 4 = 16 is not the 8 GPUs of the fabric",
+    "training_tp": "plan tp 8 does not divide the 4 GPUs per server: a TP group must stay inside one HB domain",
+    "training_rail": "on rail-only, pipeline neighbours tp x dp = 2 ranks apart cross rails between servers",
+    "training_size": "the scaled activations are 16777216 B per micro-batch, outside 1024 B..256 KiB; lower scale",
+    "training_model": "workloads.0.model.bytes_per_param: 3 is not one of [2, 4]",
+    "hosts": "hosts: 'kubernetes' is not one of ['netns', 'docker']",
+    "host_limits": "host_limits.memory: size '1MiB' must be between 32 MiB and 64 GiB",
 }
 
 
 def load_and_build(path, overrides=()):
     doc = load(path, list(overrides))
-    runner.fabric_of(doc)
+    runner.check(doc, runner.fabric_of(doc))          # the checks that need the fabric, as `testbed run` does
     return doc
 
 
@@ -81,3 +88,13 @@ def test_parse_size(text, size):
 def test_parse_size_rejects(text):
     with pytest.raises(ScenarioError):
         parse_size(text)
+
+
+def test_hosts_backend_and_limits():
+    doc = load(os.path.join(FIXTURES, "mode.yaml"), ["hosts=docker", "host_limits.cpus=0.25", "host_limits.memory=512MiB"])
+    assert doc["hosts"] == "docker"
+    from testbed.scenario import host_limits
+    assert host_limits(doc) == {"cpus": 0.25, "memory": 512 * 2**20}
+    with pytest.raises(ScenarioError, match="^host_limits: CPU and memory limits are for Docker hosts; set hosts: docker$"):
+        from testbed.scenario import validate
+        validate({**doc, "hosts": "netns"})

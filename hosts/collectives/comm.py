@@ -8,6 +8,9 @@ is the flow control (a sender far ahead gets RNR NAKs and retries).
 
 Queue pairs are created lazily, the first time a peer is used, and connected through the store.
 Peers in the same server talk over the HB domain (their HB addresses), others over the NICs.
+
+With a Heartbeat (heartbeat.py), a peer that falls silent wakes the progress engine at once and the
+collective fails naming it, instead of after the no-progress timeout.
 """
 from __future__ import annotations
 
@@ -73,7 +76,9 @@ class Channel:
             max(comm.rc_timeout, 0.05 + 2 * WINDOW * (dev.mtu + 80) * 8 / self.rate)
         self.qps = [dev.create_qp(pd, QPType.RC, cq, rate_limit_bps=self.rate and self.rate / self.lanes,
                                   timeout=timeout, retry_cnt=7, max_outstanding=WINDOW,
-                                  sport_mode=comm.sport_mode) for _ in range(self.lanes)]
+                                  sport_mode=comm.sport_mode,
+                                  **({"cc": comm.congestion} if comm.congestion and self.rate else {}))
+                    for _ in range(self.lanes)]
         n = SLOTS * self.lanes
         self.chunk = comm.chunk
         self.send_buf = np.zeros(n * comm.chunk, dtype=np.uint8)
@@ -145,7 +150,7 @@ class Communicator:
 
     def __init__(self, me: Peer, peers: list[Peer], store, open_device, *, chunk: int = CHUNK,
                  timeout: float = 30.0, rc_timeout: float = 0.05, rate_limit_bps: dict | None = None,
-                 ring: list[int] | None = None, sport_mode: str = "qp", split: int = 1):
+                 ring: list[int] | None = None, sport_mode: str = "qp", split: int = 1, heartbeat=None):
         self.me, self.peers, self.store = me, peers, store
         self.ring = ring or rail_ring(peers)
         self.rank, self.world = me.rank, len(peers)
@@ -153,6 +158,7 @@ class Communicator:
         self.rate_limit_bps = rate_limit_bps or {}
         self.sport_mode = sport_mode      # "packet": a new UDP source port per packet (spraying)
         self.split = split                # queue pairs per peer, each message striped over them
+        self.congestion = None            # "delay": paced queue pairs back off when queues build
         self._open_device = open_device
         self._devices: dict[str, tuple] = {}
         self.channels: dict[int, Channel] = {}
@@ -160,6 +166,10 @@ class Communicator:
         self.completions: queue.Queue = queue.Queue()
         self.op = "setup"
         self._closing = False
+        self.heartbeat = heartbeat
+        if heartbeat is not None:
+            heartbeat.watch([p.name for p in peers if p.name != me.name])
+            heartbeat.on_failure = lambda: self.completions.put(("heartbeat", None))
 
     # -- plumbing -----------------------------------------------------------------------------
     def same_server(self, peer: Peer) -> bool:
@@ -189,6 +199,8 @@ class Communicator:
     def close(self, linger: float | None = None) -> None:
         """Close the devices; linger=0 skips waiting for peers' last retransmissions (after a failure)."""
         self._closing = True
+        if self.heartbeat is not None:
+            self.heartbeat.on_failure = None
         for dev, _, _ in self._devices.values():
             dev.close(linger=linger)
         self._devices = {}
@@ -210,10 +222,25 @@ class Communicator:
     def fail(self, what: str) -> CollectiveError:
         return CollectiveError(f"rank {self.rank} ({self.me.name}): {self.op}: {what}")
 
+    def peer_failure(self) -> str | None:
+        """A peer the heartbeats declared failed, named with its rank, or None."""
+        failed = self.heartbeat.failed() if self.heartbeat is not None else {}
+        if not failed:
+            return None
+        name, (silence, _) = min(failed.items(), key=lambda kv: kv[1][1])
+        rank = next((p.rank for p in self.peers if p.name == name), "?")
+        return f"rank {rank} ({name}) missed its heartbeats for {silence:.2f} s"
+
+    def check_peers(self) -> None:
+        """Raise if a peer was declared failed (called where the engine waits)."""
+        if (what := self.peer_failure()) is not None:
+            raise self.fail(what)
+
     def _share_links(self, channels) -> None:
         """Pace each queue pair at its link's rate divided by the peers it shares the link with in
-        this step. There is no congestion control: without this, an all-to-all's incast overflows
-        the receivers' queues and go-back-N retransmits make it worse."""
+        this step, as a NIC shares its line rate among its queue pairs: without this, an all-to-all
+        sends several times the NIC's rate into the NIC's own queue. Queues further on (oversubscribed
+        uplinks, incast) are congestion control's business (`congestion: delay`)."""
         per_path: dict[str, int] = {}
         for ch in channels:
             per_path[ch.path] = per_path.get(ch.path, 0) + 1
@@ -238,6 +265,7 @@ class Communicator:
             view = memoryview(arr).cast("B")
             if len(view):
                 inbound.setdefault(rank, deque()).append([view, 0])
+        self.check_peers()
         channels = {r: self.channel(r) for r in sorted(set(out) | set(inbound))}
         self._share_links(channels.values())
         in_flight = 0
@@ -283,6 +311,9 @@ class Communicator:
                 waiting = sorted(inbound) or sorted(r for r, q in out.items() if q)
                 names = ", ".join(f"rank {r} ({self.peers[r].name})" for r in waiting) or "send completions"
                 raise self.fail(f"no progress for {self.timeout:.0f} s waiting for {names}") from None
+            if path == "heartbeat":
+                self.check_peers()
+                continue
             ch = self.by_qpn.get((path, wc.qp_num))
             if ch is None:
                 raise self.fail(f"completion for unknown queue pair {wc.qp_num} on the {path} device")

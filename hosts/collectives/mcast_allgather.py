@@ -204,7 +204,9 @@ class Multicast:
             wcs = self.cq.poll(256) or self.cq.wait(1, timeout=0.05)
             if wcs:
                 last_progress = time.monotonic()
-            elif time.monotonic() - last_progress > comm.timeout:
+            else:
+                comm.check_peers()                   # a member whose heartbeats stopped
+            if not wcs and time.monotonic() - last_progress > comm.timeout:
                 raise comm.fail(f"multicast {self.address}: no progress for {comm.timeout:.0f} s "
                                 f"({missing} chunks missing, FIN from left: {fin_from_left})")
             for wc in wcs:

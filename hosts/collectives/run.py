@@ -7,9 +7,20 @@ SPEC: {"rank": r, "peers": [{"rank", "name", "ip", "hb_ip", "server", "local_ran
        "iterations": 5, "warmup": 1, "check": true, "timeout_s": 60, "chunk": 65536,
        "rate_limit_bps": {"nic": 9.7e6, "hb": 87e6},   (pace each queue pair below its link's rate)
        "sport_mode": "qp" | "packet", "split": 1,      (spraying: a source port per packet; split:K lanes)
-       "multicast_scope": "fabric" | "rail"}           (algo multicast: where the switches replicate)
+       "multicast_scope": "fabric" | "rail",           (algo multicast: where the switches replicate)
+       "recovery": "abort" | "shrink" | "spare" | "migrate",
+       "heartbeat": {"period_s": 0.15, "timeout_s": 1.0} | false,
+       "join": {"epoch": E, "me": {peer}}}             (a spare taking over a failed rank from epoch E)
 Inputs are integer-valued, drawn from a seed per rank, so every rank can compute the exact expected
-result with numpy. Prints {"rank", "times": [s per iteration], "correct", "counters"} or {"rank", "error"}.
+result with numpy. Prints {"rank", "host", "times": [s per measured step], "correct", "counters",
+"recoveries", "heartbeat"}, or {"rank", "host", "error"}, or {"rank", "host", "left"} (a rank moved away).
+
+A failed peer (heartbeats, heartbeat.py; or the transport) fails the collective. With `abort` the rank
+reports the error. Otherwise the survivors agree on who failed and where to resume (agree()), and the job
+re-forms as a new epoch with its own rendezvous; the step in progress is run again. `shrink`: the
+survivors go on alone, renumbered. `spare` / `migrate`: the testbed's job manager (testbed/recovery.py)
+puts spare GPUs in the failed ranks' places; they join with the failed ranks' numbers and inputs, so
+results still equal numpy's.
 """
 from __future__ import annotations
 
@@ -22,6 +33,7 @@ import numpy as np
 
 from hosts.collectives import algorithms, mcast_allgather
 from hosts.collectives.comm import CollectiveError, Communicator, Peer
+from hosts.collectives.heartbeat import Heartbeat
 from hosts.collectives.store import FileStore, StoreTimeout
 from hosts.rdma import open_device
 
@@ -70,35 +82,71 @@ def expected(spec: dict, world: int, rank: int, count: int, dtype) -> np.ndarray
     return np.concatenate([inputs[src][rank * m:(rank + 1) * m] for src in range(world)])
 
 
-def build_comm(spec: dict, peers: list[Peer], me: Peer, store: FileStore) -> Communicator:
+def build_comm(spec: dict, peers: list[Peer], me: Peer, store: FileStore, heartbeat=None) -> Communicator:
     # RoCE MTU 1024 on the NIC (its link MTU is 1500) and 4096 in the HB domain (link MTU 9000)
     mtu = {me.ip: 1024, me.hb_ip: 4096}
-    comm = Communicator(me, peers, store, lambda ip: open_device(ip, mtu=mtu.get(ip, 1024)),
+    # multicast needs uroce (pyverbs does not expose multicast attach); everything else takes rxe where it exists
+    backend = "uroce" if spec.get("algo") == "multicast" else "auto"
+    comm = Communicator(me, peers, store, lambda ip: open_device(ip, backend=backend, mtu=mtu.get(ip, 1024)),
                         timeout=spec.get("timeout_s", 60), chunk=spec.get("chunk", 64 * 1024),
                         rate_limit_bps=spec.get("rate_limit_bps"), sport_mode=spec.get("sport_mode", "qp"),
                         split=spec.get("split", 1),
                         ring=list(range(len(peers))) if spec.get("ring") == "rank" else None,
-                        rc_timeout=spec.get("rc_timeout", 0.05))
+                        rc_timeout=spec.get("rc_timeout", 0.05), heartbeat=heartbeat)
     comm.multicast_scope = spec.get("multicast_scope", "fabric")
+    comm.congestion = spec.get("congestion")
     return comm
 
 
-def shrink(spec: dict, store: FileStore, epoch: int, members: list[int], me: int) -> list[int]:
-    """Survivors of a failure agree on who is left: each announces itself; whoever has not
-    announced within a grace period after the first announcement (longer than the time a peer
-    needs to notice the failure) is out."""
+MAX_RETRIES = 2       # re-formations in a row with every rank alive
+
+
+def agree(spec: dict, job: FileStore, hb, epoch: int, members: list[dict], me: str, step: int,
+          in_op: bool) -> dict:
+    """Survivors of a failure agree on who failed and where the job resumes; returns the new epoch's
+    membership {"members", "step", "failed", "lost_steps", ...} or {"error"}.
+
+    Each survivor announces itself with its step. Once every member of the old epoch has announced or
+    been declared failed by the heartbeats (without heartbeats: has not announced within a grace
+    period longer than the no-progress timeout), the first survivor writes the verdict: who failed, the
+    step to resume from (the earliest one a survivor had not completed; it is run again) and how many
+    started steps are lost. With `shrink` it writes the new membership too; with `spare` and `migrate`
+    the testbed's job manager writes it, with spares in the failed ranks' places."""
+    key, names = f"epoch{epoch}", [m["name"] for m in members]
+    job.set(f"{key}/alive/{me}", {"at": time.time(), "step": step, "in_op": in_op})
     grace = spec.get("timeout_s", 60) + 2.0
-    store.set(f"epoch{epoch}/alive/{me}", time.time())
-    decided = f"epoch{epoch}/members"
-    while not store.exists(decided):
-        announced = {r: store.get(f"epoch{epoch}/alive/{r}") for r in members
-                     if store.exists(f"epoch{epoch}/alive/{r}")}
-        if len(announced) == len(members) or time.time() > min(announced.values()) + grace:
-            if me == min(announced):          # one survivor decides, so that all agree
-                store.set(decided, sorted(announced))
-                break
-        time.sleep(0.05)
-    return store.get(decided, timeout=grace + 5, what="the survivors' membership decision")
+    wait = grace + spec.get("timeout_s", 60) + 30
+    deadline = time.monotonic() + wait
+    while not job.exists(f"{key}/members"):
+        if not job.exists(f"{key}/failed"):
+            announced = {n: job.get(f"{key}/alive/{n}") for n in names if job.exists(f"{key}/alive/{n}")}
+            if hb is not None:
+                gone = set(hb.failed())
+            else:
+                gone = set(names) - set(announced) if time.time() > min(
+                    a["at"] for a in announced.values()) + grace else set()
+            if all(n in announced or n in gone for n in names) and me == next(n for n in names if n in announced):
+                verdict = {"failed": [n for n in names if n not in announced],
+                           "step": min(a["step"] for a in announced.values()),
+                           "decided_at": time.time(), "policy": spec.get("recovery", "abort")}
+                last_started = max(a["step"] if a["in_op"] else a["step"] - 1 for a in announced.values())
+                verdict["lost_steps"] = max(0, last_started - verdict["step"] + 1)
+                job.set(f"{key}/failed", verdict)
+                if spec.get("recovery") == "shrink":
+                    job.set(f"{key}/members", {**verdict, "members": [m for m in members if m["name"] in announced]})
+        if time.monotonic() > deadline:
+            return {"error": f"no membership decision for epoch {epoch} within {wait:.0f} s"}
+        time.sleep(0.01)
+    return job.get(f"{key}/members")
+
+
+def start_heartbeat(spec: dict, me: str):
+    """This rank's heartbeats (None if the spec turns them off)."""
+    options = spec.get("heartbeat", {})
+    if options is False:
+        return None
+    return Heartbeat(os.path.join(spec["store"], "heartbeats"), me, period=options.get("period_s", 0.15),
+                     timeout=options.get("timeout_s", 1.0), join_grace=spec.get("timeout_s", 60)).start()
 
 
 def finish(comm: Communicator, store: FileStore, rank: int, world: int) -> None:
@@ -116,53 +164,93 @@ def finish(comm: Communicator, store: FileStore, rank: int, world: int) -> None:
 def main() -> None:
     with open(sys.argv[1]) as f:
         spec = json.load(f)
-    original = [Peer(**p) for p in spec["peers"]]
-    me = spec["rank"]
+    policy, timeout = spec.get("recovery", "abort"), spec.get("timeout_s", 60)
+    job = FileStore(spec["store"], timeout=timeout)      # the job's rendezvous, across epochs
+    join = spec.get("join")
+    me = join["me"]["name"] if join else spec["peers"][spec["rank"]]["name"]
+    hb = start_heartbeat(spec, me)
     dtype = np.dtype(spec.get("dtype", "float32"))
-    steps = spec.get("warmup", 1) + spec.get("iterations", 5)
-    members = [p.rank for p in original]             # original ranks still in the job
-    result = {"rank": me, "recoveries": [], "lost_steps": 0}
-    times, correct, step, epoch = [], True, 0, 0
+    warmup = spec.get("warmup", 1)
+    steps = warmup + spec.get("iterations", 5)
+    times: list[float | None] = [None] * (steps - warmup)
+    result = {"rank": spec["rank"], "host": me, "recoveries": [], "lost_steps": 0}
+    if join:        # a spare taking over a failed rank: the manager's membership says where and from which step
+        epoch = join["epoch"]
+        decision = job.get(f"epoch{epoch}/members", timeout=timeout + 30, what="the job's new membership")
+        if "error" in decision:
+            result["left"] = f"not needed: {decision['error']}"
+            print(json.dumps(result), flush=True)
+            return
+        members, step = decision["members"], decision["step"]
+        forming = result["joined"] = {"epoch": epoch, "at": time.time()}
+    else:
+        epoch, step, forming = 0, 0, None
+        members = [{k: v for k, v in p.items() if k != "rank"} for p in spec["peers"]]
+    correct, retries = True, 0
     while True:
-        # ranks are renumbered 0..n-1 among the members; each epoch has its own rendezvous
-        peers = [Peer(**{**vars(original[r]), "rank": k}) for k, r in enumerate(members)]
-        rank, world = members.index(me), len(members)
-        store = FileStore(os.path.join(spec["store"], f"epoch{epoch}"), timeout=spec.get("timeout_s", 60))
+        # ranks are numbered 0..n-1 in the epoch's membership; each epoch has its own rendezvous
+        peers = [Peer(rank=k, **m) for k, m in enumerate(members)]
+        rank, world = next(p.rank for p in peers if p.name == me), len(peers)
+        store = FileStore(os.path.join(spec["store"], f"epoch{epoch}"), timeout=timeout)
         count = elements(spec["op"], spec["bytes"], dtype.itemsize, world)
-        comm = build_comm(spec, peers, peers[rank], store)
+        comm = build_comm(spec, peers, peers[rank], store, hb)
+        store.interrupt = comm.peer_failure
+        in_op = False
         try:
             want = expected(spec, world, rank, count, dtype) if spec.get("check", True) else None
             while step < steps:
                 x = make_input(rank, count, dtype)
-                store.barrier(f"it{step}", rank, world)
-                t0 = time.monotonic()
+                formed = store.barrier(f"it{step}", rank, world)
+                if forming is not None and "reformed_at" not in forming:
+                    forming["reformed_at"] = formed          # every member of the new epoch is in
+                in_op, t0 = True, time.monotonic()
                 out = run_op(comm, spec, x)
-                if step >= spec.get("warmup", 1):
-                    times.append(time.monotonic() - t0)
+                in_op = False
+                if step >= warmup:
+                    times[step - warmup] = time.monotonic() - t0
                 if want is not None:
                     correct = correct and bool(np.array_equal(out, want))
+                if forming is not None and "first_success_at" not in forming:
+                    forming["first_success_at"] = time.time()
                 step += 1
+            if hb is not None:
+                hb.watch(())                 # done: peers that leave from now on have not failed
             result.update(count=count, times=times, correct=correct if want is not None else None,
-                          counters=comm.counters(), world=world,
+                          counters=comm.counters(), world=world, epoch=epoch,
                           recovered_chunks=mcast_allgather.stats(comm).get("recovered_chunks", 0))
             finish(comm, store, rank, world)
             break
         except (CollectiveError, StoreTimeout) as exc:
-            detected = time.time()
+            detected = min([time.time()] + [at for _, at in (hb.failed().values() if hb else [])])
             comm.close(linger=0)
-            if spec.get("recovery", "abort") != "shrink":
+            if policy == "abort":
                 result.update(error=str(exc), error_at=detected)
                 break
             epoch += 1
-            members = shrink(spec, FileStore(spec["store"], timeout=spec.get("timeout_s", 60)),
-                             epoch, members, me)
-            result["lost_steps"] += 1
-            step += 1                                  # the step in progress is lost
-            result["recoveries"].append({"error": str(exc), "detected_at": detected, "reformed_at": time.time(),
-                                         "world": len(members)})
-            if len(members) < 2 or me not in members:
+            forming = {"epoch": epoch, "policy": policy, "error": str(exc), "detected_at": detected}
+            result["recoveries"].append(forming)
+            decision = agree(spec, job, hb, epoch, members, me, step, in_op)
+            if "error" in decision:
+                result.update(error=f"{policy} recovery after [{exc}] failed: {decision['error']}", error_at=detected)
+                break
+            forming.update({k: decision.get(k) for k in ("decided_at", "failed", "replaced", "lost_steps")},
+                           world=len(decision["members"]))
+            members, step = decision["members"], decision["step"]
+            if not any(m["name"] == me for m in members):
+                result["left"] = decision.get("moved", {}).get(me, "left the job, declared failed by its peers")
+                break
+            if len(members) < 2:
                 result.update(error=f"cannot shrink further: {exc}", error_at=detected)
                 break
+            # every rank alive: a network failure, not a GPU's; the step is retried, but not forever
+            retries = retries + 1 if not decision["failed"] else 0
+            if retries > MAX_RETRIES:
+                result.update(error=f"no rank failed but the step failed {retries} times: {exc}", error_at=detected)
+                break
+            result["lost_steps"] += decision["lost_steps"]
+    if hb is not None:
+        result["heartbeat"] = hb.stats()
+        hb.stop(left="error" not in result)
     print(json.dumps(result), flush=True)
 
 

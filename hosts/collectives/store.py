@@ -15,10 +15,16 @@ class StoreTimeout(TimeoutError):
     pass
 
 
+class StoreInterrupted(StoreTimeout):
+    """A wait given up because a party it waits for was declared failed (heartbeats)."""
+
+
 class FileStore:
-    def __init__(self, path: str, timeout: float = 60.0):
+    def __init__(self, path: str, timeout: float = 60.0, interrupt=None):
         self.path = path
         self.timeout = timeout
+        # interrupt() -> a reason to stop waiting (a failed peer), or None; checked while waiting
+        self.interrupt = interrupt
         os.makedirs(path, exist_ok=True)
 
     def _file(self, key: str) -> str:
@@ -43,13 +49,16 @@ class FileStore:
                     return json.load(f)
             except (FileNotFoundError, ValueError):
                 pass
+            if self.interrupt is not None and (reason := self.interrupt()):
+                raise StoreInterrupted(f"gave up waiting for {what or key}: {reason}")
             if time.monotonic() > deadline:
                 raise StoreTimeout(f"waited {self.timeout if timeout is None else timeout:.0f} s for "
                                    f"{what or key}")
             time.sleep(delay)
             delay = min(delay * 2, 0.02)
 
-    def barrier(self, name: str, rank: int, world: int, timeout: float | None = None) -> None:
-        self.set(f"barrier/{name}/{rank}", 1)
-        for r in range(world):
-            self.get(f"barrier/{name}/{r}", timeout, what=f"rank {r} at barrier {name!r}")
+    def barrier(self, name: str, rank: int, world: int, timeout: float | None = None) -> float:
+        """Wait for every rank; returns when the last one arrived (wall clock)."""
+        self.set(f"barrier/{name}/{rank}", time.time())
+        return max(self.get(f"barrier/{name}/{r}", timeout, what=f"rank {r} at barrier {name!r}")
+                   for r in range(world))

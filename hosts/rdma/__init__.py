@@ -2,8 +2,8 @@
 
 Backends: ``uroce`` (user space, RoCEv2 over raw IPv4 sockets, byte-exact with Linux rxe) and
 ``rxe`` (kernel Soft-RoCE or any RDMA NIC through pyverbs). ``open_device(ip)`` picks ``rxe`` when
-/sys/class/infiniband has a device and pyverbs imports, otherwise ``uroce``. This package runs inside
-the emulated hosts and does not depend on the testbed package.
+a kernel RDMA device carries ip's RoCE v2 GID and pyverbs imports, otherwise ``uroce``. This package
+runs inside the emulated hosts and does not depend on the testbed package.
 
 API (names follow libibverbs; enum values equal ibverbs'):
 
@@ -82,7 +82,7 @@ def rdma_devices():
 def open_device(ip: str, backend: str = "auto", mtu: int = 1024, **opts):
     """Open an RDMA device for local IPv4 address `ip`.
 
-    backend: "auto" (rxe if a kernel RDMA device and pyverbs exist, else uroce), "uroce" or "rxe".
+    backend: "auto" (rxe if a kernel RDMA device holds ip and pyverbs exists, else uroce), "uroce" or "rxe".
     uroce options: transport= (default: raw IPv4 sockets in the caller's network namespace, needs
     CAP_NET_RAW; or MemoryFabric().attach(ip) for an in-process network), first_qpn=0x11.
     rxe options: name= (device name, default: the one whose GID table holds `ip`), port=1.
@@ -94,7 +94,9 @@ def open_device(ip: str, backend: str = "auto", mtu: int = 1024, **opts):
         if rdma_devices():
             try:
                 import pyverbs  # noqa: F401
-                backend = "rxe"
+                from .rxe import find_gid
+                if find_gid(ip) is not None:       # every emulated host has its own device, if any
+                    backend = "rxe"
             except ImportError:
                 pass
     if backend == "rxe":

@@ -8,6 +8,7 @@ from collections import Counter, deque
 from typing import Optional
 
 from . import headers as H
+from .cc import DelayCC
 from .verbs import Access, MemoryRegion, QPInfo, QPState, QPType, RdmaError, RecvWR, SendWR, WROpcode
 
 
@@ -83,12 +84,16 @@ def _scatter(segs, off, data):
     return pos == n
 
 
+# Ethernet + IP + UDP + BTH + ICRC bytes around a full payload (what a shaper counts)
+PACKET_OVERHEAD = 14 + 20 + 8 + H.BTH_LEN + H.ICRC_LEN
+
+
 class QueuePair:
     """An RC or UD queue pair of a uroce Device. Create with Device.create_qp()."""
 
     def __init__(self, dev, pd, qp_type, send_cq, recv_cq, qpn, psn, *, max_send_wr, max_recv_wr, mtu,
                  timeout, retry_cnt, rnr_retry, min_rnr_timer, rate_limit_bps, sport_mode, retransmit,
-                 reorder_window, reorder_timeout, ack_every, max_outstanding, qkey):
+                 reorder_window, reorder_timeout, ack_every, max_outstanding, qkey, cc=None):
         self.dev, self.pd, self.qp_type = dev, pd, QPType(qp_type)
         self.send_cq, self.recv_cq = send_cq, recv_cq
         self.qpn, self.psn = qpn, psn
@@ -110,7 +115,12 @@ class QueuePair:
         self.counters = Counter()
         self._sport = H.ud_udp_sport(qpn) if self.qp_type == QPType.UD else 0
         self._dst_b = b""
-        # pacing
+        # pacing, and congestion control under it
+        if cc not in (None, "delay"):
+            raise RdmaError(f"congestion control must be None or 'delay', not {cc!r}")
+        if cc and (self.qp_type != QPType.RC or rate_limit_bps is None):
+            raise RdmaError("congestion control is for RC QPs with a rate limit (their line rate)")
+        self.cc = DelayCC(rate_limit_bps, mtu + PACKET_OVERHEAD) if cc else None
         self.set_rate_limit(rate_limit_bps)
         # requester
         self._sq = []            # outstanding _SendWQE, ordered by .first
@@ -128,6 +138,10 @@ class QueuePair:
         self._read_gap_t = None
         self._since_ackreq = 0
         self._ackreq_t = 0.0
+        self._probe = None       # (seq, sent at): the one round trip being measured
+        self.srtt = None         # smoothed round trip (RFC 6298's 1/8 gain), seconds
+        self._renaks = 0         # responder: NAKs repeated for the current gap
+        self._nak_back = (None, 0.0)   # (seq, when) of the last go-back-N a NAK caused
         # responder
         self._rq = deque()
         self._epsn = 0           # expected request seq (relative to the peer's initial PSN)
@@ -170,8 +184,12 @@ class QueuePair:
         """Pace this QP's transmissions to `bps` bits/s of Ethernet frames (None: unpaced)."""
         if bps is not None and bps <= 0:
             raise RdmaError("rate limit must be positive or None")
+        if self.cc is not None:
+            if bps is None:
+                raise RdmaError("a QP under congestion control needs a rate limit")
+            self.cc.set_line_rate(bps)
         self.rate_limit_bps = bps
-        self._rate = None if bps is None else bps / 8.0
+        self._rate = None if bps is None else (bps if self.cc is None else self.cc.rate_bps) / 8.0
         self._burst = 0 if bps is None else max(4 * (self.mtu + 120), self._rate * 0.001)   # <= 1 ms of line rate
         self._tokens = self._burst
         self._tok_t = time.monotonic()
@@ -201,6 +219,11 @@ class QueuePair:
         return f"<QP {self.qp_type.name} 0x{self.qpn:x} {self.state.name} on {self.dev.ip}>"
 
     # ---- helpers ------------------------------------------------------------------------------
+    def _follow_cc(self):
+        """Pace at the rate congestion control allows now."""
+        self._rate = self.cc.rate_bps / 8.0
+        self.counters["cc_rate_cuts"] = self.cc.decreases
+
     def _wire(self, seq):
         return (self.psn + seq) & H.PSN_MASK
 

@@ -47,7 +47,8 @@ class ReliableConnection:
             return seq + 1
         wr = w.wr
         i = seq - w.first
-        if seq < qp._sent_hi:
+        first_time = seq >= qp._sent_hi
+        if not first_time:
             qp.counters["retransmits"] += 1
             self.counters["retransmits"] += 1
         qp._sent_hi = max(qp._sent_hi, w.end if wr.opcode == WROpcode.RDMA_READ else seq + 1)
@@ -78,6 +79,11 @@ class ReliableConnection:
         qp._since_ackreq += 1
         # AckReq on the last packet, every ack_every packets, and often enough for slow paced QPs
         ackreq = i == n - 1 or qp._since_ackreq >= qp.ack_every or now - qp._ackreq_t > qp.timeout / 4
+        # one round-trip sample in flight at a time; congestion control asks for one every round
+        # trip, otherwise only packets that request an ACK anyway are timed (the wire stays rxe's)
+        if first_time and qp._probe is None and (ackreq or qp.cc is not None):
+            qp._probe = (seq, now)
+            ackreq = True
         if ackreq:
             qp._since_ackreq = 0
             qp._ackreq_t = now
@@ -126,8 +132,10 @@ class ReliableConnection:
             if not qp._ooo:
                 qp._ooo_t = None
             elif now >= qp._ooo_t:
-                # NAK the gap; NAK again if it is still open 2 reorder timeouts later (retransmission lost)
-                qp._ooo_t = now + 2 * qp.reorder_timeout
+                # NAK the gap; NAK again, at doubling intervals, while it stays open (the retransmission
+                # was lost, or is still queued behind the data that overtook the gap)
+                qp._renaks = qp._renaks + 1 if qp._nak_seq == qp._epsn else 0
+                qp._ooo_t = now + 2 * qp.reorder_timeout * 2 ** min(qp._renaks, 8)
                 nxt = qp._ooo_t
                 qp._nak_seq = qp._epsn
                 self._send_ack(qp, 0x60 | H.NAK_PSN_SEQ_ERR, qp._epsn)
@@ -153,6 +161,9 @@ class ReliableConnection:
                 if qp._retries > qp.retry_cnt:
                     self._qp_error(qp, WCStatus.RETRY_EXC_ERR)
                     return None
+                if qp.cc is not None:
+                    qp.cc.lost(now)
+                    qp._follow_cc()
                 self._go_back(qp, qp._una(), now)
                 dl = now + qp.timeout
             nxt = dl if nxt is None else min(nxt, dl)
@@ -160,6 +171,7 @@ class ReliableConnection:
 
     def _go_back(self, qp, seq, now):
         qp._retx.clear()
+        qp._probe = None                    # its ACK could answer either transmission (Karn)
         qp._send_seq = min(qp._send_seq, seq) if seq >= qp._una() else qp._una()
         qp._progress_t = now
 
@@ -353,6 +365,16 @@ class ReliableConnection:
                     if seq < qp._una() or seq >= qp._send_seq:
                         return
                     now = time.monotonic()
+                    # The responder repeats a NAK while the gap stays open; one sent before our
+                    # retransmission could reach it must not trigger another go-back-N.
+                    last_seq, last_t = qp._nak_back
+                    if last_seq == seq and now - last_t < max(qp.srtt or 0.0, 4 * qp.reorder_timeout):
+                        qp.counters["naks_ignored"] += 1
+                        return
+                    qp._nak_back = (seq, now)
+                    if qp.cc is not None:
+                        qp.cc.lost(now)
+                        qp._follow_cc()
                     if qp.retransmit == "selective":
                         qp._retx.append(seq)
                         qp._progress_t = now
@@ -396,6 +418,13 @@ class ReliableConnection:
             self._acked_upto(qp, w.end)
             self._complete_ready(qp)
 
+    def _rtt_sample(self, qp, rtt, now):
+        qp._probe = None
+        qp.srtt = rtt if qp.srtt is None else 0.875 * qp.srtt + 0.125 * rtt
+        if qp.cc is not None:
+            qp.cc.rtt_sample(rtt, now)
+            qp._follow_cc()
+
     def _acked_upto(self, qp, seq):
         """All requests before `seq` are acknowledged."""
         if seq > qp._acked:
@@ -412,5 +441,7 @@ class ReliableConnection:
             qp._progress_t = time.monotonic()
             qp._retries = 0
             qp._rnr_retries = 0 if qp._rnr_until < time.monotonic() else qp._rnr_retries
+            if qp._probe is not None and seq > qp._probe[0]:
+                self._rtt_sample(qp, qp._progress_t - qp._probe[1], qp._progress_t)
         if qp._send_seq < qp._una():
             qp._send_seq = qp._una()

@@ -67,7 +67,8 @@ class Device(ReliableConnection):
                   timeout: float = 0.067, retry_cnt: int = 7, rnr_retry: int = 7, min_rnr_timer: int = 12,
                   rate_limit_bps: Optional[float] = None, sport_mode: str = "qp",
                   retransmit: str = "gbn", reorder_window: int = 256, reorder_timeout: float = 0.005,
-                  ack_every: int = 64, max_outstanding: int = 256, qkey: int = 0x11111111) -> QueuePair:
+                  ack_every: int = 64, max_outstanding: int = 256, qkey: int = 0x11111111,
+                  cc: Optional[str] = None) -> QueuePair:
         """Create a QP. RC: call qp.connect(peer_info) next. UD: ready at once (Q_Key `qkey`).
 
         timeout/retry_cnt: retransmit after `timeout` s without progress (default 67 ms = IB timeout
@@ -75,6 +76,8 @@ class Device(ReliableConnection):
         port from the QPNs like rxe; 'packet': a random one per packet (spraying). retransmit 'gbn'
         (go-back-N, as rxe) or 'selective'. reorder_window=0 NAKs at the first gap, like rxe.
         max_outstanding: packets in flight before the sender waits for ACKs.
+        cc 'delay': delay-based congestion control (hosts/rdma/cc.py) paces an RC QP at most at its
+        rate_limit_bps, less while the round trip shows queueing.
         """
         if pd.device is not self:
             raise RdmaError("PD belongs to another device")
@@ -91,7 +94,7 @@ class Device(ReliableConnection):
                            min_rnr_timer=min_rnr_timer, rate_limit_bps=rate_limit_bps, sport_mode=sport_mode,
                            retransmit=retransmit, reorder_window=reorder_window,
                            reorder_timeout=reorder_timeout, ack_every=ack_every,
-                           max_outstanding=max_outstanding, qkey=qkey)
+                           max_outstanding=max_outstanding, qkey=qkey, cc=cc)
             self._qps[qpn] = qp
         return qp
 

@@ -63,6 +63,7 @@ class ModelShape:
     experts: int = 0               # 0 = dense
     moe_every: int = 2             # every other layer is an MoE layer
     top_k: int = 1
+    param_count: float = 0.0       # dense models: the parameter count itself instead of 12 l h^2 + V h
 
     @property
     def moe_layers(self) -> int:
@@ -70,6 +71,8 @@ class ModelShape:
 
     def params(self) -> tuple[float, float, float]:
         """(non-expert parameters, expert parameters, parameters active per token)."""
+        if self.param_count and not self.experts:
+            return self.param_count, 0.0, self.param_count
         h2 = self.hidden ** 2
         shared = 12 * self.layers * h2 - self.moe_layers * 8 * h2 + self.vocab * self.hidden
         experts = self.moe_layers * self.experts * 8 * h2

@@ -11,7 +11,7 @@ import os
 import shutil
 import time
 
-from testbed import models, ovs
+from testbed import models, ovs, recovery
 from testbed.launch import run_on_hosts
 from testbed.net import transport_options, worst_queueing_delay
 from testbed.scenario import ScenarioError, parse_size
@@ -98,6 +98,14 @@ def validate(fabric, spec: dict) -> None:
         raise ScenarioError("hierarchical algorithms need whole servers")
     check_paths(fabric, spec)
     sizes(spec)
+    policy, beat = spec.get("recovery", "abort"), spec.get("heartbeat", {})
+    if policy == "spare" and not fabric.params.get("spares_per_server"):
+        raise ScenarioError("recovery spare needs spare GPUs in the HB domains: set fabric.spares_per_server")
+    if policy == "migrate" and not fabric.params.get("spare_servers"):
+        raise ScenarioError("recovery migrate needs spare servers: set fabric.spare_servers")
+    if beat and beat.get("period_s", 0.15) >= beat.get("timeout_s", 1.0):
+        raise ScenarioError(f"heartbeat period_s {beat.get('period_s', 0.15)} must be shorter than its "
+                            f"timeout_s {beat.get('timeout_s', 1.0)}")
 
 
 def cluster(fabric) -> models.Cluster:
@@ -133,62 +141,107 @@ def _run(net, spec: dict, hosts: list) -> dict:
     fabric = net.fabric
     peers = [{"rank": r, "name": h.name, "ip": h.ip, "hb_ip": h.hb_ip, "server": h.server, "local_rank": h.rank}
              for r, h in enumerate(hosts)]
-    rows, errors, error_times, recoveries = [], [], [], []
+    policy = spec.get("recovery", "abort")
+    rows, errors, error_times, recoveries, beats = [], [], [], [], []
     for size in sizes(spec):
         label = f"{spec['op']}-{spec['algo']}-{size}-{time.monotonic_ns()}"
         store = os.path.join(net.run_dir, "store", label)
         os.makedirs(store)
+        base = {"peers": peers, "store": store, "op": spec["op"], "algo": spec["algo"],
+                "bytes": size, "dtype": spec.get("dtype", "float32"), "reduce": spec.get("reduce", "sum"),
+                "root": spec.get("root", 0), "iterations": spec.get("iterations", 3),
+                "warmup": spec.get("warmup", 1), "check": spec.get("check", True), "recovery": policy,
+                "heartbeat": spec.get("heartbeat", {}),
+                "timeout_s": spec.get("timeout_s", 60), **transport_options(net.routing),
+                "ring": "rank" if spec.get("ring") == "rank" else "rail",
+                "multicast_scope": multicast_scope(fabric, spec),
+                "rc_timeout": 0.05 + 2 * worst_queueing_delay(fabric),
+                # opt-in delay-based congestion control (hosts/rdma/cc.py)
+                "congestion": "delay" if spec.get("congestion", "none") == "delay" else None,
+                # senders pace just below the shaped rates, so queues do not build up
+                "rate_limit_bps": {"nic": PACE * fabric.params["nic_mbps"] * 1e6,
+                                   "hb": PACE * fabric.params["hb_mbps"] * 1e6}}
         commands = {}
         for r, h in enumerate(hosts):
-            rank_spec = {"rank": r, "peers": peers, "store": store, "op": spec["op"], "algo": spec["algo"],
-                         "bytes": size, "dtype": spec.get("dtype", "float32"), "reduce": spec.get("reduce", "sum"),
-                         "root": spec.get("root", 0), "iterations": spec.get("iterations", 3),
-                         "warmup": spec.get("warmup", 1), "check": spec.get("check", True),
-                         "recovery": spec.get("recovery", "abort"),
-                         "timeout_s": spec.get("timeout_s", 60), **transport_options(net.routing),
-                         "ring": "rank" if spec.get("ring") == "rank" else "rail",
-                         "multicast_scope": multicast_scope(fabric, spec),
-                         "rc_timeout": 0.05 + 2 * worst_queueing_delay(fabric),
-                         # senders pace just below the shaped rates, so queues do not build up
-                         "rate_limit_bps": {"nic": PACE * fabric.params["nic_mbps"] * 1e6,
-                                            "hb": PACE * fabric.params["hb_mbps"] * 1e6}}
             path = os.path.join(store, f"rank{r}.json")
             with open(path, "w") as f:
-                json.dump(rank_spec, f)
+                json.dump({**base, "rank": r}, f)
             commands[h.name] = ["hosts.collectives.run", path]
         # Worst case: every iteration at 1/4 of the bound, plus start-up and the collective's own timeout.
         budget = (spec.get("iterations", 3) + spec.get("warmup", 1)) * \
             4 * models.time_model(spec["op"], model_algo(fabric, spec), size, cluster(fabric)) + spec.get("timeout_s", 60) + 30
+        manager = recovery.JobManager(net, base, store, [{k: v for k, v in p.items() if k != "rank"} for p in peers],
+                                      budget).start() if policy != "abort" else None
         before = net.counters()
         try:
             out, failed = run_on_hosts(net, commands, timeout=budget, partial=True)
         finally:
+            if manager is not None:
+                manager.stop()
+                out.update(manager.outputs)
+                failed += manager.errors
             after = net.counters()
             shutil.rmtree(store, ignore_errors=True)
+        fenced = manager.fenced if manager is not None else set()
         done = [o for o in out.values() if "times" in o]
-        for o in done:
-            recoveries += o.get("recoveries", [])
+        epochs = recovery_records(out.values(), policy, manager)
+        recoveries += epochs
         error_times += [o["error_at"] for o in out.values() if "error_at" in o] + \
-            [r["detected_at"] for r in recoveries]
-        if recoveries and done and len(done) + len(failed) == len(hosts):
-            failed = []        # ranks lost to a GPU failure; the survivors shrank the job and finished
-        failed += [o["error"] for o in out.values() if "error" in o]
+            [r["detected_at"] for r in epochs if r["detected_at"]]
+        beats += [o["heartbeat"] for o in out.values() if o.get("heartbeat")]
+        # ranks lost to a GPU failure are no error if the job re-formed without them and finished
+        failed = [e for e in failed if e.split(":", 1)[0] not in fenced] + \
+            [o["error"] for o in out.values() if "error" in o and o.get("host") not in fenced]
+        world = done[0].get("world", len(hosts)) if done else len(hosts)
+        if not failed and len(done) < world:
+            failed.append(f"only {len(done)} of the {world} ranks of the last epoch finished")
         if failed:
             errors.append(f"{size} B: " + "; ".join(failed[:4]) + (f" (+{len(failed) - 4} more)" if len(failed) > 4 else ""))
             break
         rows.append(row(fabric, spec, size, done, before, after))
     result = summarize(spec, len(hosts), rows, errors)
     result["first_error_at"] = min(error_times) if error_times else None
-    result["first_recovered_at"] = min((r["reformed_at"] for r in recoveries), default=None)
-    result["recoveries"] = sorted({(r["world"], round(r["reformed_at"] - r["detected_at"], 3)) for r in recoveries})
+    result["first_recovered_at"] = min((r["reformed_at"] for r in recoveries if r.get("reformed_at")), default=None)
+    result["recoveries"] = recoveries
+    if beats:        # the margin the heartbeats had: longest silence of a live peer, against the timeout
+        result["heartbeat"] = {"period_s": beats[0]["period_s"], "timeout_s": beats[0]["timeout_s"],
+                               "max_peer_silence_s": max(h["max_peer_silence_s"] for h in beats),
+                               "max_own_gap_s": max(h["max_own_gap_s"] for h in beats)}
     return result
+
+
+def recovery_records(outputs, policy: str, manager) -> list[dict]:
+    """One record per re-formed epoch, from what the ranks reported (wall-clock times): detected (first
+    rank to notice), decided (the verdict), re-formed (every member of the new epoch in), first success
+    (the first collective after it completed on every member), and what the manager did."""
+    by_epoch: dict[int, list[dict]] = {}
+    for o in outputs:
+        for r in o.get("recoveries", []) + ([o["joined"]] if "joined" in o else []):
+            by_epoch.setdefault(r["epoch"], []).append(r)
+    events = {e["epoch"]: e for e in manager.events} if manager is not None else {}
+    records = []
+    for epoch, rs in sorted(by_epoch.items()):
+        first = [r["first_success_at"] for r in rs if r.get("first_success_at")]
+        some = next((r for r in rs if r.get("failed") is not None), {})
+        records.append({
+            "epoch": epoch, "policy": policy, "failed": some.get("failed"), "replaced": some.get("replaced"),
+            "world": some.get("world"), "lost_steps": some.get("lost_steps"),
+            "detected_at": min((r["detected_at"] for r in rs if r.get("detected_at")), default=None),
+            "decided_at": some.get("decided_at"),
+            "reformed_at": min((r["reformed_at"] for r in rs if r.get("reformed_at")), default=None),
+            "first_success_at": max(first) if first else None,
+            "activation_s": events.get(epoch, {}).get("activation_s"),
+            "error": next((r["error"] for r in rs if r.get("error")), None)})
+    return records
 
 
 def row(fabric, spec: dict, size: int, outs: list[dict], before: dict, after: dict) -> dict:
     n = outs[0].get("world", len(outs))
     iters = min(len(o["times"]) for o in outs)
-    # an iteration takes as long as its slowest rank; report the mean over iterations
-    seconds = sum(max(o["times"][i] for o in outs) for i in range(iters)) / iters
+    # an iteration takes as long as its slowest rank (of those that ran it: a spare joins late);
+    # report the mean over iterations
+    per_iter = [max(o["times"][i] for o in outs if o["times"][i] is not None) for i in range(iters)]
+    seconds = sum(per_iter) / iters
     itemsize = 2 if spec.get("dtype") == "float16" else 4
     nbytes = outs[0]["count"] * itemsize * (n if spec["op"] == "allgather" else 1)
     algbw = nbytes / seconds / 1e6
