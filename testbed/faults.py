@@ -115,7 +115,7 @@ def inject(net, target: str, up: bool = False) -> dict:
     return {"target": target, "up": up, "at": at, "links": len(links)}
 
 
-GPU_KINDS = {"gpu-crash": signal.SIGKILL, "gpu-hang": signal.SIGSTOP}
+GPU_KINDS = {"gpu-crash": signal.SIGKILL, "gpu-hang": signal.SIGSTOP, "gpu-declared": signal.SIGUSR1}
 
 
 def gpu_hosts(fabric, kind: str, target: str) -> list[str]:
@@ -153,7 +153,7 @@ def signal_gpus(net, hosts: list[str], sig) -> int:
     hit = 0
     for host in hosts:
         node = net.host(host)
-        if hasattr(node, "container_fault"):
+        if hasattr(node, "container_fault") and sig != signal.SIGUSR1:
             hit += node.container_fault(sig)
             continue
         for pid in host_processes(net, host):
@@ -166,7 +166,7 @@ def signal_gpus(net, hosts: list[str], sig) -> int:
 
 
 LINK_KINDS = ("link-down", "link-up", "link-flap", "switch-down")
-GPU_FAULTS = ("gpu-crash", "gpu-hang", "server-down")
+GPU_FAULTS = ("gpu-crash", "gpu-hang", "gpu-declared", "server-down")
 
 
 def check_target(fabric, fault: dict) -> None:
@@ -183,7 +183,8 @@ class Schedule:
     link-down / switch-down: down at `at`, back up after `duration` if given; link-up: up at `at`;
     link-flap: down and up `count` times (default 3), `duration` (default 0.5 s) each way;
     gpu-crash / server-down: the GPU host's (server's) rank processes are killed (SIGKILL);
-    gpu-hang: they are stopped (SIGSTOP), and resumed after `duration` if given.
+    gpu-hang: they are stopped (SIGSTOP), and resumed after `duration` if given;
+    gpu-declared: the GPU is declared failed (SIGUSR1: the rank tells its peers and leaves).
     (Docker hosts: docker kill, docker pause, docker unpause of the host's container.)
     Everything still down when the workloads end is restored before the fabric is torn down.
     """

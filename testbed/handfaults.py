@@ -69,8 +69,9 @@ def running_fabric() -> RunningFabric:
 def register(subparsers) -> None:
     p = subparsers.add_parser("fault", help="inject a fault by hand into the running fabric")
     p.add_argument("target", help="rail0-spine1 | HOST/nic | HOST/hb | path:SRC>DST | SWITCH | GPU host")
-    p.add_argument("action", choices=("down", "up", "crash", "hang", "resume"),
-                   help="down/up for links and switches; crash/hang/resume for a GPU host's processes")
+    p.add_argument("action", choices=("down", "up", "crash", "hang", "resume", "declare"),
+                   help="down/up for links and switches; crash/hang/resume/declare (declared failed) for a "
+                        "GPU host's processes")
     p.set_defaults(func=run)
 
 
@@ -83,7 +84,8 @@ def run(args) -> int:
             raise HandFaultError(str(exc)) from None
         print(f"{args.target}: {args.action} ({rec['links']} links)")
         return 0
-    sig = {"crash": signal.SIGKILL, "hang": signal.SIGSTOP, "resume": signal.SIGCONT}[args.action]
+    sig = {"crash": signal.SIGKILL, "hang": signal.SIGSTOP, "resume": signal.SIGCONT,
+           "declare": signal.SIGUSR1}[args.action]
     try:
         hosts = faults.gpu_hosts(net.fabric, "gpu-crash", args.target)
     except faults.FaultError as exc:

@@ -112,6 +112,19 @@ def test_crash_and_hang_are_detected_by_heartbeats_and_the_job_shrinks(kind, tmp
 
 
 @pytest.mark.root
+def test_a_declared_failure_is_reported_at_once_and_the_job_shrinks(tmp_path):
+    doc = scenario("declared", "shrink", {"at": 4.0, "kind": "gpu-declared", "target": "s1g1"},
+                   fabric={"kind": "rail-optimized", "servers": 2, "gpus_per_server": 2})
+    r = run(tmp_path, doc)
+    assert r["ok"], r["checks"]
+    row, w, fault = outcome(r)
+    assert row["ranks"] == 3 and row["correct"]
+    rec, = w["recoveries"]
+    assert rec["failed"] == ["s1g1"] and "(s1g1) was declared failed" in rec["error"]
+    report("gpu-declared", fault)
+
+
+@pytest.mark.root
 def test_spare_gpu_takes_over_on_the_failed_gpus_rail(tmp_path):
     doc = scenario("spare", "spare", {"workload": "collective#0", "at": 4.0, "kind": "gpu-crash", "target": "s1g1"},
                    fabric={"kind": "rail-only", "servers": 2, "gpus_per_server": 2, "spares_per_server": 1})

@@ -229,6 +229,8 @@ class Communicator:
             return None
         name, (silence, _) = min(failed.items(), key=lambda kv: kv[1][1])
         rank = next((p.rank for p in self.peers if p.name == name), "?")
+        if self.heartbeat.was_declared(name):
+            return f"rank {rank} ({name}) was declared failed"
         return f"rank {rank} ({name}) missed its heartbeats for {silence:.2f} s"
 
     def check_peers(self) -> None:

@@ -11,7 +11,9 @@ so the ranks' clocks need not agree. A watcher that was itself starved (its loop
 the timeout: the 2-core machine was busy, or the process was stopped) restarts every peer's clock
 instead of blaming them, which keeps load from producing false positives. A peer that has not
 published yet (a spare still starting) gets `join_grace` seconds. A rank that leaves the job normally
-publishes LEFT, so that its silence afterwards is not a failure.
+publishes LEFT, so that its silence afterwards is not a failure. A rank whose GPU is declared failed
+(the operator or a health check takes it out of service) publishes DECLARED, and its watchers fail it at
+once, without waiting out the timeout.
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ import time
 from typing import Callable
 
 LEFT = (1 << 64) - 1
+DECLARED = LEFT - 1
 _BEAT = struct.Struct("<Q")
 
 
@@ -38,6 +41,7 @@ class Heartbeat:
         self._lock = threading.Lock()
         self._peers: dict[str, dict] = {}          # name -> {fd, value, since (monotonic), watched_at}
         self._failed: dict[str, tuple[float, float]] = {}     # name -> (silence s, wall time declared)
+        self._declared: set[str] = set()           # peers whose GPU was declared failed (no silence needed)
         self.on_failure: Callable[[], None] | None = None       # called from the heartbeat thread
         self.max_silence = 0.0       # longest a live peer's counter stood still (the margin to `timeout`)
         self.max_loop_gap = 0.0      # longest gap between two of our own beats (our own starvation)
@@ -78,7 +82,14 @@ class Heartbeat:
         if not failed:
             return None
         name, (silence, _) = min(failed.items(), key=lambda kv: kv[1][1])
+        if self.was_declared(name):
+            return f"{name} was declared failed"
         return f"{name} missed its heartbeats for {silence:.2f} s"
+
+    def was_declared(self, name: str) -> bool:
+        """Whether the peer's GPU was declared failed (rather than falling silent)."""
+        with self._lock:
+            return name in self._declared
 
     def stats(self) -> dict:
         return {"period_s": self.period, "timeout_s": self.timeout, "beats": self._count,
@@ -93,6 +104,11 @@ class Heartbeat:
             os.pwrite(self._fd, _BEAT.pack(LEFT), 0)
         os.close(self._fd)
         self.watch(())
+
+    def declare_failed(self) -> None:
+        """This rank's GPU is out of service: stop beating and tell the watchers so."""
+        self._stop.set()
+        os.pwrite(self._fd, _BEAT.pack(DECLARED), 0)
 
     # -- the thread ---------------------------------------------------------------------------
     def _beat(self) -> None:
@@ -122,6 +138,11 @@ class Heartbeat:
                     value = self._read(name, peer)
                     if starved:                  # we were not running: we cannot tell who was silent
                         peer["since"] = now
+                    if value == DECLARED and name not in self._failed:
+                        self._declared.add(name)
+                        self._failed[name] = (now - peer["since"], time.time())
+                        newly = True
+                        continue
                     if value is not None and value != peer["value"]:
                         if peer["value"] is not None and not starved:
                             self.max_silence = max(self.max_silence, now - peer["since"])

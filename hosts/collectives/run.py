@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import time
 
@@ -161,6 +162,14 @@ def finish(comm: Communicator, store: FileStore, rank: int, world: int) -> None:
     comm.close()
 
 
+def declared_failed(hb) -> None:
+    """SIGUSR1: the testbed declared this rank's GPU failed. Tell the peers through the heartbeats
+    (they fail it at once) and leave, as a GPU taken out of service would."""
+    if hb is not None:
+        hb.declare_failed()
+    os._exit(3)
+
+
 def main() -> None:
     with open(sys.argv[1]) as f:
         spec = json.load(f)
@@ -169,6 +178,7 @@ def main() -> None:
     join = spec.get("join")
     me = join["me"]["name"] if join else spec["peers"][spec["rank"]]["name"]
     hb = start_heartbeat(spec, me)
+    signal.signal(signal.SIGUSR1, lambda *_: declared_failed(hb))
     dtype = np.dtype(spec.get("dtype", "float32"))
     warmup = spec.get("warmup", 1)
     steps = warmup + spec.get("iterations", 5)

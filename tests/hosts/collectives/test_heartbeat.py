@@ -181,3 +181,17 @@ def test_collective_waiting_on_a_silent_peer_fails_naming_it():
         assert "rank 3 (s1g1) missed its heartbeats" in message and "allreduce/ring" in message
     print(f"every survivor failed {max(t for _, t in errors.values()):.2f} s into the second AllReduce "
           f"(heartbeat timeout 0.5 s)")
+
+
+def test_a_declared_failure_is_seen_at_once_and_named():
+    """DECLARED needs no silence: the watcher fails the peer on its next look, however long the timeout."""
+    with tempfile.TemporaryDirectory() as d:
+        watcher = Heartbeat(d, "a", period=0.05, timeout=30.0).start()
+        peer = Heartbeat(d, "b", period=0.05, timeout=30.0).start()
+        watcher.watch(["b"])
+        time.sleep(0.2)
+        assert watcher.failure() is None
+        peer.declare_failed()
+        assert wait_for(lambda: watcher.failure() is not None, limit=5.0)
+        assert watcher.failure() == "b was declared failed"
+        watcher.stop()
