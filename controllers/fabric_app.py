@@ -40,7 +40,7 @@ except ImportError:  # pragma: no cover - exercised only under ryu-manager
     from ryu.ofproto import ofproto_v1_5
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from controllers.ofport import port_is_up  # noqa: E402
+from controllers.ofport import port_change  # noqa: E402
 from controllers.routes import Topology  # noqa: E402
 
 NTR_VENDOR_ID = 0x0000154D       # Open vSwitch's "Nicira extension" vendor id for OpenFlow 1.5
@@ -230,14 +230,12 @@ class FabricRouting(app_manager.OSKenApp if hasattr(app_manager, "OSKenApp") els
     # -- failures ---------------------------------------------------------------------------------
     @set_ev_cls(ofp_event.EventOFPPortStatus, MAIN_DISPATCHER)
     def port_status(self, ev):
-        msg = ev.msg
-        dp, desc = msg.datapath, msg.desc
-        name = self.topo.by_dpid(dp.id)
-        if name is None or desc.port_no > dp.ofproto.OFPP_MAX:
+        change = port_change(self.topo, ev.msg)
+        if change is None:
             return
-        up = port_is_up(msg)
+        name, port, up = change
         t0 = time.time()
-        if not self.topo.set_port(name, desc.port_no, up):
+        if not self.topo.set_port(name, port, up):
             return
         wanted = self.wanted()
         changed = 0
@@ -246,9 +244,9 @@ class FabricRouting(app_manager.OSKenApp if hasattr(app_manager, "OSKenApp") els
             if n:
                 changed += n
                 self.barrier(self.dps[sw], sw)
-        self.port_events.append({"at": t0, "switch": name, "port": desc.port_no, "up": up, "flows_changed": changed,
+        self.port_events.append({"at": t0, "switch": name, "port": port, "up": up, "flows_changed": changed,
                             "computed_s": round(time.time() - t0, 6)})
-        self.logger.info("%s port %d %s: %d flows changed", name, desc.port_no, "up" if up else "down", changed)
+        self.logger.info("%s port %d %s: %d flows changed", name, port, "up" if up else "down", changed)
         self.save_state()
 
     @set_ev_cls(ofp_event.EventOFPErrorMsg, MAIN_DISPATCHER)

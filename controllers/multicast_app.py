@@ -33,7 +33,7 @@ except ImportError:  # pragma: no cover - exercised only under ryu-manager
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from controllers import mcast_trees  # noqa: E402
-from controllers.ofport import port_is_up  # noqa: E402
+from controllers.ofport import port_change  # noqa: E402
 from controllers.routes import Topology  # noqa: E402
 
 COOKIE, COOKIE_MASK = 0x4D43000000000000, 0xFFFF000000000000     # "MC"
@@ -143,14 +143,12 @@ class MulticastTrees(app_manager.OSKenApp if hasattr(app_manager, "OSKenApp") el
 
     @set_ev_cls(ofp_event.EventOFPPortStatus, MAIN_DISPATCHER)
     def port_status(self, ev):
-        msg = ev.msg
-        dp, desc = msg.datapath, msg.desc
-        name = self.topo.by_dpid(dp.id)
-        if name is None or desc.port_no > dp.ofproto.OFPP_MAX:
+        change = port_change(self.topo, ev.msg)
+        if change is None:
             return
-        up = port_is_up(msg)
-        if self.topo.set_port(name, desc.port_no, up):
-            self.history.append({"at": time.time(), "switch": name, "port": desc.port_no,
+        name, port, up = change
+        if self.topo.set_port(name, port, up):
+            self.history.append({"at": time.time(), "switch": name, "port": port,
                                 "event": "port_up" if up else "port_down"})
             self.sync()
 

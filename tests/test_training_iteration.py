@@ -2,15 +2,12 @@
 against hand-computed formulas), the rank placement on GPUs, and the analysis of real rank outputs (ranks run
 in-process over the transport's in-memory fabric)."""
 import copy
-import tempfile
-import threading
 
 import pytest
 
-from hosts.collectives import Communicator, FileStore, Peer
+from hosts.collectives import Peer
 from hosts.collectives import training as rank_program
-from hosts.rdma import open_device
-from hosts.rdma.transport import MemoryFabric
+from tests.hosts.collectives.test_algorithms import run_ranks
 from testbed.scenario import ScenarioError
 from testbed.topo import build
 from testbed.workloads import collective, training
@@ -100,24 +97,7 @@ def run_ranks_in_process(fabric, plan, s):
     peers = [Peer(rank=r, name=h.name, ip=h.ip, hb_ip=h.hb_ip, server=h.server, local_rank=h.rank)
              for r, h in enumerate(hosts)]
     spec = {**training.rank_spec(plan, s, fabric, "ecmp"), "compute_s": 0.001}
-    net, store_dir, outs, errors = MemoryFabric(), tempfile.mkdtemp(prefix="tb-store-"), {}, []
-
-    def main(me):
-        store = FileStore(store_dir, timeout=30)
-        comm = Communicator(me, peers, store, lambda ip: open_device(ip, backend="uroce", transport=net.attach(ip)),
-                            timeout=30)
-        try:
-            outs[me.rank] = rank_program.run_rank(spec, comm, store)
-        except Exception as exc:  # reported to the test
-            errors.append(exc)
-        finally:
-            comm.close()
-    threads = [threading.Thread(target=main, args=(p,)) for p in peers]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join(120)
-    assert not errors, errors
+    outs = run_ranks(peers, lambda c: rank_program.run_rank(spec, c, c.store), timeout=30)
     return hosts, [outs[r] for r in sorted(outs)]
 
 

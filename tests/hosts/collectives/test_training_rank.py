@@ -1,18 +1,13 @@
 """The training-iteration rank program: the rank layout, the pipeline schedules, and whole iterations run
 in-process (ranks are threads over the transport's in-memory fabric: real RoCEv2 packets, no namespaces)."""
-import tempfile
-import threading
-
 import numpy as np
 import pytest
 
-from hosts.collectives import Communicator, FileStore, Peer
 from hosts.collectives import training
 from hosts.collectives.layout import Layout, gpu_of
 from hosts.collectives.schedule import SCHEDULES, in_flight, simulate
 from hosts.collectives.subcomm import SubComm
-from hosts.rdma import open_device
-from hosts.rdma.transport import MemoryFabric
+from tests.hosts.collectives.test_algorithms import peers_grid, run_ranks
 
 PLANS = [(1, 1, 1), (2, 2, 2), (4, 2, 1), (2, 1, 4), (1, 4, 2), (2, 3, 2), (3, 2, 2)]
 
@@ -87,36 +82,8 @@ def test_simulate_detects_a_schedule_that_deadlocks(monkeypatch):
 
 # -- whole iterations, in-process ---------------------------------------------------------------
 
-def peers_grid(servers, per):
-    return [Peer(rank=i * per + j, name=f"s{i}g{j}", ip=f"10.11.{i}.{j + 1}", hb_ip=f"10.12.{i}.{j + 1}",
-                 server=i, local_rank=j) for i in range(servers) for j in range(per)]
-
-
 def run_training(servers, per, spec, timeout=30.0):
-    peers = peers_grid(servers, per)
-    fabric = MemoryFabric()
-    store_dir = tempfile.mkdtemp(prefix="tb-store-")
-    results, errors = {}, {}
-
-    def rank_main(me):
-        store = FileStore(store_dir, timeout=timeout)
-        comm = Communicator(me, peers, store, lambda ip: open_device(ip, backend="uroce", transport=fabric.attach(ip)),
-                            timeout=timeout, chunk=8192)
-        try:
-            results[me.rank] = training.run_rank(spec, comm, store)
-        except Exception as exc:  # reported to the test
-            errors[me.rank] = exc
-        finally:
-            comm.close()
-
-    threads = [threading.Thread(target=rank_main, args=(p,)) for p in peers]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join(120)
-    if errors:
-        raise next(iter(errors.values()))
-    return results
+    return run_ranks(peers_grid(servers, per), lambda c: training.run_rank(spec, c, c.store), timeout=timeout)
 
 
 def spec_for(t, p, d, m=3, schedule="1f1b", layers=2, dp_algo="ring", **extra):
