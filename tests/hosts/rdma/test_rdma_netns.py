@@ -169,7 +169,7 @@ def test_tcpdump_capture_decodes_as_roce(veth, ends, tmp_path):
         pytest.skip("tcpdump and tshark are needed")
     pcap = tmp_path / "wire.pcap"
     cap = subprocess.Popen(["ip", "netns", "exec", veth.ns[1], "tcpdump", "-Z", "root", "-i", veth.ifs[1], "-w", str(pcap),
-                            "-U", "--immediate-mode", "udp port 4791"], stdout=subprocess.DEVNULL,
+                            "-U", "--immediate-mode", "-B", "16384", "udp port 4791"], stdout=subprocess.DEVNULL,
                            stderr=subprocess.PIPE, text=True)
     try:
         _wait_listening(cap)
