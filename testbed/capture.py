@@ -13,7 +13,12 @@ import signal
 import subprocess
 import time
 
-from testbed.net import is_patch, sysname
+from testbed import pcap
+from testbed.net import HB_MTU, NIC_MTU, is_patch, sysname
+
+ETHERNET_HEADER = 14
+WHOLE_FRAMES = 262144              # tcpdump's own default snaplen: every frame whole
+REPORT_ICRC_LIMIT = 5000           # ICRCs the run's report checks per pcap (scapy: ~1 ms each)
 
 
 class CaptureError(ValueError):
@@ -49,6 +54,38 @@ def validate(fabric, specs: list[dict]) -> None:
         interface(fabric, spec["point"])
 
 
+def largest_frame(fabric, point: str) -> int:
+    """The longest frame a capture point can see: its link's MTU plus the Ethernet header."""
+    if "/" in point:
+        kind = point.split("/", 1)[1]
+    else:
+        switch, _, port = point.partition(":")
+        kind = next(l.kind for l in fabric.links
+                    if (l.a, l.a_port) == (switch, int(port)) or (l.b, l.b_port) == (switch, int(port)))
+    return (HB_MTU if kind == "hb" else NIC_MTU) + ETHERNET_HEADER
+
+
+def snaplen_warnings(fabric, specs: list[dict]) -> list[str]:
+    """One line per capture whose snaplen cuts frames: what a reader of that pcap cannot check."""
+    out = []
+    for i, spec in enumerate(specs):
+        snaplen, frame = spec.get("snaplen", WHOLE_FRAMES), largest_frame(fabric, spec["point"])
+        if snaplen < frame:
+            out.append(f"capture.{i}: snaplen {snaplen} cuts frames at {spec['point']} (up to {frame} bytes): "
+                       f"RoCE payloads and ICRCs in that pcap will not be checkable, and Wireshark will call the "
+                       f"cut packets malformed; leave snaplen out to capture whole packets")
+    return out
+
+
+def contents(path: str) -> dict:
+    """What a pcap holds, for the report: packets, RoCE packets, truncated, bad ICRC, malformed."""
+    try:
+        s = pcap.summarize(path, icrc_limit=REPORT_ICRC_LIMIT)
+    except (pcap.PcapError, OSError) as exc:
+        return {"error": str(exc)}
+    return {k: s[k] for k in ("packets", "roce_packets", "truncated", "bad_icrc", "icrc_checked", "malformed")}
+
+
 class Captures:
     """Start tcpdump for every point; stop() flushes them and returns what was captured."""
 
@@ -64,7 +101,7 @@ class Captures:
         for spec in self.specs:
             host, dev = interface(self.net.fabric, spec["point"])
             path = os.path.join(self.dir, file_name(spec["point"]))
-            argv = ["tcpdump", "-i", dev, "-w", path, "-U", "-n", "-s", str(spec.get("snaplen", 262144)),
+            argv = ["tcpdump", "-i", dev, "-w", path, "-U", "-n", "-s", str(spec.get("snaplen", WHOLE_FRAMES)),
                     "-c", str(spec.get("max_packets", 1_000_000))]
             if spec.get("filter"):
                 argv += spec["filter"].split()
@@ -88,6 +125,7 @@ class Captures:
                     proc.kill()
                     proc.wait()
             out.append({"point": spec["point"], "file": path, "filter": spec.get("filter", ""),
-                        "bytes": os.path.getsize(path) if os.path.exists(path) else 0})
+                        "snaplen": spec.get("snaplen", WHOLE_FRAMES),
+                        "bytes": os.path.getsize(path) if os.path.exists(path) else 0, **contents(path)})
         self.procs = []
         return out

@@ -55,6 +55,9 @@ def cmd_run(args) -> int:
     doc = scenario.load(args.scenario, args.set or [])
     fabric = runner.fabric_of(doc)                  # validates sizes before anything is touched
     runner.check(doc, fabric)
+    from testbed import capture
+    for warning in capture.snaplen_warnings(fabric, doc.get("capture", [])):
+        print(f"warning: {warning}", file=sys.stderr)
     if os.geteuid() != 0:
         raise UsageError("`testbed run` needs root (namespaces, Open vSwitch); try sudo")
     from testbed import ovs

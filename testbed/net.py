@@ -34,6 +34,7 @@ from testbed.topo import Fabric
 
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HB_MTU = 9000
+NIC_MTU = 1500          # every link that is not an HB link
 HOST_BACKENDS = ("netns", "docker")
 
 
@@ -306,7 +307,7 @@ class Network:
         for l in fab.links:
             if self.is_patch(l):
                 continue
-            mtu = HB_MTU if l.kind == "hb" else 1500
+            mtu = HB_MTU if l.kind == "hb" else NIC_MTU
             for node, port in ((l.a, l.a_port), (l.b, l.b_port)):
                 if node in fab.hosts:
                     self.mn.get(node).cmd(tbf(f"eth{port}", l.mbps, mtu))

@@ -3,6 +3,10 @@
 Per BTH opcode counts, flows (5-tuples with packets and bytes), retransmissions (a request packet
 seen again: same flow, destination QP, PSN and opcode), multicast traffic per group, and ICRC
 failures. Decoding is scapy's (scapy.contrib.roce), so it is independent of our own transport.
+
+A RoCE packet captured shorter than it was on the wire (a snaplen below the frame size) is counted as
+truncated: its ICRC covers bytes the capture does not hold, so it is neither checked nor counted bad,
+and a BTH cut off by the snaplen is not called malformed.
 """
 from __future__ import annotations
 
@@ -18,7 +22,8 @@ class PcapError(ValueError):
     pass
 
 
-def summarize(path: str, check_icrc: bool = True) -> dict:
+def summarize(path: str, check_icrc: bool = True, icrc_limit: int | None = None) -> dict:
+    """What the capture holds; ICRCs of at most icrc_limit whole RoCE packets are checked (None: all)."""
     if not os.path.exists(path):
         raise PcapError(f"{path}: no such file")
     from scapy.contrib.roce import BTH
@@ -27,7 +32,7 @@ def summarize(path: str, check_icrc: bool = True) -> dict:
     from scapy.utils import PcapReader
 
     opcodes, flows, groups, seen = Counter(), {}, Counter(), Counter()
-    total = roce = bad_icrc = malformed = 0
+    total = roce = bad_icrc = malformed = truncated = icrc_checked = 0
     size = 0
     try:
         reader = PcapReader(path)
@@ -36,7 +41,8 @@ def summarize(path: str, check_icrc: bool = True) -> dict:
     with reader:
         for pkt in reader:
             total += 1
-            size += len(pkt)
+            wire = max(len(pkt), pkt.wirelen or 0)       # bytes on the wire, whatever the snaplen kept
+            size += wire
             if IP not in pkt:
                 continue
             ip = pkt[IP]
@@ -46,41 +52,49 @@ def summarize(path: str, check_icrc: bool = True) -> dict:
             key = f"{ip.src}:{sport} > {ip.dst}:{dport} {ip.proto}"
             f = flows.setdefault(key, [0, 0])
             f[0] += 1
-            f[1] += len(pkt)
+            f[1] += wire
             if ipaddress.ip_address(ip.dst).is_multicast:
                 groups[ip.dst] += 1
             if dport != ROCE_PORT:
                 continue
             roce += 1
+            cut = len(pkt) < wire
+            truncated += cut
             bth = pkt.getlayer(BTH)
             if bth is None:
-                malformed += 1
+                malformed += not cut
                 continue
             name = bth.get_field("opcode").i2repr(bth, bth.opcode)
             opcodes[name] += 1
             if "ACKNOWLEDGE" not in name and "RESPONSE" not in name:
                 seen[(ip.src, ip.dst, bth.dqpn, bth.psn, bth.opcode)] += 1
-            if check_icrc and not icrc_ok(pkt[IP]):
-                bad_icrc += 1
+            if check_icrc and not cut and (icrc_limit is None or icrc_checked < icrc_limit):
+                icrc_checked += 1
+                bad_icrc += not icrc_ok(pkt[IP])
     retrans = sum(n - 1 for n in seen.values() if n > 1)
     return {"file": path, "packets": total, "bytes": size, "roce_packets": roce, "opcodes": dict(opcodes.most_common()),
-            "retransmissions": retrans, "bad_icrc": bad_icrc if check_icrc else None, "malformed": malformed,
+            "retransmissions": retrans, "truncated": truncated,
+            "bad_icrc": bad_icrc if check_icrc else None, "icrc_checked": icrc_checked if check_icrc else 0,
+            "malformed": malformed,
             "multicast": dict(groups),
             "flows": [{"flow": k, "packets": v[0], "bytes": v[1]}
                       for k, v in sorted(flows.items(), key=lambda kv: -kv[1][1])]}
 
 
 def icrc_ok(ip) -> bool:
-    """Recompute the ICRC of a RoCEv2 packet with scapy and compare."""
+    """Recompute the ICRC of a whole RoCEv2 packet with scapy and compare it with the captured one."""
     from scapy.contrib.roce import BTH
-    rebuilt = ip.copy()
-    rebuilt[BTH].icrc = None
-    return bytes(rebuilt) == bytes(ip)
+    datagram = bytes(ip.original or ip)[:ip.len]        # the IP datagram, without Ethernet padding
+    return len(datagram) == ip.len and ip[BTH].compute_icrc(b"") == datagram[-4:]
 
 
 def format_summary(s: dict, top: int = 10) -> str:
+    icrc = "ICRC not checked" if s["bad_icrc"] is None else f"{s['bad_icrc']} bad ICRC"
+    if s["bad_icrc"] is not None and s["icrc_checked"] < s["roce_packets"] - s["truncated"]:
+        icrc += f" (of {s['icrc_checked']} checked)"
     lines = [f"{s['file']}: {s['packets']} packets, {s['bytes']} bytes; RoCEv2 {s['roce_packets']} packets, "
-             f"{s['retransmissions']} retransmitted, {s['bad_icrc']} bad ICRC, {s['malformed']} malformed"]
+             f"{s['retransmissions']} retransmitted, {s['truncated']} truncated (ICRC not checkable), {icrc}, "
+             f"{s['malformed']} malformed"]
     if s["opcodes"]:
         lines.append("opcodes:")
         lines += [f"  {n:>8}  {name}" for name, n in s["opcodes"].items()]

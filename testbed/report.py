@@ -168,11 +168,29 @@ def summary_markdown(results: dict, table: str) -> str:
                   "may measure the emulating machine rather than the links.", ""]
     lines += ["## Summary", "", "```", table, "```", ""]
     if results.get("captures"):
-        lines += ["## Captures", ""] + [f"- `{c['point']}`: `{os.path.basename(c['file'])}` ({c['bytes']} bytes)"
-                                         for c in results["captures"]] + [""]
+        lines += capture_section(results["captures"])
     lines += ["Link delays are not emulated (no netem on this kernel); data-centre propagation delays are "
               "microseconds, below what the emulation resolves.", ""]
     return "\n".join(lines)
+
+
+def capture_section(captures: list[dict]) -> list[str]:
+    """Per pcap: what it holds, so a reader knows before opening it whether every packet is whole and sound."""
+    lines = ["## Captures", "", "| point | file | bytes | packets | RoCE | truncated | bad ICRC | malformed |",
+             "|---|---|---|---|---|---|---|---|"]
+    for c in captures:
+        if "packets" not in c:
+            lines.append(f"| {c['point']} | {os.path.basename(c['file'])} | {c['bytes']} | "
+                         f"unreadable: {c.get('error', '?')} | | | | |")
+            continue
+        checked = c["roce_packets"] - c["truncated"]
+        icrc = f"{c['bad_icrc']}" + (f" (of {c['icrc_checked']} checked)" if c["icrc_checked"] < checked else "")
+        lines.append(f"| {c['point']} | {os.path.basename(c['file'])} | {c['bytes']} | {c['packets']} | "
+                     f"{c['roce_packets']} | {c['truncated']} | {icrc} | {c['malformed']} |")
+    if any(c.get("truncated") for c in captures):
+        lines.append("\nTruncated packets were cut by the capture's snaplen: their ICRC cannot be checked, and "
+                     "Wireshark marks them malformed although they were whole on the wire.")
+    return lines + [""]
 
 
 def write(results: dict, fabric, timeline, out_dir: str, table: str) -> list[str]:

@@ -75,6 +75,70 @@ def test_pcap_summarize_reads_real_rxe_captures():
     assert p.returncode == 2 and "not a pcap" in p.stderr and "Traceback" not in p.stderr
 
 
+def _rewrite_pcap(src, dst, change):
+    """Write dst with change(frame bytes) -> (kept bytes, wire length) applied to every frame of src."""
+    from scapy.layers.l2 import Ether
+    from scapy.utils import rdpcap, wrpcap
+    out = []
+    for i, frame in enumerate(rdpcap(src)):
+        kept, wire = change(i, bytes(frame))
+        pkt = Ether(kept)
+        pkt.wirelen = wire
+        out.append(pkt)
+    wrpcap(dst, out)
+    return [len(bytes(f)) for f in rdpcap(src)]
+
+
+def test_pcap_summarize_counts_truncated_packets_apart_from_bad_icrc(tmp_path):
+    """A capture cut at 128 bytes: the cut RoCE packets are 'truncated', never 'bad ICRC' or 'malformed'."""
+    src, cut = os.path.join(ROOT, "tests", "data", "rxe", "rc_read.pcap"), str(tmp_path / "cut.pcap")
+    lengths = _rewrite_pcap(src, cut, lambda i, b: (b[:128], len(b)))
+    longer = sum(n > 128 for n in lengths)
+    assert 0 < longer < len(lengths)            # the file mixes cut data packets with whole short ones
+    p = run_cli("pcap", "summarize", cut, "--json")
+    assert p.returncode == 0, p.stderr
+    s = json.loads(p.stdout)
+    assert s["truncated"] == longer and s["bad_icrc"] == 0 and s["malformed"] == 0, s
+    assert s["icrc_checked"] == len(lengths) - longer
+    assert s["bytes"] == sum(lengths)           # bytes on the wire, not what the snaplen kept
+    p = run_cli("pcap", "summarize", cut)
+    assert f"{longer} truncated (ICRC not checkable), 0 bad ICRC, 0 malformed" in p.stdout, p.stdout
+
+
+def test_pcap_summarize_finds_corrupted_icrcs(tmp_path):
+    """Whole packets with a flipped payload bit fail the ICRC check, one count each."""
+    src, bad = os.path.join(ROOT, "tests", "data", "rxe", "rc_read.pcap"), str(tmp_path / "bad.pcap")
+    flip = lambda b: b[:-5] + bytes([b[-5] ^ 0x01]) + b[-4:]
+    lengths = _rewrite_pcap(src, bad, lambda i, b: ((flip(b) if i % 3 == 0 else b), len(b)))
+    s = json.loads(run_cli("pcap", "summarize", bad, "--json").stdout)
+    assert s["bad_icrc"] == len(range(0, len(lengths), 3)) and s["truncated"] == 0, s
+
+
+def test_snaplen_that_cuts_roce_is_warned_about_at_validation():
+    from testbed import capture
+    from testbed.topo import build
+    fabric = build("rail-only", 2, 2)
+    warnings = capture.snaplen_warnings(fabric, [{"point": "s0g0/nic", "snaplen": 128},
+                                                 {"point": "s0g0/nic"},
+                                                 {"point": "s0g0/hb", "snaplen": 1514},
+                                                 {"point": "rail0:1", "snaplen": 1514}])
+    assert len(warnings) == 2, warnings
+    assert warnings[0].startswith("capture.0: snaplen 128 cuts frames at s0g0/nic (up to 1514 bytes)")
+    assert "ICRCs in that pcap will not be checkable" in warnings[0]
+    assert warnings[1].startswith("capture.2: snaplen 1514 cuts frames at s0g0/hb (up to 9014 bytes)")
+
+
+def test_shipped_scenarios_capture_whole_packets():
+    import glob
+    import yaml
+    from testbed import capture, runner
+    for path in glob.glob(os.path.join(ROOT, "scenarios", "*.yaml")):
+        with open(path) as f:
+            doc = yaml.safe_load(f)
+        if doc.get("capture"):
+            assert capture.snaplen_warnings(runner.fabric_of(doc), doc["capture"]) == [], path
+
+
 @pytest.mark.parametrize("fault,message", [
     ("{at: 1, kind: link-down, target: rail7-spine0}", "faults.0: unknown fault target 'rail7-spine0'"),
     ("{at: 1, kind: gpu-melt, target: s0g0}", "faults.0.kind: 'gpu-melt' is not one of"),

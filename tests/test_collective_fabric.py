@@ -7,13 +7,14 @@ import time
 
 import pytest
 
-from testbed import runner
+from testbed import runner, scenario
 from testbed.net import Network
 from testbed.scenario import ScenarioError
 from testbed.topo import build
 from testbed.workloads import collective
 
 pytestmark = pytest.mark.root
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def test_ring_allreduce_on_rail_optimized_is_correct_and_near_the_bound():
@@ -92,10 +93,33 @@ def test_captured_roce_traffic_decodes_cleanly_in_tshark(tmp_path):
     assert [c["point"] for c in r["captures"]] == ["s0g0/nic", "s0g0/hb", "rail1:2"]
     for cap in r["captures"]:
         assert cap["bytes"] > 10000, cap
-        if shutil.which("tshark"):
-            fields = subprocess.run(["tshark", "-r", cap["file"], "-T", "fields", "-e", "frame.protocols"],
-                                    capture_output=True, text=True, timeout=120).stdout.split()
-            assert fields and all("infiniband" in f for f in fields), set(fields)
-            bad = subprocess.run(["tshark", "-r", cap["file"], "-Y", "_ws.malformed || _ws.expert.severity >= error"],
-                                 capture_output=True, text=True, timeout=120).stdout.strip()
-            assert bad == "", bad
+        assert shutil.which("tshark"), "tshark is missing: scripts/setup installs it"
+        fields = subprocess.run(["tshark", "-r", cap["file"], "-T", "fields", "-e", "frame.protocols"],
+                                capture_output=True, text=True, timeout=120).stdout.split()
+        assert fields and all("infiniband" in f for f in fields), set(fields)
+        bad = subprocess.run(["tshark", "-r", cap["file"], "-Y", "_ws.malformed || _ws.expert.severity >= error"],
+                             capture_output=True, text=True, timeout=120).stdout.strip()
+        assert bad == "", bad
+
+
+def test_demo_capture_opens_cleanly_in_tshark(tmp_path):
+    """The demo's own fabric and capture settings, a short collective: whole packets, sound in tshark and ICRC."""
+    demo = scenario.load(os.path.join(ROOT, "scenarios", "demo.yaml"))
+    short = {"name": "demo-capture", "fabric": demo["fabric"], "routing": demo["routing"],
+             "capture": demo["capture"],
+             "workloads": [{"type": "collective", "op": "allreduce", "algo": "ring", "sizes": ["256KiB"],
+                            "iterations": 1}]}
+    r = runner.run(short, str(tmp_path / "out"), echo=lambda *a: None)
+    assert r["ok"], r["checks"]
+    cap = r["captures"][0]
+    assert cap["roce_packets"] > 200 and cap["truncated"] == 0 and cap["malformed"] == 0, cap
+    assert cap["bad_icrc"] == 0 and cap["icrc_checked"] == cap["roce_packets"], cap
+    assert shutil.which("tshark"), "tshark is missing: scripts/setup installs it"
+    text = subprocess.run(["tshark", "-n", "-r", cap["file"]], capture_output=True, text=True, timeout=120).stdout
+    assert len(text.splitlines()) == cap["packets"], "tshark read another number of packets"
+    assert "Malformed" not in text and "Invalid Packet Length" not in text, \
+        [line for line in text.splitlines() if "Malformed" in line or "Invalid" in line][:3]
+    with open(os.path.join(tmp_path, "out", "summary.md")) as f:
+        report = f.read()
+    assert f"| s0g0/nic | s0g0_nic.pcap | {cap['bytes']} | {cap['packets']} | {cap['roce_packets']} | 0 | 0 | 0 |" \
+        in report, report
