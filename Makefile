@@ -9,14 +9,13 @@ OUT ?=
 setup:
 	@scripts/setup
 
+# Start and stop in one shell: the services count that shell as their user until it stops them.
 demo: setup
-	@scripts/ovs-start
-	@trap 'scripts/ovs-stop' EXIT; .venv/bin/testbed run $(SCENARIO) $(if $(OUT),--out $(OUT))
+	@trap 'scripts/ovs-stop' EXIT; scripts/ovs-start && .venv/bin/testbed run $(SCENARIO) $(if $(OUT),--out $(OUT))
 
 test: setup
-	@scripts/ovs-start
 	@trap '.venv/bin/testbed clean >/dev/null; scripts/dockerd-stop; scripts/ovs-stop' EXIT; \
-		scripts/dockerd-start && $(PY) -m pytest -q -rs tests
+		scripts/ovs-start && scripts/dockerd-start && $(PY) -m pytest -q -rs tests
 
 test-unit: setup
 	$(PY) -m pytest -q -rs -m "not root" tests

@@ -287,6 +287,8 @@ def load(path: str, overrides: list[str] = ()) -> dict:
             doc = yaml.safe_load(f)
     except OSError as exc:
         raise ScenarioError(f"{path}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise ScenarioError(f"{path}: not a text file (byte {exc.start} is not UTF-8): a scenario is YAML") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

@@ -47,6 +47,14 @@ def test_bad_input_is_one_line_exit_2(args, message):
     assert "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) <= 3
 
 
+def test_binary_scenario_file_is_one_line_exit_2(tmp_path):
+    path = tmp_path / "scenario.yaml"
+    path.write_bytes(b"name: x\n\xff\xfe\x00\x91 binary")
+    p = run_cli("run", str(path))
+    assert p.returncode == 2 and "not a text file (byte 8 is not UTF-8)" in p.stderr, p.stderr
+    assert "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1
+
+
 def run_with_extra(tmp_path, extra: str):
     """`testbed run` on a minimal clos scenario with one more top-level section."""
     path = tmp_path / "scenario.yaml"
