@@ -16,6 +16,9 @@ import os
 from collections import Counter
 
 ROCE_PORT = 4791
+# Wireshark's RPC-over-RDMA heuristic claims some SEND messages of raw tensor data as RPC (6 of the demo's
+# 32k packets) and then calls them malformed; our payloads carry no upper protocol, so switch it off.
+TSHARK_OPTIONS = ("--disable-heuristic", "rpcrdma_infiniband")
 
 
 class PcapError(ValueError):
