@@ -1,6 +1,7 @@
 """The `testbed` command line.
 
     testbed topo KIND --servers N --gpus K [--spines S] [--spares-per-server P] [--spare-servers M] [--json]
+                 [--draw FILE.svg]
     testbed run SCENARIO.yaml [--set key=value ...] [--out DIR]
     testbed clean
     testbed pcap summarize FILE [--json]
@@ -38,6 +39,14 @@ def cmd_topo(args) -> int:
                         oversubscription=args.oversubscription, nic_mbps=args.nic_mbps,
                         hb_mbps=args.hb_mbps, cpu_hosts=args.cpu_hosts,
                         spares_per_server=args.spares_per_server, spare_servers=args.spare_servers)
+    if args.draw:
+        from testbed import draw
+        try:
+            print(f"drawn: {draw.draw(fabric, args.draw)}")
+        except draw.DrawError as exc:
+            raise UsageError(str(exc)) from None
+        except OSError as exc:
+            raise UsageError(f"--draw {args.draw}: {exc.strerror}") from None
     if args.json:
         print(json.dumps(fabric.to_json()))
         return 0
@@ -105,6 +114,7 @@ def parser() -> argparse.ArgumentParser:
     t.add_argument("--spares-per-server", type=int, default=0, help="idle spare GPUs per HB domain")
     t.add_argument("--spare-servers", type=int, default=0, help="idle spare servers")
     t.add_argument("--json", action="store_true")
+    t.add_argument("--draw", metavar="FILE", help="also draw the fabric into FILE (.svg, .png or .pdf)")
     t.set_defaults(func=cmd_topo)
 
     r = sub.add_parser("run", help="run a scenario and write results.json")

@@ -11,6 +11,7 @@ import os
 import matplotlib
 import numpy as np
 
+from testbed import draw
 from testbed.faults import GPU_FAULTS
 
 matplotlib.use("Agg")
@@ -201,6 +202,8 @@ def write(results: dict, fabric, timeline, out_dir: str, table: str) -> list[str
     path = os.path.join(plots, "utilisation.png")
     if timeline is not None and plot_utilisation(fabric, timeline, results, path):
         written.append(path)
+    path = os.path.join(plots, "fabric.svg")
+    written.append(draw.draw_run(fabric, results, path))
     path = os.path.join(plots, "collectives.png")
     if plot_collectives(results, path):
         written.append(path)

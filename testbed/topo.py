@@ -155,11 +155,12 @@ class Fabric:
                 "spares": len(self.spares())}
 
     def to_json(self) -> dict:
-        """The `testbed topo --json` form."""
+        """The `testbed topo --json` form; ports as in results.json `links` ("SWITCH:PORT"), hosts' are ethN."""
         return {"kind": self.kind,
                 "switches": list(self.switches),
                 "hosts": list(self.hosts),
-                "links": [[l.a, l.b, {"mbps": l.mbps}] for l in self.links]}
+                "links": [[l.a, l.b, {"mbps": l.mbps, "kind": l.kind, "a_port": l.a_port, "b_port": l.b_port}]
+                          for l in self.links]}
 
     def to_controller(self) -> dict:
         """Everything the SDN controller needs to route proactively. Spares' links, and every circuit a
