@@ -92,7 +92,7 @@ def test_json_form():
     j = build("clos", 2, 2, spines=1).to_json()
     assert set(j) == {"kind", "switches", "hosts", "links"}
     assert j["kind"] == "clos" and "tor0" in j["switches"] and "s1g1" in j["hosts"]
-    assert all(len(l) == 3 and set(l[2]) == {"mbps"} for l in j["links"])
+    assert all(len(l) == 3 and set(l[2]) == {"mbps", "kind", "a_port", "b_port"} for l in j["links"])
 
 
 @pytest.mark.parametrize("kwargs,message", [
