@@ -64,8 +64,7 @@ def cmd_run(args) -> int:
     doc = scenario.load(args.scenario, args.set or [])
     fabric = runner.fabric_of(doc)                  # validates sizes before anything is touched
     runner.check(doc, fabric)
-    from testbed import capture
-    for warning in capture.snaplen_warnings(fabric, doc.get("capture", [])):
+    for warning in runner.warnings(doc, fabric):
         print(f"warning: {warning}", file=sys.stderr)
     if os.geteuid() != 0:
         raise UsageError("`testbed run` needs root (namespaces, Open vSwitch); try sudo")

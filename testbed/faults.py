@@ -297,6 +297,8 @@ class Schedule:
                    "recovered_s": None, "restored_s": None, "first_success_s": None, "lost_steps": None}
             if first:
                 rec["at_s"] = round(first["at"] - self.t0, 4)
+                if "processes" in first:
+                    rec["processes"] = first["processes"]       # GPU faults: rank processes signalled
                 ports = self._ports(f)      # events on the fault's own ports (spares coming up are others)
                 seen = [e for e in port_events if e["at"] >= first["at"] - 0.001
                         and ports is not None and (e["switch"], e["port"]) in ports]
@@ -308,6 +310,20 @@ class Schedule:
                     rec["restored_s"] = round(back["at"] - self.t0, 4)
             out.append(rec)
         return out
+
+
+def checks(records: list[dict]) -> list[dict]:
+    """Failed checks for faults that did not happen as the scenario asked (the figures would mislead)."""
+    out = []
+    for i, f in enumerate(records):
+        name = f"faults.{i} {f['kind']} {f['target']}"
+        if f["at_s"] is None:
+            out.append({"name": name, "ok": False, "detail": "never injected: its time came after the workloads "
+                                                             "(or the workload it is timed from) had ended"})
+        elif f.get("processes") == 0:
+            out.append({"name": name, "ok": False, "detail": "hit no process: no rank ran on the target when it "
+                                                             "was injected"})
+    return out
 
 
 def gpu_outcomes(records: list[dict], workloads: list[dict], t0: float, fabric) -> None:

@@ -142,6 +142,8 @@ def summary_markdown(results: dict, table: str) -> str:
              f"NIC {f['nic_mbps']} Mbit/s, HB {f['hb_mbps']} Mbit/s, routing {f['routing']}"
              f"{' with data-plane failover' if f.get('failover') else ''}, {f['datapath']} datapath. "
              f"Result: **{'PASS' if results['ok'] else 'FAIL'}**.", ""]
+    if results.get("warnings"):
+        lines += ["## Warnings", ""] + [f"- {w}" for w in results["warnings"]] + [""]
     rows = [r for w in results["workloads"] if w["type"] == "collective" for r in w["rows"]]
     if rows:
         lines += ["## Collectives: measured against the analytical model", "",

@@ -68,6 +68,16 @@ def check(scenario: dict, fabric: topo.Fabric) -> None:
             raise ScenarioError(f"capture.{i}: {exc}") from None
 
 
+def warnings(scenario: dict, fabric: topo.Fabric) -> list[str]:
+    """What will run otherwise than the scenario reads (it still runs): one line each, for the user and the results."""
+    out = [f"fabric.{k}: a {fabric.kind} fabric has no use for it; ignored"
+           for k in topo.ignored_params(fabric.kind, scenario["fabric"])]
+    for i, spec in enumerate(scenario["workloads"]):
+        if spec["type"] == "collective":
+            out += [f"workloads.{i}: {w}" for w in collective.size_warnings(fabric, spec)]
+    return out + capture.snaplen_warnings(fabric, scenario.get("capture", []))
+
+
 def default_out_dir(scenario: dict) -> str:
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     return os.path.join("results", scenario["name"], stamp)
@@ -85,7 +95,7 @@ def run(scenario: dict, out_dir: str, echo=print) -> dict:
                                              "host_backend": scenario.get("hosts", "netns"),
                                              "nic_mbps": fabric.params["nic_mbps"],
                                              "hb_mbps": fabric.params["hb_mbps"]},
-               "workloads": [], "links": {}, "checks": [], "timings": {}}
+               "workloads": [], "links": {}, "checks": [], "timings": {}, "warnings": warnings(scenario, fabric)}
 
     def on_term(signum, frame):
         raise Interrupted(f"signal {signum}")
@@ -130,6 +140,7 @@ def run(scenario: dict, out_dir: str, echo=print) -> dict:
         timeline.stop()
         results["faults"] = schedule.results(net.controller_view().get("port_events", []))
         faults.gpu_outcomes(results["faults"], results["workloads"], schedule.t0, fabric)
+        results["checks"] += faults.checks(results["faults"])
         end = net.counters()
         results["captures"] = captures.stop()
         results["links"] = {p: {k: ovs.growth(start, end, p, k) for k in ("tx_bytes", "rx_bytes")} for p in end}

@@ -197,6 +197,15 @@ def cpu_host(c: int) -> Host:
                 mac=f"02:0b:fa:00:{c:02x}:00")
 
 
+# Parameters a fabric kind has no use for: given anyway, they are ignored (and a scenario is warned).
+IGNORED = {"rail-only": ("spines", "oversubscription")}
+
+
+def ignored_params(kind: str, given) -> list[str]:
+    """The given parameters that a fabric of this kind ignores, in the order given."""
+    return [k for k in given if k in IGNORED.get(kind, ())]
+
+
 DPID_BASE = {"rail": 0x100, "tor": 0x200, "spine": 0x300, "frontend": 0x400}
 
 

@@ -11,6 +11,7 @@ import os
 import shutil
 import time
 
+from hosts.collectives.run import elements
 from testbed import models, ovs, recovery
 from testbed.launch import run_on_hosts
 from testbed.net import transport_options, worst_queueing_delay
@@ -106,6 +107,24 @@ def validate(fabric, spec: dict) -> None:
     if beat and beat.get("period_s", 0.15) >= beat.get("timeout_s", 1.0):
         raise ScenarioError(f"heartbeat period_s {beat.get('period_s', 0.15)} must be shorter than its "
                             f"timeout_s {beat.get('timeout_s', 1.0)}")
+
+
+def ran_bytes(op: str, size: int, itemsize: int, world: int) -> int:
+    """The bytes a collective of `size` really moves: whole elements, split evenly where the op splits."""
+    return elements(op, size, itemsize, world) * itemsize * (world if op == "allgather" else 1)
+
+
+def size_warnings(fabric, spec: dict) -> list[str]:
+    """A size that is not whole elements (per rank, for allgather and alltoall) runs rounded: say so."""
+    itemsize, world = (2 if spec.get("dtype") == "float16" else 4), len(ranks(fabric))
+    out = []
+    for size in sizes(spec):
+        ran = ran_bytes(spec["op"], size, itemsize, world)
+        if ran != size:
+            per = f" per rank of {world}" if spec["op"] in ("allgather", "alltoall") else ""
+            out.append(f"size {size} B is not a whole number of {spec.get('dtype', 'float32')} elements{per}: "
+                       f"{ran} B will run (and be reported)")
+    return out
 
 
 def cluster(fabric) -> models.Cluster:
@@ -252,6 +271,7 @@ def row(fabric, spec: dict, size: int, outs: list[dict], before: dict, after: di
         for k, v in o.get("counters", {}).items():
             counters[k] = counters.get(k, 0) + v
     return {"type": "collective", "op": spec["op"], "algo": spec["algo"], "ranks": n, "bytes": nbytes,
+            "requested_bytes": size,
             "count": outs[0]["count"], "dtype": spec.get("dtype", "float32"), "seconds": round(seconds, 6),
             "algbw_MBps": round(algbw, 4), "busbw_MBps": round(busbw, 4), "bound_busbw_MBps": round(bound, 4),
             "bus_ratio": round(busbw / bound, 4), "correct": all(o["correct"] is not False for o in outs),
@@ -297,6 +317,8 @@ def table(result: dict) -> str:
              f"# {'size':>10} {'count':>10} {'type':>8} {'time(us)':>12} {'algbw MB/s':>11} {'busbw MB/s':>11} "
              f"{'bound':>8} {'ratio':>6} {'check':>6}"]
     for r in result["rows"]:
+        if r.get("requested_bytes", r["bytes"]) != r["bytes"]:
+            lines.append(f"# note: {r['requested_bytes']} B asked, {r['bytes']} B ran (whole {r['dtype']} elements)")
         lines.append(f"  {r['bytes']:>10} {r['count']:>10} {r['dtype']:>8} {r['seconds'] * 1e6:>12.0f} "
                      f"{r['algbw_MBps']:>11.3f} {r['busbw_MBps']:>11.3f} {r['bound_busbw_MBps']:>8.3f} "
                      f"{r['bus_ratio']:>6.2f} {'ok' if r['correct'] else 'WRONG':>6}")
