@@ -109,14 +109,14 @@ def run_trainer(net, host: str, spec: dict, cores: float, timeout: float) -> dic
     proc = net.host(host).popen([sys.executable, "-m", "hosts.tfdata.trainer", json.dumps(spec)], cwd=PROJECT_ROOT,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        budget.limit(group, proc.pid, cores)
+        applied = budget.limit(group, proc.pid, cores)
         out, err = proc.communicate(timeout=timeout)
         try:
             result = json.loads(out.strip().splitlines()[-1])
         except (ValueError, IndexError):
             raise RuntimeError(f"trainer on {host} exited {proc.returncode}: "
                                f"{(err.strip().splitlines() or ['no output'])[-1]}") from None
-        return result | {"throttled_s": round(budget.throttled_s(group), 3)}
+        return result | {"throttled_s": round(budget.throttled_s(group), 3), "cgroup": applied.get("cgroup")}
     except subprocess.TimeoutExpired:
         raise RuntimeError(f"trainer on {host} still running after {timeout:.0f} s") from None
     finally:
