@@ -74,7 +74,7 @@ class FabricRouting(app_manager.OSKenApp if hasattr(app_manager, "OSKenApp") els
         self.groups: dict[str, dict[tuple, int]] = {}     # switch -> {(type, ports): group id}
         self.current: dict[str, dict[str, tuple]] = {}    # switch -> {dst IP: (type, ports)}
         self.installed: dict[str, dict] = {}
-        self.pending: dict[int, tuple[str, dict]] = {}
+        self.pending: dict[int, tuple[int, str, dict]] = {}    # dpid -> (barrier xid, switch, what it got)
         self.errors: list[str] = []
         self.port_events: list[dict] = []                      # port changes and the route updates they caused
 
@@ -190,15 +190,17 @@ class FabricRouting(app_manager.OSKenApp if hasattr(app_manager, "OSKenApp") els
 
     def barrier(self, dp, name: str) -> None:
         """Report the switch as installed only once it has processed everything (barrier reply)."""
-        self.pending[dp.id] = (name, {"dpid": dp.id, "routes": len(self.current[name]),
-                                      "groups": len(self.groups[name])})
-        dp.send_msg(dp.ofproto_parser.OFPBarrierRequest(dp))
+        request = dp.ofproto_parser.OFPBarrierRequest(dp)
+        dp.send_msg(request)                # sets its xid: another app's barrier reply is not ours
+        self.pending[dp.id] = (request.xid, name, {"dpid": dp.id, "routes": len(self.current[name]),
+                                                   "groups": len(self.groups[name])})
 
     @set_ev_cls(ofp_event.EventOFPBarrierReply, MAIN_DISPATCHER)
     def barrier_reply(self, ev):
-        done = self.pending.pop(ev.msg.datapath.id, None)
-        if done:
-            name, info = done
+        done = self.pending.get(ev.msg.datapath.id)
+        if done and done[0] == ev.msg.xid:
+            del self.pending[ev.msg.datapath.id]
+            _, name, info = done
             self.installed[name] = {**info, "at": time.time()}
             self.save_state()
 

@@ -80,6 +80,7 @@ class MulticastTrees(app_manager.OSKenApp if hasattr(app_manager, "OSKenApp") el
         self.next_gid: dict[str, int] = {}
         self.history: list[dict] = []
         self.errors: list[str] = []
+        self.awaiting: set[tuple[int, int]] = set()     # (dpid, xid) of barriers sent after the last changes
 
     # -- switches ---------------------------------------------------------------------------------
     @set_ev_cls(ofp_event.EventOFPSwitchFeatures, CONFIG_DISPATCHER)
@@ -166,15 +167,20 @@ class MulticastTrees(app_manager.OSKenApp if hasattr(app_manager, "OSKenApp") el
         wanted = self.wanted()
         for name, dp in self.dps.items():
             try:
-                self.apply(dp, name, wanted.get(name, {}))
+                if self.apply(dp, name, wanted.get(name, {})):
+                    barrier = dp.ofproto_parser.OFPBarrierRequest(dp)
+                    dp.send_msg(barrier)                 # sets its xid: the reply says this switch is done
+                    self.awaiting.add((dp.id, barrier.xid))
             except Exception as exc:
                 self.errors.append(f"{name}: installing multicast rules failed: {exc!r}")
                 self.logger.exception(self.errors[-1])
         self.save_state()
 
-    def apply(self, dp, name: str, rules: dict) -> None:
+    def apply(self, dp, name: str, rules: dict) -> bool:
+        """Send the switch what changed; returns whether anything did."""
         ofp, parser = dp.ofproto, dp.ofproto_parser
         current, gids = self.installed[name], self.gids[name]
+        before = dict(current)
         for key, outs in sorted(rules.items()):
             if current.get(key) == outs:
                 continue
@@ -200,6 +206,15 @@ class MulticastTrees(app_manager.OSKenApp if hasattr(app_manager, "OSKenApp") el
                                           out_port=ofp.OFPP_ANY, out_group=ofp.OFPG_ANY))
             dp.send_msg(parser.OFPGroupMod(dp, command=ofp.OFPGC_DELETE, group_id=gids.pop(key)))
             del current[key]
+        return current != before
+
+    @set_ev_cls(ofp_event.EventOFPBarrierReply, MAIN_DISPATCHER)
+    def barrier_reply(self, ev):
+        key = (ev.msg.datapath.id, ev.msg.xid)
+        if key in self.awaiting:
+            self.awaiting.discard(key)
+            if not self.awaiting:
+                self.save_state()                        # every switch has the groups' current rules
 
     @set_ev_cls(ofp_event.EventOFPErrorMsg, MAIN_DISPATCHER)
     def error(self, ev):
@@ -219,6 +234,7 @@ class MulticastTrees(app_manager.OSKenApp if hasattr(app_manager, "OSKenApp") el
                 "unreachable": mcast_trees.unreachable(self.topo, members)}
         tmp = self.state_path + ".tmp"
         with open(tmp, "w") as f:
-            json.dump({"groups": groups, "rules": sum(len(r) for r in self.installed.values()),
+            json.dump({"groups": groups, "installed": not self.awaiting,
+                       "rules": sum(len(r) for r in self.installed.values()),
                        "events": self.history[-1000:], "errors": self.errors}, f)
         os.replace(tmp, self.state_path)

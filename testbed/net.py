@@ -398,6 +398,14 @@ class Network:
         except (OSError, ValueError, KeyError):
             return {}
 
+    def multicast_installed(self) -> bool:
+        """Whether every switch has acknowledged (barrier reply) the multicast rules of the current groups."""
+        try:
+            with open(self.controller_state + ".mcast") as f:
+                return json.load(f)["installed"]
+        except (OSError, ValueError, KeyError):
+            return False
+
     def _record(self, **items) -> None:
         """Merge into the run's state file, which `testbed clean` reads after a crash."""
         path = os.path.join(self.run_dir, "state.json")
