@@ -20,13 +20,15 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def test_ring_allreduce_on_rail_optimized_is_correct_and_near_the_bound():
     fabric = build("rail-optimized", 2, 2, spines=2, nic_mbps=10)
     with Network(fabric) as net:
-        result = collective.run(net, {"op": "allreduce", "algo": "ring", "sizes": ["256KiB"], "iterations": 2})
+        result = collective.run(net, {"op": "allreduce", "algo": "ring", "sizes": ["4MiB"], "iterations": 1})
     assert result["ok"], result["checks"]
     row = result["rows"][0]
-    assert row["correct"] and row["ranks"] == 4 and row["bytes"] == 256 * 1024
+    assert row["correct"] and row["ranks"] == 4 and row["bytes"] == 4 << 20
     # the ring's NIC hops crossed the fabric: at least 2(n-1)/n of the data per rank, headers on top
-    assert row["fabric_bytes"] > 2 * 0.75 * 256 * 1024
-    print(f"ring allreduce 256 KiB, 4 ranks: busbw {row['busbw_MBps']} MB/s, bound {row['bound_busbw_MBps']}, "
+    assert row["fabric_bytes"] > 2 * 0.75 * (4 << 20)
+    # the headline figure (0.9 in the benchmark), with room for a loaded machine: a regression still fails
+    assert row["bus_ratio"] >= 0.7, row
+    print(f"ring allreduce 4 MiB, 4 ranks: busbw {row['busbw_MBps']} MB/s, bound {row['bound_busbw_MBps']}, "
           f"ratio {row['bus_ratio']}")
 
 

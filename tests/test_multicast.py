@@ -19,6 +19,13 @@ s.bind(("0.0.0.0", 5000))
 s.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP, socket.inet_aton(sys.argv[1]) + socket.inet_aton(sys.argv[2]))
 n = 0
 def stop(*_):
+    global n
+    s.setblocking(False)
+    while True:                                   # what has arrived but was not read yet counts too
+        try:
+            s.recv(2048); n += 1
+        except BlockingIOError:
+            break
     print(n, flush=True); sys.exit(0)
 signal.signal(signal.SIGTERM, stop)
 s.settimeout(0.2)
@@ -119,13 +126,15 @@ def test_groups_follow_joins_and_leaves_and_reach_only_members():
     fabric = build("rail-optimized", 2, 2, spines=2)
     with Network(fabric) as net:
         members = {name: join(net, name) for name in ("s0g0", "s1g1", "s1g0")}
-        assert wait_for(lambda: set(net.multicast_groups().get(GROUP, {}).get("members", [])) == set(members))
+        assert wait_for(lambda: set(net.multicast_groups().get(GROUP, {}).get("members", [])) == set(members)
+                        and net.multicast_installed())          # every switch acknowledged the tree
         tree, = net.multicast_groups()[GROUP]["trees"]
         assert "rail1" in tree and any(sw.startswith("spine") for sw in tree)
         before = net.counters()
         sender = net.host("s0g0")
         sender.cmd(f"{sys.executable} -c '{SENDER}' {GROUP} {sender.IP()} 50")
-        time.sleep(0.3)
+        assert wait_for(lambda: all(host_port_tx(net, net.counters(), m) - host_port_tx(net, before, m) >= 50
+                                    for m in ("s1g1", "s1g0")))      # delivered to the members' ports
         after = net.counters()
         got = {}
         for name, proc in members.items():
@@ -150,10 +159,11 @@ def test_a_link_failure_on_the_tree_reroutes_the_group():
         tree, = net.multicast_groups()[GROUP]["trees"]
         spine = next(sw for sw in tree if sw.startswith("spine"))
         faults.inject(net, f"rail0-{spine}")
-        assert wait_for(lambda: spine not in net.multicast_groups()[GROUP]["trees"][0])
+        assert wait_for(lambda: spine not in net.multicast_groups()[GROUP]["trees"][0] and net.multicast_installed())
+        before = net.counters()
         sender = net.host("s0g0")
         sender.cmd(f"{sys.executable} -c '{SENDER}' {GROUP} {sender.IP()} 30")
-        time.sleep(0.3)
+        assert wait_for(lambda: host_port_tx(net, net.counters(), "s1g1") - host_port_tx(net, before, "s1g1") >= 30)
         members["s1g1"].terminate()
         assert int(members["s1g1"].stdout.read().split()[-1]) == 30
         members["s0g0"].terminate()

@@ -10,7 +10,7 @@ from testbed.topo import build
 from testbed.workloads import offload
 
 pytestmark = pytest.mark.root
-pytest.importorskip("tensorflow", reason="needs tensorflow-cpu (requirements.txt)")
+import tensorflow  # noqa: E402,F401  -- a dependency (requirements.txt): missing is an error, not a skip
 
 
 def test_fastflow_offloads_and_beats_local_only_when_local_cpu_is_scarce():

@@ -98,7 +98,7 @@ def test_icrc_checker_on_golden_captures():
 
 def test_oob_message_formats():
     """The exchange messages have the tools' exact sizes and field layout."""
-    oob = pytest.importorskip("hosts.rdma.oob")
+    from hosts.rdma import oob
     gid = oob.ipv4_to_gid("10.77.0.2")
     m = oob.PingpongDest(qpn=0x11, psn=0x2AA614, gid=gid).pack()
     assert m == b"0000:000011:2aa614:00000000000000000000ffff0a4d0002\0" and len(m) == 52

@@ -50,12 +50,15 @@ def run(rate_mbit=100, size=4 << 20, iters=3, mtu=1024, paced=True, tag=None, sw
         for name, op in (("WRITE", WROpcode.RDMA_WRITE), ("READ", WROpcode.RDMA_READ)):
             for q in (qa, qb):
                 q.counters.clear()
+            if op == WROpcode.RDMA_READ:          # fresh remote data, so a READ that moved nothing fails
+                dst[:] = os.urandom(size)
+            want = bytes(src if op == WROpcode.RDMA_WRITE else dst)
             t0, c0, (i0, a0) = time.monotonic(), time.process_time(), _cpu_times()
             for i in range(iters):
                 qa.post_send(SendWR(op, [ma.sge()], wr_id=i, remote_addr=mb.addr, rkey=mb.rkey))
             wcs = ca.wait(iters, 600)
             dt, cpu, (i1, a1) = time.monotonic() - t0, time.process_time() - c0, _cpu_times()
-            ok = len(wcs) == iters and all(w.ok for w in wcs) and (op != WROpcode.RDMA_WRITE or dst == src)
+            ok = len(wcs) == iters and all(w.ok for w in wcs) and (dst if op == WROpcode.RDMA_WRITE else src) == want
             good = size * iters * 8 / dt
             bound = link_bound_bps(rate_mbit * 1e6, size, mtu, True)
             results[name] = dict(ok=ok, seconds=dt, goodput_mbit=good / 1e6, frac_line=good / (rate_mbit * 1e6),
