@@ -147,7 +147,12 @@ class RxeQP:
             self.state = QPState.RTS
         else:
             self._qp = QP(pd._pd, init)
-            self.state = QPState.RESET
+            # INIT at once, as uroce's QPs are: receives may be posted before connect() (ibverbs refuses
+            # post_recv in RESET), e.g. a responder's buffer ready before the peer can send
+            attr = QPAttr(port_num=dev.port)
+            attr.qp_access_flags = int(Access.ALL)
+            self._qp.to_init(attr)
+            self.state = QPState.INIT
         self.qpn = self._qp.qp_num
         self._e = e
 
