@@ -77,6 +77,7 @@ class FabricRouting(app_manager.OSKenApp if hasattr(app_manager, "OSKenApp") els
         self.pending: dict[int, tuple[int, str, dict]] = {}    # dpid -> (barrier xid, switch, what it got)
         self.errors: list[str] = []
         self.port_events: list[dict] = []                      # port changes and the route updates they caused
+        self.awaited: dict[tuple[int, int], dict] = {}       # (dpid, barrier xid) -> the port event it completes
 
     # -- what to install --------------------------------------------------------------------------
     def wanted(self) -> dict[str, dict[str, tuple]]:
@@ -188,20 +189,27 @@ class FabricRouting(app_manager.OSKenApp if hasattr(app_manager, "OSKenApp") els
         inst = [parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, actions)] if actions else []
         dp.send_msg(parser.OFPFlowMod(dp, cookie=COOKIE, priority=priority, match=match, instructions=inst))
 
-    def barrier(self, dp, name: str) -> None:
-        """Report the switch as installed only once it has processed everything (barrier reply)."""
+    def barrier(self, dp, name: str) -> int:
+        """Report the switch as installed only once it has processed everything (barrier reply); returns
+        the barrier's xid."""
         request = dp.ofproto_parser.OFPBarrierRequest(dp)
         dp.send_msg(request)                # sets its xid: another app's barrier reply is not ours
         self.pending[dp.id] = (request.xid, name, {"dpid": dp.id, "routes": len(self.current[name]),
                                                    "groups": len(self.groups[name])})
+        return request.xid
 
     @set_ev_cls(ofp_event.EventOFPBarrierReply, MAIN_DISPATCHER)
     def barrier_reply(self, ev):
+        now, key = time.time(), (ev.msg.datapath.id, ev.msg.xid)
         done = self.pending.get(ev.msg.datapath.id)
         if done and done[0] == ev.msg.xid:
             del self.pending[ev.msg.datapath.id]
             _, name, info = done
-            self.installed[name] = {**info, "at": time.time()}
+            self.installed[name] = {**info, "at": now}
+        event = self.awaited.pop(key, None)
+        if event is not None and not any(e is event for e in self.awaited.values()):
+            event["installed_at"] = now        # the last switch this port change touched has its new rules
+        if done or event is not None:
             self.save_state()
 
     # -- controller round robin (mode "rr"): exact per-packet spraying, at a few thousand packets/s --
@@ -240,14 +248,17 @@ class FabricRouting(app_manager.OSKenApp if hasattr(app_manager, "OSKenApp") els
         if not self.topo.set_port(name, port, up):
             return
         wanted = self.wanted()
+        event = {"at": t0, "switch": name, "port": port, "up": up}
         changed = 0
         for sw in list(self.dps):
             n = self.apply(sw, wanted[sw])
             if n:
                 changed += n
-                self.barrier(self.dps[sw], sw)
-        self.port_events.append({"at": t0, "switch": name, "port": port, "up": up, "flows_changed": changed,
-                            "computed_s": round(time.time() - t0, 6)})
+                self.awaited[(self.dps[sw].id, self.barrier(self.dps[sw], sw))] = event
+        event.update(flows_changed=changed, computed_s=round(time.time() - t0, 6))
+        if not changed:
+            event["installed_at"] = time.time()          # nothing to install
+        self.port_events.append(event)
         self.logger.info("%s port %d %s: %d flows changed", name, port, "up" if up else "down", changed)
         self.save_state()
 

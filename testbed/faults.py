@@ -303,8 +303,13 @@ class Schedule:
                 seen = [e for e in port_events if e["at"] >= first["at"] - 0.001
                         and ports is not None and (e["switch"], e["port"]) in ports]
                 if seen:
-                    rec["detected_s"] = round(seen[0]["at"] - self.t0, 4)
-                    rec["recovered_s"] = round(seen[0]["at"] + seen[0]["computed_s"] - self.t0, 4)
+                    # three stages: the controller saw it, computed new routes, and the last switch it
+                    # changed acknowledged them (barrier reply): only then is the fabric rerouted
+                    ev = seen[0]
+                    rec["detected_s"] = round(ev["at"] - self.t0, 4)
+                    rec["computed_s"] = round(ev["at"] + ev["computed_s"] - self.t0, 4)
+                    if ev.get("installed_at"):
+                        rec["installed_s"] = rec["recovered_s"] = round(ev["installed_at"] - self.t0, 4)
                 back = next((r for r in mine if r["up"] and r["at"] > first["at"]), None)
                 if back:
                     rec["restored_s"] = round(back["at"] - self.t0, 4)
@@ -324,6 +329,21 @@ def checks(records: list[dict]) -> list[dict]:
             out.append({"name": name, "ok": False, "detail": "hit no process: no rank ran on the target when it "
                                                              "was injected"})
     return out
+
+
+def traffic_outcomes(records: list[dict], workloads: list[dict], t0: float) -> None:
+    """Link faults: when traffic resumed, from the flows' longest silences (the receivers' view). A flow whose
+    longest silence spans the fault was cut by it; the fault's traffic resumed when the last of those flows got a
+    packet again (seconds after the workloads started; None if no flow's longest silence spans it)."""
+    flows = [f for w in workloads if w.get("type") == "traffic" for f in w.get("per_flow", [])
+             if f.get("gap_at") is not None and f.get("max_gap_s")]
+    for fault in records:
+        if fault["kind"] in GPU_FAULTS or fault["at_s"] is None:
+            continue
+        at = t0 + fault["at_s"]
+        ends = [f["gap_at"] + f["max_gap_s"] for f in flows if f["gap_at"] <= at <= f["gap_at"] + f["max_gap_s"]]
+        fault["resumed_s"] = round(max(ends) - t0, 4) if ends else None
+        fault["flows_cut"] = len(ends)
 
 
 def gpu_outcomes(records: list[dict], workloads: list[dict], t0: float, fabric) -> None:

@@ -157,12 +157,13 @@ def summary_markdown(results: dict, table: str) -> str:
         lines.append("")
     lines += training_markdown(results)
     if results.get("faults"):
-        # links: detected = the controller saw it, recovered = rerouted; GPUs: detected by the peers,
-        # recovered = the communicator re-formed (policy in the last column), then the first success
-        lines += ["## Faults", "", "| kind | target | at s | detected s | recovered s | first success s | "
+        # links: detected = the controller saw it, recovered = every switch acknowledged the new rules,
+        # resumed = the cut flows got packets again; GPUs: detected by the peers, recovered = the communicator
+        # re-formed (policy in the last column), resumed = the first collective after it completed
+        lines += ["## Faults", "", "| kind | target | at s | detected s | recovered s | resumed s | "
                   "lost steps | restored s | recovery |", "|---|---|---|---|---|---|---|---|---|"]
         lines += [f"| {x['kind']} | {x['target']} | {x['at_s']} | {x['detected_s']} | {x['recovered_s']} | "
-                  f"{x.get('first_success_s')} | {x.get('lost_steps')} | {x['restored_s']} | "
+                  f"{x.get('first_success_s', x.get('resumed_s'))} | {x.get('lost_steps')} | {x['restored_s']} | "
                   f"{x.get('recovery') or ('-' if x['kind'] in GPU_FAULTS else 'reroute')} |" for x in results["faults"]]
         lines.append("")
     bound = [w["name"] for w in results["workloads"] if w.get("cpu_bound")]

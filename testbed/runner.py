@@ -140,6 +140,7 @@ def run(scenario: dict, out_dir: str, echo=print) -> dict:
         timeline.stop()
         results["faults"] = schedule.results(net.controller_view().get("port_events", []))
         faults.gpu_outcomes(results["faults"], results["workloads"], schedule.t0, fabric)
+        faults.traffic_outcomes(results["faults"], results["workloads"], schedule.t0)
         results["checks"] += faults.checks(results["faults"])
         end = net.counters()
         results["captures"] = captures.stop()
@@ -202,7 +203,10 @@ def summary_table(results: dict) -> str:
             rows.append(faults.describe_gpu_outcome(f))
             continue
         rows.append(f"fault {f['kind']} {f['target']}: at {f['at_s']} s, controller saw it at {f['detected_s']} s, "
-                    f"rerouted at {f['recovered_s']} s, restored at {f['restored_s']} s")
+                    f"rules installed (every switch acknowledged) at {f.get('installed_s')} s"
+                    + (f", traffic resumed at {f['resumed_s']} s ({f['flows_cut']} flows cut)"
+                       if f.get("resumed_s") is not None else "")
+                    + f", restored at {f['restored_s']} s")
     if results.get("faults"):
         rows.append("")
     for c in results["checks"]:

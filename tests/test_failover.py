@@ -56,14 +56,21 @@ def test_data_plane_failover_loses_nothing_where_the_controller_alone_loses_pack
         r = run_failover_scenario(failover, tmp_path)
         fault, = r["faults"]
         assert fault["detected_s"] - fault["at_s"] < 0.1                 # PORT_STATUS reached the controller
+        # three stages in order: seen, computed, acknowledged by every switch it changed (barrier replies)
+        assert fault["at_s"] <= fault["detected_s"] <= fault["computed_s"] <= fault["installed_s"], fault
+        assert fault["recovered_s"] == fault["installed_s"] and fault["installed_s"] - fault["at_s"] < 0.5, fault
         assert fault["restored_s"] == pytest.approx(fault["at_s"] + 1.0, abs=0.05)
         w = r["workloads"][0]
+        if fault["resumed_s"] is not None:              # the cut flows' longest silence spans the cut
+            assert fault["flows_cut"] >= 1 and fault["resumed_s"] > fault["at_s"], fault
         assert w["delivered_bytes"] >= 0.95 * (8 << 20)
         # during the cut the flows took the other spine
         assert w["uplink_bytes"]["rail0-spine0"] > 0 and w["uplink_bytes"]["rail0-spine1"] > 0
         seen[failover] = w
-        print(f"failover={failover}: longest gap {w['max_gap_s'] * 1e3:.1f} ms, {w['lost_packets']} packets lost, "
-              f"controller rerouted {1e3 * (fault['recovered_s'] - fault['at_s']):.1f} ms after the cut")
+        resumed = "-" if fault["resumed_s"] is None else f"{1e3 * (fault['resumed_s'] - fault['at_s']):.1f}"
+        print(f"failover={failover}: longest gap {w['max_gap_s'] * 1e3:.1f} ms, {w['lost_packets']} packets lost; "
+              f"after the cut: detected {1e3 * (fault['detected_s'] - fault['at_s']):.1f} ms, rules installed "
+              f"{1e3 * (fault['installed_s'] - fault['at_s']):.1f} ms, traffic resumed {resumed} ms")
     fast, slow = seen[True], seen[False]
     assert fast["lost_packets"] == 0, fast                      # the buckets switch ports before a packet is sent
     assert slow["lost_packets"] > 0, slow                       # the controller needs a round trip: packets die
