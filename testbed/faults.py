@@ -91,27 +91,34 @@ def set_patch(link: Link, up: bool) -> None:
     subprocess.run(cmd, check=True, capture_output=True)
 
 
-def set_link(net, link: Link, up: bool) -> None:
+def set_link(net, link: Link, up: bool, disable: bool = False) -> None:
+    """Cut (or mend) a cable: one end's interface goes down, so the other end loses carrier and each switch
+    learns of it from its own port, as from a pulled cable or a dead transceiver; a host's end is the one cut.
+    disable=True is the `port-disable` fault instead: the switch port is configured down by OpenFlow (the
+    switch knows at once) and the host's end goes down too."""
     if net.is_patch(link):
-        return set_patch(link, up)
+        return set_patch(link, up)      # a patch port has no carrier: its removal is the cut
     state = "up" if up else "down"
-    for kind, node, port in _ends(net, link):
+    ends = list(_ends(net, link))
+    if not disable:             # one end: a host's NIC if the cable has one, else the first switch's veth
+        ends = [next((e for e in ends if e[0] == "host"), ends[0])]
+    for kind, node, port in ends:
         if kind == "host":
-            net.host(node).cmd(f"ip link set eth{port} {state}")
-        elif net.fabric.switches[node].sdn:
+            net.set_host_port(node, port, up)
+        elif disable and net.fabric.switches[node].sdn:
             subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", "mod-port", sysname(node), str(port), state],
                            check=True, capture_output=True)
-        else:       # the HB domain's Linux bridge
+        else:       # a switch's veth in the root namespace, or an HB domain's Linux bridge port
             subprocess.run(["ip", "link", "set", f"{sysname(node)}-p{port}", state], check=True,
                            capture_output=True)
 
 
-def inject(net, target: str, up: bool = False) -> dict:
+def inject(net, target: str, up: bool = False, disable: bool = False) -> dict:
     """Take a target down (or up); returns {"target", "up", "at"} with the wall-clock time."""
     links = resolve(net.fabric, target)
     at = time.time()
     for link in links:
-        set_link(net, link, up)
+        set_link(net, link, up, disable)
     return {"target": target, "up": up, "at": at, "links": len(links)}
 
 
@@ -165,7 +172,7 @@ def signal_gpus(net, hosts: list[str], sig) -> int:
     return hit
 
 
-LINK_KINDS = ("link-down", "link-up", "link-flap", "switch-down")
+LINK_KINDS = ("link-down", "link-up", "link-flap", "switch-down", "port-disable")
 GPU_FAULTS = ("gpu-crash", "gpu-hang", "gpu-declared", "server-down")
 
 
@@ -180,7 +187,9 @@ class Schedule:
     """Faults of a scenario, injected at their `at` by a thread: seconds after the workloads start, or
     after the start of the workload named by the fault's `workload` (the runner reports each start).
 
-    link-down / switch-down: down at `at`, back up after `duration` if given; link-up: up at `at`;
+    link-down / switch-down: cables cut at `at` (carrier lost), mended after `duration` if given;
+    port-disable: the switch port configured down by OpenFlow instead (the switch knows at once);
+    link-up: up at `at`;
     link-flap: down and up `count` times (default 3), `duration` (default 0.5 s) each way;
     gpu-crash / server-down: the GPU host's (server's) rank processes are killed (SIGKILL);
     gpu-hang: they are stopped (SIGSTOP), and resumed after `duration` if given;
@@ -249,7 +258,7 @@ class Schedule:
             _, i, up = step
             f = self.faults[i]
             if f["kind"] in LINK_KINDS:
-                rec = inject(self.net, f["target"], up)
+                rec = inject(self.net, f["target"], up, disable=f["kind"] == "port-disable")
             else:
                 hosts = gpu_hosts(self.net.fabric, f["kind"], f["target"])
                 sig = signal.SIGCONT if up else GPU_KINDS.get(f["kind"], signal.SIGKILL)
@@ -273,7 +282,7 @@ class Schedule:
         for target, is_down in down.items():
             kind = next(f["kind"] for f in self.faults if f["target"] == target)
             if is_down and kind in LINK_KINDS:
-                inject(self.net, target, up=True)
+                inject(self.net, target, up=True, disable=kind == "port-disable")
             elif is_down and kind == "gpu-hang":       # a hung rank is resumed so it can be torn down
                 signal_gpus(self.net, gpu_hosts(self.net.fabric, kind, target), signal.SIGCONT)
 

@@ -41,7 +41,8 @@ class _ContainerHost(_Host):
 class RunningFabric:
     """Just enough of a Network, rebuilt from a live run's state, for testbed.faults."""
 
-    def __init__(self, state: dict):
+    def __init__(self, state: dict, run_dir: str):
+        self.run_dir = run_dir
         params = dict(state["fabric"])
         kind = params.pop("kind")
         self.fabric = topo.build(kind, **params)
@@ -58,12 +59,17 @@ class RunningFabric:
         from testbed.net import is_patch
         return is_patch(self.fabric, link)
 
+    def set_host_port(self, host: str, port: int, up: bool) -> None:
+        from testbed.net import set_host_port
+        set_host_port(self.host(host), self.run_dir, host, port, up)
+
 
 def running_fabric() -> RunningFabric:
-    live = [st for st in clean.run_states().values() if clean.alive(st) and "fabric" in st]
+    live = [(d, st) for d, st in clean.run_states().items() if clean.alive(st) and "fabric" in st]
     if not live:
         raise HandFaultError("no testbed run has a fabric up on this machine")
-    return RunningFabric(live[0])
+    run_dir, state = live[0]
+    return RunningFabric(state, run_dir)
 
 
 def register(subparsers) -> None:

@@ -102,6 +102,19 @@ def transport_options(routing: str) -> dict:
     return {"sport_mode": "qp", "split": 1}
 
 
+def set_host_port(node, run_dir: str, host: str, port: int, up: bool) -> None:
+    """A host's ethN down or up (node: anything with .cmd in the host's namespace). Taking a device down
+    flushes its neighbour entries, the permanent ones too, so bringing it back restores the static ones from
+    the batch file bring-up wrote in the run directory."""
+    cmd = f"ip link set eth{port} {'up' if up else 'down'}"
+    batch = os.path.join(run_dir, f"neigh-{host}")
+    if up and os.path.exists(batch):
+        cmd += f" && ip -batch {batch}"
+    out = node.cmd(cmd + " || echo TESTBED-FAILED")
+    if "TESTBED-FAILED" in out:
+        raise NetworkError(f"setting {host} eth{port} {'up' if up else 'down'} failed: {out.strip()}")
+
+
 def is_patch(fabric: Fabric, link) -> bool:
     """Switch-to-switch links are OVS patch ports (the fastest path here) unless they must be shaped:
     without oversubscription an uplink never limits below the shaped host NICs."""
@@ -293,6 +306,9 @@ class Network:
             out = node.cmd(" && ".join(lines) + " || echo TESTBED-FAILED")
             if "TESTBED-FAILED" in out:
                 raise NetworkError(f"configuring host {h.name} failed: {out.strip()}")
+
+    def set_host_port(self, host: str, port: int, up: bool) -> None:
+        set_host_port(self.host(host), self.run_dir, host, port, up)
 
     def _disable_standby_ports(self) -> None:
         """Spares' NIC ports are cabled but disabled, until a job brings a spare onto its rail (testbed.spares)."""

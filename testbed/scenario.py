@@ -141,7 +141,7 @@ TRAINING = {
 }
 FAULT = {"type": "object", "additionalProperties": False, "required": ["at", "kind", "target"],
          "properties": {"at": {"type": "number", "minimum": 0},
-                        "kind": {"enum": ["link-down", "link-up", "link-flap", "switch-down", "gpu-crash", "gpu-hang",
+                        "kind": {"enum": ["link-down", "link-up", "link-flap", "switch-down", "port-disable", "gpu-crash", "gpu-hang",
                                           "gpu-declared", "server-down"]},
                         "target": {"type": "string"},
                         "workload": {"type": "string"},     # `at` counts from this workload's start

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from testbed import faults
-from testbed.net import Network
+from testbed.net import Network, sysname
 from testbed.topo import build
 from testbed.workloads import connectivity
 
@@ -147,3 +147,52 @@ def test_gpu_crash_with_shrink_recovery_finishes_on_the_survivors(tmp_path):
     assert fault["detected_s"] is not None and fault["recovered_s"] >= fault["detected_s"]
     print(f"shrink: detected {fault['detected_s'] - fault['at_s']:.2f} s, re-formed "
           f"{fault['recovered_s'] - fault['at_s']:.2f} s after the crash")
+
+
+def test_a_cut_cable_is_noticed_by_the_switch_from_carrier_loss():
+    """link-down cuts the cable: the host's NIC goes down and the switch port only loses carrier (its OpenFlow
+    config stays up), yet the controller hears of it; port-disable configures the switch port down instead.
+    Oversubscribed uplinks are veths too: cutting one reroutes around it."""
+    fabric = build("rail-optimized", 2, 2, spines=2, oversubscription=2)
+    uplink = next(l for l in fabric.links if {l.a, l.b} == {"rail0", "spine0"})
+    with Network(fabric, routing="ecmp") as net:
+        assert not net.is_patch(uplink)                          # a veth: carrier can be lost
+        nic = fabric.attachment("s0g0")
+        sw, port = (nic.b, nic.b_port) if nic.a == "s0g0" else (nic.a, nic.a_port)
+        seen = {}
+        for kind, disable in (("link-down", False), ("port-disable", True)):
+            t0 = time.time()
+            faults.inject(net, "s0g0/nic", disable=disable)
+            assert wait_until(lambda: [sw, port] in net.controller_view()["down"]), kind
+            seen[kind] = next(e["at"] for e in net.controller_view()["port_events"]
+                              if (e["switch"], e["port"], e["up"]) == (sw, port, False) and e["at"] >= t0) - t0
+            config, state = port_config_and_state(sw, port)
+            # cut: the port's config is untouched, only its link (carrier) is down; disabled: configured down
+            assert "LINK_DOWN" in state and ("PORT_DOWN" in config) == disable, (kind, config, state)
+            faults.inject(net, "s0g0/nic", up=True, disable=disable)
+            assert wait_until(lambda: [sw, port] not in net.controller_view()["down"]), kind
+        faults.inject(net, "rail0-spine0")
+        assert wait_until(lambda: ["rail0", uplink.a_port if uplink.a == "rail0" else uplink.b_port]
+                          in net.controller_view()["down"])
+        assert connectivity.run(net, {"timeout_s": 2})["ok"]       # around the cut uplink through spine1
+        faults.inject(net, "rail0-spine0", up=True)
+    print(f"controller saw the NIC cable cut after {1e3 * seen['link-down']:.1f} ms (carrier loss), "
+          f"the port disabled after {1e3 * seen['port-disable']:.1f} ms")
+
+
+def port_config_and_state(switch, port) -> tuple[str, str]:
+    """The `config:` and `state:` lines of a switch port, as ovs-ofctl shows them."""
+    out = subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", "show", sysname(switch)], capture_output=True,
+                         text=True, check=True).stdout.splitlines()
+    start = next(i for i, line in enumerate(out) if line.strip().startswith(f"{port}("))
+    block = out[start + 1:start + 4]
+    return (next(l for l in block if "config:" in l), next(l for l in block if "state:" in l))
+
+
+def wait_until(fn, timeout=5.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if fn():
+            return True
+        time.sleep(0.02)
+    return False
