@@ -2,7 +2,9 @@
 
     testbed topo KIND --servers N --gpus K [--spines S] [--spares-per-server P] [--spare-servers M] [--json]
                  [--draw FILE.svg]
-    testbed run SCENARIO.yaml [--set key=value ...] [--out DIR]
+    testbed run SCENARIO.yaml [--set key=value ...] [--out DIR]     (or --again RESULTS_DIR)
+    testbed ls [RESULTS_ROOT]                           past runs: outcome and best figures
+    testbed compare RESULTS_DIR_A RESULTS_DIR_B         two runs' measurements side by side
     testbed clean
     testbed pcap summarize FILE [--json]
     testbed fault TARGET down|up|crash|hang|resume      (into the fabric a run has up)
@@ -60,8 +62,14 @@ def cmd_topo(args) -> int:
 
 
 def cmd_run(args) -> int:
-    from testbed import runner, scenario   # heavy imports only when running
-    doc = scenario.load(args.scenario, args.set or [])
+    from testbed import runner, runs, scenario   # heavy imports only when running
+    if bool(args.again) == bool(args.scenario):
+        raise UsageError("give a scenario file, or --again RESULTS_DIR to run a past run's scenario again")
+    try:
+        path = runs.scenario_of(args.again) if args.again else args.scenario
+    except runs.RunsError as exc:
+        raise UsageError(str(exc)) from None
+    doc = scenario.load(path, args.set or [])
     fabric = runner.fabric_of(doc)                  # validates sizes before anything is touched
     runner.check(doc, fabric)
     for warning in runner.warnings(doc, fabric):
@@ -117,7 +125,8 @@ def parser() -> argparse.ArgumentParser:
     t.set_defaults(func=cmd_topo)
 
     r = sub.add_parser("run", help="run a scenario and write results.json")
-    r.add_argument("scenario")
+    r.add_argument("scenario", nargs="?")
+    r.add_argument("--again", metavar="RESULTS_DIR", help="run the scenario a results folder ran (its scenario.yaml)")
     r.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="override a scenario value, e.g. fabric.servers=4 or workloads.0.size=2MiB")
     r.add_argument("--out", help="output directory (default results/<scenario>/<timestamp>)")
@@ -126,21 +135,23 @@ def parser() -> argparse.ArgumentParser:
     c = sub.add_parser("clean", help="remove everything the testbed left behind")
     c.set_defaults(func=cmd_clean)
 
-    from testbed import handfaults, pcap, plan    # `testbed fault`, `testbed pcap summarize`, `testbed plan`
+    from testbed import handfaults, pcap, plan, runs    # fault, pcap summarize, plan, ls / compare
     handfaults.register(sub)
     pcap.register(sub)
     plan.register(sub)
+    runs.register(sub)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     from testbed.handfaults import HandFaultError
     from testbed.pcap import PcapError
+    from testbed.runs import RunsError
     from testbed.scenario import ScenarioError
     args = parser().parse_args(argv)
     try:
         return args.func(args)
-    except (topo.TopologyError, ScenarioError, UsageError, PcapError, HandFaultError) as exc:
+    except (topo.TopologyError, ScenarioError, UsageError, PcapError, HandFaultError, RunsError) as exc:
         print(f"testbed {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:

@@ -12,7 +12,7 @@ import shutil
 import signal
 import time
 
-from testbed import __version__, capture, faults, ovs, report, topo
+from testbed import __version__, capture, faults, ovs, report, runs, topo
 from testbed.fidelity import CpuSampler
 from testbed.net import Network
 from testbed.timeline import Timeline
@@ -88,7 +88,7 @@ def run(scenario: dict, out_dir: str, echo=print) -> dict:
     fabric = fabric_of(scenario)
     mode = scenario.get("routing", {}).get("mode", "ecmp")
     failover = scenario.get("routing", {}).get("failover", True)
-    os.makedirs(out_dir, exist_ok=True)
+    runs.record(out_dir, scenario)          # scenario.yaml (for --again) and environment.json
     results = {"scenario": scenario["name"], "testbed_version": __version__,
                "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                "fabric": fabric.counts() | {"routing": mode, "failover": failover, "datapath": ovs.datapath(),
@@ -164,7 +164,10 @@ def run(scenario: dict, out_dir: str, echo=print) -> dict:
         signal.signal(signal.SIGTERM, previous)
         results["timings"]["tear_down_s"] = round(net.timings.get("tear_down_s", 0.0), 3)
     results["ok"] = all(c["ok"] for c in results["checks"])
-    results["report"] = report.write(results, fabric, timeline, out_dir, summary_table(results))
+    results["report"] = [os.path.relpath(p, out_dir)
+                         for p in report.write(results, fabric, timeline, out_dir, summary_table(results))]
+    for c in results.get("captures", []):
+        c["file"] = os.path.relpath(c["file"], out_dir)      # the folder can move: paths are relative to it
     with open(os.path.join(out_dir, "results.json"), "w") as f:
         json.dump(results, f, indent=2)
     return results

@@ -95,6 +95,7 @@ def test_captured_roce_traffic_decodes_cleanly_in_tshark(tmp_path):
     assert [c["point"] for c in r["captures"]] == ["s0g0/nic", "s0g0/hb", "rail1:2"]
     for cap in r["captures"]:
         assert cap["bytes"] > 10000, cap
+        cap["file"] = os.path.join(out, cap["file"])          # results.json paths are relative to its folder
         assert shutil.which("tshark"), "tshark is missing: scripts/setup installs it"
         fields = subprocess.run(["tshark", "-r", cap["file"], "-T", "fields", "-e", "frame.protocols"],
                                 capture_output=True, text=True, timeout=120).stdout.split()
@@ -114,6 +115,7 @@ def test_demo_capture_opens_cleanly_in_tshark(tmp_path):
     r = runner.run(short, str(tmp_path / "out"), echo=lambda *a: None)
     assert r["ok"], r["checks"]
     cap = r["captures"][0]
+    cap["file"] = str(tmp_path / "out" / cap["file"])
     assert cap["roce_packets"] > 200 and cap["truncated"] == 0 and cap["malformed"] == 0, cap
     assert cap["bad_icrc"] == 0 and cap["icrc_checked"] == cap["roce_packets"], cap
     assert shutil.which("tshark"), "tshark is missing: scripts/setup installs it"
@@ -128,7 +130,7 @@ def test_demo_capture_opens_cleanly_in_tshark(tmp_path):
     assert len(text.splitlines()) == cap["packets"], "tshark read another number of packets"
     assert "Malformed" not in text and "Invalid Packet Length" not in text, \
         [line for line in text.splitlines() if "Malformed" in line or "Invalid" in line][:3]
-    assert os.path.join(str(tmp_path / "out"), "plots", "fabric.svg") in r["report"]
+    assert os.path.join("plots", "fabric.svg") in r["report"]
     with open(os.path.join(tmp_path, "out", "summary.md")) as f:
         report = f.read()
     assert f"| s0g0/nic | s0g0_nic.pcap | {cap['bytes']} | {cap['packets']} | {cap['roce_packets']} | 0 | 0 | 0 |" \
