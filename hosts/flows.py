@@ -118,6 +118,8 @@ def udp_receive(f: dict, start_at: float, deadline: float, ready: threading.Even
     size = 0
     last = None
     gap, gap_at = 0.0, None      # longest silence between two arrivals: how long a failure cut the flow
+    silences = []                # every silence of over 1.5 packet times: [start, seconds], to match with faults
+    spacing = DATAGRAM * 8 / (f["rate_mbps"] * 1e6) if f.get("rate_mbps") else None
     top, reordered = -1, 0
     while len(seen) < expected and (left := deadline - time.time()) > 0:
         sock.settimeout(left)
@@ -130,6 +132,8 @@ def udp_receive(f: dict, start_at: float, deadline: float, ready: threading.Even
             now = time.time()
             if last is not None and now - last > gap:
                 gap, gap_at = now - last, last
+            if last is not None and spacing and now - last > 1.5 * spacing and len(silences) < 1000:
+                silences.append([round(last, 6), round(now - last, 6)])
             seen.add(seq)
             reordered += seq < top
             top = max(top, seq)
@@ -137,7 +141,7 @@ def udp_receive(f: dict, start_at: float, deadline: float, ready: threading.Even
             last = now
     sock.close()
     return {**result(f, size, len(seen), expected, start_at, last), "max_gap_s": gap, "gap_at": gap_at,
-            "reordered": reordered}
+            "silences": silences, "reordered": reordered}
 
 
 def tcp_receive(f: dict, start_at: float, deadline: float, ready: threading.Event) -> dict:

@@ -341,16 +341,17 @@ def checks(records: list[dict]) -> list[dict]:
 
 
 def traffic_outcomes(records: list[dict], workloads: list[dict], t0: float) -> None:
-    """Link faults: when traffic resumed, from the flows' longest silences (the receivers' view). A flow whose
-    longest silence spans the fault was cut by it; the fault's traffic resumed when the last of those flows got a
-    packet again (seconds after the workloads started; None if no flow's longest silence spans it)."""
-    flows = [f for w in workloads if w.get("type") == "traffic" for f in w.get("per_flow", [])
-             if f.get("gap_at") is not None and f.get("max_gap_s")]
+    """Link faults: when traffic resumed, from the receivers' view. Each UDP flow lists its silences (over 1.5
+    packet times); a flow silent across the fault's time was cut by it, and the fault's traffic resumed when the
+    last of those flows got a packet again (seconds after the workloads started; None if no flow was silent
+    across it: nothing was interrupted that the receivers could see)."""
+    silences = [(start, start + length) for w in workloads if w.get("type") == "traffic"
+                for f in w.get("per_flow", []) for start, length in f.get("silences") or []]
     for fault in records:
         if fault["kind"] in GPU_FAULTS or fault["at_s"] is None:
             continue
         at = t0 + fault["at_s"]
-        ends = [f["gap_at"] + f["max_gap_s"] for f in flows if f["gap_at"] <= at <= f["gap_at"] + f["max_gap_s"]]
+        ends = [end for start, end in silences if start <= at <= end]
         fault["resumed_s"] = round(max(ends) - t0, 4) if ends else None
         fault["flows_cut"] = len(ends)
 

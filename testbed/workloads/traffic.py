@@ -83,7 +83,7 @@ def run(net, spec: dict) -> dict:
         port = LISTEN_BASE + len(specs[f["dst"]]["listen"])
         sport = SOURCE_BASE + len(specs[f["src"]]["send"])
         specs[f["dst"]]["listen"].append({"flow": f["flow"], "proto": f["proto"], "port": port,
-                                          "bytes": f["bytes"]})
+                                          "bytes": f["bytes"], "rate_mbps": f["rate_mbps"]})  # silences vs spacing
         specs[f["src"]]["send"].append({"flow": f["flow"], "proto": f["proto"], "dst": fabric.hosts[f["dst"]].ip,
                                         "dport": port, "sport": sport, "bytes": f["bytes"],
                                         "rate_mbps": f["rate_mbps"], **transport_options(net.routing)})
@@ -107,6 +107,7 @@ def run(net, spec: dict) -> dict:
                          "seconds": r.get("seconds"), "mbps": round(r.get("mbps", 0.0), 3),
                          "lost_packets": r.get("lost_packets"), "error": r.get("error"),
                          "max_gap_s": r.get("max_gap_s"), "gap_at": r.get("gap_at"),
+                         "silences": r.get("silences", []),
                          "reordered": r.get("reordered")})
     return summarize(fabric, spec, per_flow, uplink_bytes(fabric, before, after))
 
