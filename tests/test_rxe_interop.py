@@ -255,3 +255,90 @@ def test_uroce_with_kernel_rxe(lab, tool, uroce_role, tmp_path):
     frames, bth, malformed = tshark_summary(pcap)
     print(f"tshark: {frames} frames, {bth} decoded as InfiniBand BTH, {malformed} malformed; {elapsed:.1f} s")
     assert frames == len(pkts) and bth == frames and malformed == 0
+
+
+# ------------------------------------------------------------------ the pyverbs backend inside the guest
+GUEST_SRC = "/tmp/src"
+CHECK_SIZES = (1, 1000, 1024, 4097, 65536, (1 << 20) + 13)
+CHECK_OPS = {"send": {0x00, 0x01, 0x02, 0x04}, "write": {0x06, 0x07, 0x08, 0x0A}, "read": {0x0C}}
+
+
+def _upload_hosts_package(g):
+    """Copy this checkout's hosts/rdma package into the guest once (the guest runs the code under test)."""
+    if getattr(g, "_tb_src", False):
+        return
+    import io
+    import tarfile
+    blob = io.BytesIO()
+    with tarfile.open(fileobj=blob, mode="w:gz") as tf:
+        for f in [REPO / "hosts" / "__init__.py", *sorted((REPO / "hosts" / "rdma").glob("*.py"))]:
+            tf.add(f, arcname=str(f.relative_to(REPO)))
+    t0 = time.monotonic()
+    g.put_file(f"{GUEST_SRC}/hosts.tgz", blob.getvalue())
+    r = g.run(f"cd {GUEST_SRC} && tar -xzf hosts.tgz && python3 -c 'import pyverbs.device, hosts.rdma.rxe'",
+              timeout=60)
+    assert r.ok, f"guest cannot import pyverbs / hosts.rdma.rxe:\n{r.output}"
+    print(f"uploaded hosts/rdma ({len(blob.getvalue())} bytes) in {time.monotonic() - t0:.1f} s")
+    g._tb_src = True
+
+
+@pytest.mark.root
+@pytest.mark.parametrize("guest_role", ["client", "server"])
+def test_pyverbs_backend_in_guest(lab, guest_role, tmp_path):
+    """hosts/rdma/rxe.py (pyverbs on the guest's kernel rxe0) against the uroce endpoint: RC SEND, WRITE and
+    READ of 1 B .. 1 MiB, every byte verified by the side that received it. The guest is the requester of
+    every operation when it is the client and the responder when it is the server."""
+    lan, g, ns = lab
+    _upload_hosts_package(g)
+    uroce_ip = lan.addr(UROCE_IP_N)
+    sizes = ",".join(map(str, CHECK_SIZES))
+    gcmd = f"cd {GUEST_SRC} && python3 -m hosts.rdma.check --backend rxe --ip {g.ip} --sizes {sizes} --timeout 90"
+    ucmd = ["ip", "netns", "exec", ns, sys.executable, "-m", "hosts.rdma.check", "--backend", "uroce",
+            "--ip", uroce_ip, "--sizes", sizes, "--timeout", "90"]
+    pcap = tmp_path / f"check-{guest_role}.pcap"
+    cap = lan.capture(pcap)
+    t0 = time.monotonic()
+    uro = gproc = None
+    try:
+        if guest_role == "client":
+            uro = subprocess.Popen(ucmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            deadline = time.monotonic() + 15
+            while not _uroce_listening(ns) and uro.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+            gres = g.run(f"{gcmd} {uroce_ip}", timeout=120)
+        else:
+            gproc = g.spawn(gcmd)
+            assert g.wait_listen(18515, timeout=30, proc=gproc), f"guest did not listen:\n{gproc.output}"
+            uro = subprocess.Popen(ucmd + [g.ip], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                   text=True)
+            gres = gproc.wait(120)
+        uout, _ = uro.communicate(timeout=120)
+    finally:
+        if uro is not None and uro.poll() is None:
+            uro.kill()
+            uro.wait()
+        if gproc is not None and not gproc.done:
+            gproc.kill()
+        lan.stop_capture(cap)
+    elapsed = time.monotonic() - t0
+    print(f"--- guest (rxe/pyverbs, {guest_role}, status {gres.status}):\n{gres.output}\n--- uroce:\n{uout}")
+    assert gres.ok, f"guest failed:\n{gres.output}\nuroce:\n{uout}"
+    assert uro.returncode == 0, f"uroce failed:\n{uout}\nguest:\n{gres.output}"
+    results = {"guest": json.loads(gres.output.strip().splitlines()[-1]),
+               "uroce": json.loads(uout.strip().splitlines()[-1])}
+    cli = results["guest" if guest_role == "client" else "uroce"]
+    assert results["guest"]["backend"] == "rxe" and results["uroce"]["backend"] == "uroce"
+    for op in CHECK_OPS:   # every size of every operation arrived intact
+        assert cli["verified"][op] == list(CHECK_SIZES) and cli["mismatch"][op] == [], (op, cli)
+    # the wire: kernel rxe and uroce spoke RoCEv2 to each other, every packet with a valid ICRC
+    pkts = [p for p in (roce_fields(f) for f in read_pcap(pcap)) if p is not None]
+    assert pkts and all(p[5] for p in pkts), "packets with a bad ICRC"
+    req = g.ip if guest_role == "client" else uroce_ip
+    rsp = uroce_ip if req == g.ip else g.ip
+    req_ops = Counter(p[2] for p in pkts if p[0] == req)
+    rsp_ops = Counter(p[2] for p in pkts if p[0] == rsp)
+    for op, codes in CHECK_OPS.items():
+        assert codes & set(req_ops), f"no {op} packets from the requester: {dict(req_ops)}"
+    assert {0x0D, 0x0E, 0x0F} <= set(rsp_ops) and 0x11 in rsp_ops, dict(rsp_ops)   # READ responses, ACKs
+    print(f"pyverbs in the guest as {guest_role}: {sum(CHECK_SIZES)} B per operation, op times {cli['seconds']}, "
+          f"{len(pkts)} packets, {elapsed:.1f} s")
