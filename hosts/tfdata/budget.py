@@ -1,56 +1,65 @@
 """CPU budgets for processes in emulated hosts, and their CPU time.
 
-Enforced: a CFS quota (cgroup v1 cpu controller) of `cores` x the period on the whole process, all of its
-threads (tf.data's thread pools included) together; optionally CPU affinity. The launcher applies it from
-the machine's root namespace right after starting the process (namespaced shells such as `ip netns exec`
-do not see the cgroup tree), before TensorFlow has started its threads; threads made later inherit it.
+Enforced: a CFS quota of `cores` x the period on the whole process, all of its threads (tf.data's thread
+pools included) together, in a cgroup of its own: cgroup v1 (cpu.cfs_quota_us) or v2 (cpu.max), whichever
+the machine has (hosts.cgroups detects it); optionally CPU affinity. The launcher applies it from the
+machine's root namespace right after starting the process (namespaced shells such as `ip netns exec` do
+not see the cgroup tree), before TensorFlow has started its threads; threads made later inherit it.
 """
 from __future__ import annotations
 
 import os
 
-CGROUP_CPU = "/sys/fs/cgroup/cpu"
+from hosts import cgroups
+
 PERIOD_US = 20_000       # short periods: a throttled process stalls for less at a time
+_detected: cgroups.CpuCgroups | None = None
 
 
-def group_path(name: str) -> str:
-    return os.path.join(CGROUP_CPU, f"tb-tfdata-{name}")
+def hierarchy() -> cgroups.CpuCgroups:
+    """The machine's cgroup hierarchy with the cpu controller (detected once; CgroupError if none)."""
+    global _detected
+    if _detected is None:
+        _detected = cgroups.detect()
+    return _detected
 
 
-def limit(name: str, pid: int, cores: float | None, cpus: list[int] | None = None) -> dict:
+def group_path(name: str, hier: cgroups.CpuCgroups | None = None) -> str:
+    return (hier or hierarchy()).path(f"tb-tfdata-{name}")
+
+
+def limit(name: str, pid: int, cores: float | None, cpus: list[int] | None = None,
+          hier: cgroups.CpuCgroups | None = None) -> dict:
     """Put process `pid` in cgroup tb-tfdata-<name> with a quota of `cores`; returns what was applied."""
     applied = {"cores": None, "cpus": None}
     if cpus:
         os.sched_setaffinity(pid, cpus)
         applied["cpus"] = sorted(os.sched_getaffinity(pid))
     if cores:
-        path = group_path(name)
-        os.makedirs(path, exist_ok=True)
-        for key, value in (("cpu.cfs_period_us", PERIOD_US), ("cpu.cfs_quota_us", max(1000, int(cores * PERIOD_US)))):
-            with open(os.path.join(path, key), "w") as f:
-                f.write(str(value))
-        with open(os.path.join(path, "cgroup.procs"), "w") as f:
-            f.write(str(pid))
+        h = hier or hierarchy()
+        path = h.create(f"tb-tfdata-{name}", cores, PERIOD_US)
+        h.add(path, pid)
         applied["cores"] = cores
+        applied["cgroup"] = f"v{h.version}"
     return applied
 
 
-def remove(name: str) -> None:
+def remove(name: str, hier: cgroups.CpuCgroups | None = None) -> None:
     """Remove the group once its processes have ended (a group with processes in it stays)."""
     try:
-        os.rmdir(group_path(name))
-    except OSError:
-        pass
+        h = hier or hierarchy()
+    except cgroups.CgroupError:
+        return
+    h.remove(group_path(name, h))
 
 
-def throttled_s(name: str) -> float:
+def throttled_s(name: str, hier: cgroups.CpuCgroups | None = None) -> float:
     """Seconds the group spent throttled (quota exhausted): evidence that the budget was binding."""
     try:
-        with open(os.path.join(group_path(name), "cpu.stat")) as f:
-            stats = dict(line.split() for line in f)
-        return int(stats.get("throttled_time", 0)) / 1e9
-    except OSError:
+        h = hier or hierarchy()
+    except cgroups.CgroupError:
         return 0.0
+    return h.throttled_s(group_path(name, h))
 
 
 def cpu_seconds(pid: int | str = "self") -> float:
