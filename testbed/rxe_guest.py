@@ -342,21 +342,6 @@ class RxeGuest:
         """Run a ``sh`` script in the guest and wait for its exit status and output."""
         return self.spawn(cmd).wait(timeout, check=check)
 
-    def put_file(self, path: str, data: bytes, timeout: float = 60) -> None:
-        """Write `data` to `path` in the guest (through the serial console, in base64 pieces sent at once)."""
-        if not re.fullmatch(r"/[\w./+-]+", path):
-            raise ValueError(f"unsupported guest path: {path!r}")
-        b64 = base64.b64encode(data).decode()
-        step = 2400                              # a command line stays under the protocol's limit
-        parts = [b64[i:i + step] for i in range(0, len(b64), step)] or [""]
-        tmp = f"/tmp/tb/put{self._next_id}"
-        self.run(f"rm -rf {tmp} && mkdir -p {tmp}", timeout=timeout, check=True)
-        procs = [self.spawn(f"printf %s '{part}' > {tmp}/{i:06d}") for i, part in enumerate(parts)]
-        for gp in procs:
-            gp.wait(timeout, check=True)
-        self.run(f"mkdir -p \"$(dirname {path})\" && cat {tmp}/* | base64 -d > {path} && rm -rf {tmp} && "
-                 f"[ $(wc -c < {path}) -eq {len(data)} ]", timeout=timeout, check=True)
-
     def wait_listen(self, port: int, timeout: float = 20, proc: GuestProcess | None = None) -> bool:
         """Wait until something in the guest listens on TCP ``port`` (False on timeout or if proc ended)."""
         deadline = time.monotonic() + timeout

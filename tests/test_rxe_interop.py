@@ -263,22 +263,46 @@ CHECK_SIZES = (1, 1000, 1024, 4097, 65536, (1 << 20) + 13)
 CHECK_OPS = {"send": {0x00, 0x01, 0x02, 0x04}, "write": {0x06, 0x07, 0x08, 0x0A}, "read": {0x0C}}
 
 
-def _upload_hosts_package(g):
-    """Copy this checkout's hosts/rdma package into the guest once (the guest runs the code under test)."""
+def _upload_hosts_package(g, ns, ip):
+    """Copy this checkout's hosts/rdma package into the guest once (the guest runs the code under test). It goes over the bridge: served once from the host namespace `ns` (address `ip`), fetched
+    by the guest's python (the serial console is far slower)."""
     if getattr(g, "_tb_src", False):
         return
     import io
+    import socket
     import tarfile
+    import threading
+    from hosts.rdma.netns import netns
     blob = io.BytesIO()
     with tarfile.open(fileobj=blob, mode="w:gz") as tf:
         for f in [REPO / "hosts" / "__init__.py", *sorted((REPO / "hosts" / "rdma").glob("*.py"))]:
             tf.add(f, arcname=str(f.relative_to(REPO)))
+    data = blob.getvalue()
+    with netns(ns):
+        ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    ls.bind((ip, 0))
+    ls.listen(1)
+    ls.settimeout(60)
+
+    def serve():
+        try:
+            conn, _ = ls.accept()
+            with conn:
+                conn.sendall(data)
+        except OSError:
+            pass
+        finally:
+            ls.close()
     t0 = time.monotonic()
-    g.put_file(f"{GUEST_SRC}/hosts.tgz", blob.getvalue())
-    r = g.run(f"cd {GUEST_SRC} && tar -xzf hosts.tgz && python3 -c 'import pyverbs.device, hosts.rdma.rxe'",
-              timeout=60)
-    assert r.ok, f"guest cannot import pyverbs / hosts.rdma.rxe:\n{r.output}"
-    print(f"uploaded hosts/rdma ({len(blob.getvalue())} bytes) in {time.monotonic() - t0:.1f} s")
+    threading.Thread(target=serve, daemon=True).start()
+    fetch = (f"import socket; s = socket.create_connection(('{ip}', {ls.getsockname()[1]}), 30); "
+             "f = open('hosts.tgz', 'wb'); [f.write(c) for c in iter(lambda: s.recv(65536), b'')]")
+    r = g.run(f"mkdir -p {GUEST_SRC} && cd {GUEST_SRC} && python3 -c \"{fetch}\" && "
+              f"[ $(wc -c < hosts.tgz) -eq {len(data)} ] && tar -xzf hosts.tgz && "
+              "python3 -c 'import pyverbs.device, hosts.rdma.rxe, hosts.rdma.check'", timeout=60)
+    ls.close()
+    assert r.ok, f"copying hosts/rdma into the guest, or importing pyverbs and it there, failed:\n{r.output}"
+    print(f"hosts/rdma ({len(data)} bytes) copied into the guest and imported in {time.monotonic() - t0:.1f} s")
     g._tb_src = True
 
 
@@ -289,8 +313,8 @@ def test_pyverbs_backend_in_guest(lab, guest_role, tmp_path):
     READ of 1 B .. 1 MiB, every byte verified by the side that received it. The guest is the requester of
     every operation when it is the client and the responder when it is the server."""
     lan, g, ns = lab
-    _upload_hosts_package(g)
     uroce_ip = lan.addr(UROCE_IP_N)
+    _upload_hosts_package(g, ns, uroce_ip)
     sizes = ",".join(map(str, CHECK_SIZES))
     gcmd = f"cd {GUEST_SRC} && python3 -m hosts.rdma.check --backend rxe --ip {g.ip} --sizes {sizes} --timeout 90"
     ucmd = ["ip", "netns", "exec", ns, sys.executable, "-m", "hosts.rdma.check", "--backend", "uroce",
