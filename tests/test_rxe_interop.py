@@ -264,7 +264,8 @@ CHECK_OPS = {"send": {0x00, 0x01, 0x02, 0x04}, "write": {0x06, 0x07, 0x08, 0x0A}
 
 
 def _upload_hosts_package(g, ns, ip):
-    """Copy this checkout's hosts/rdma package into the guest once (the guest runs the code under test). It goes over the bridge: served once from the host namespace `ns` (address `ip`), fetched
+    """Copy this checkout's hosts/rdma package and CPU budget code into the guest once (the guest runs the code
+    under test). It goes over the bridge: served once from the host namespace `ns` (address `ip`), fetched
     by the guest's python (the serial console is far slower)."""
     if getattr(g, "_tb_src", False):
         return
@@ -275,7 +276,9 @@ def _upload_hosts_package(g, ns, ip):
     from hosts.rdma.netns import netns
     blob = io.BytesIO()
     with tarfile.open(fileobj=blob, mode="w:gz") as tf:
-        for f in [REPO / "hosts" / "__init__.py", *sorted((REPO / "hosts" / "rdma").glob("*.py"))]:
+        for f in [REPO / "hosts" / "__init__.py", REPO / "hosts" / "cgroups.py", REPO / "hosts" / "tfdata" / "__init__.py",
+                  REPO / "hosts" / "tfdata" / "budget.py",
+                  *sorted((REPO / "hosts" / "rdma").glob("*.py"))]:
             tf.add(f, arcname=str(f.relative_to(REPO)))
     data = blob.getvalue()
     with netns(ns):
@@ -301,8 +304,8 @@ def _upload_hosts_package(g, ns, ip):
               f"[ $(wc -c < hosts.tgz) -eq {len(data)} ] && tar -xzf hosts.tgz && "
               "python3 -c 'import pyverbs.device, hosts.rdma.rxe, hosts.rdma.check'", timeout=60)
     ls.close()
-    assert r.ok, f"copying hosts/rdma into the guest, or importing pyverbs and it there, failed:\n{r.output}"
-    print(f"hosts/rdma ({len(data)} bytes) copied into the guest and imported in {time.monotonic() - t0:.1f} s")
+    assert r.ok, f"copying hosts code into the guest, or importing pyverbs and it there, failed:\n{r.output}"
+    print(f"hosts code ({len(data)} bytes) copied into the guest and imported in {time.monotonic() - t0:.1f} s")
     g._tb_src = True
 
 
@@ -370,3 +373,51 @@ def test_pyverbs_backend_in_guest(lab, guest_role, tmp_path):
     assert {0x0D, 0x0E, 0x0F} <= set(rsp_ops) and 0x11 in rsp_ops, dict(rsp_ops)   # READ responses, ACKs
     print(f"pyverbs in the guest as {guest_role}: {sum(CHECK_SIZES)} B per operation, op times {cli['seconds']}, "
           f"{len(pkts)} packets, {elapsed:.1f} s")
+
+
+GUEST_BUDGET = """
+import json, subprocess, sys, time
+from hosts.tfdata import budget
+h = budget.hierarchy()
+p = subprocess.Popen([sys.executable, "-c", "import time\\nt = time.time()\\nwhile time.time() - t < 2: pass"])
+applied = budget.limit("guest", p.pid, CORES)
+t0 = time.monotonic()
+path = budget.group_path("guest")
+cpu_max = open(path + "/cpu.max").read().strip()
+p.wait()
+wall = time.monotonic() - t0
+stat = dict(l.split() for l in open(path + "/cpu.stat"))
+print(json.dumps({"hierarchy": repr(h), "version": h.version, "applied": applied, "cpu_max": cpu_max,
+                  "subtree_control": open(h.root + "/cgroup.subtree_control").read().split(),
+                  "usage_s": int(stat["usage_usec"]) / 1e6, "wall_s": wall, "throttled_s": budget.throttled_s("guest"),
+                  "removed": (budget.remove("guest"), not __import__("os").path.exists(path))[1]}))
+"""
+
+
+@pytest.mark.root
+def test_cpu_budget_on_cgroup_v2_in_guest(lab):
+    """The offload CPU budget (hosts/tfdata/budget.py) on a real cgroup v2 kernel: the guest mounts only the
+    unified hierarchy; the cpu controller is enabled in the root's subtree_control, cpu.max is written and a
+    busy loop gets no more than its quota. (This machine's own cgroups are v1: tests/test_cgroups.py.)"""
+    lan, g, ns = lab
+    if not rxe_guest.image_has_python():
+        why = "the guest image has no python3 and could not be rebuilt (scripts/rxe-guest-build)"
+        print(f"SKIP: {why}")
+        pytest.skip(why)
+    _upload_hosts_package(g, ns, lan.addr(UROCE_IP_N))
+    cores = 0.25
+    script = GUEST_BUDGET.replace("CORES", str(cores))
+    t0 = time.monotonic()
+    r = g.run("grep -q ' /sys/fs/cgroup cgroup2 ' /proc/mounts || mount -t cgroup2 none /sys/fs/cgroup || exit 9\n"
+              f"cd {GUEST_SRC} && python3 - <<'PY'\n{script}\nPY", timeout=60)
+    print(r.output)
+    assert r.ok, r.output
+    res = json.loads(r.output.strip().splitlines()[-1])
+    print(f"cgroup v2 budget in the guest: {res['usage_s']:.2f} s CPU in {res['wall_s']:.2f} s "
+          f"({res['usage_s'] / res['wall_s']:.2f} core under {cores}), throttled {res['throttled_s']:.2f} s; "
+          f"{time.monotonic() - t0:.1f} s")
+    assert res["version"] == 2 and res["applied"]["cgroup"] == "v2"
+    assert "cpu" in res["subtree_control"]
+    assert res["cpu_max"] == f"{int(cores * 20000)} 20000"
+    assert res["usage_s"] <= cores * res["wall_s"] * 1.15 and res["throttled_s"] > 0.5
+    assert res["removed"]
