@@ -131,7 +131,7 @@ def client(dev, server_ip: str, *, sizes=DEFAULT_SIZES, port: int = DEFAULT_PORT
     sizes = [int(s) for s in sizes]
     seed = int.from_bytes(os.urandom(6), "big")
     offs, pd, cq, regions, mrs, qp = _setup(dev, sizes, 0)
-    sock = tcp_connect(server_ip, port, timeout=timeout, retry_for=min(30.0, timeout))
+    sock = tcp_connect(server_ip, port, timeout=timeout, retry_for=timeout)   # until the server listens
     times = {}
     try:
         ch = _Lines(sock)
