@@ -17,6 +17,8 @@ A DockerHost has two sides, the way Containernet's Docker hosts do:
 - `popen` runs a process inside the container: its mount, UTS, IPC, network and PID namespaces, its
   cgroups (so the CPU and memory limits apply and `docker pause` freezes it), the image's environment
   and working directory, and the image's Python (`DockerHost.python`).
+The CPU limit is Docker's (cgroup v1 or v2 alike); after a start it is read back from the container's cgroup
+(hosts.cgroups), since Docker only warns when it cannot apply one.
 A GPU failure is the host container's: `docker kill` (crash), `docker pause` (hang), `docker unpause`
 (resume).
 """
@@ -30,6 +32,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from mininet.node import Host
 
+from hosts import cgroups
 from testbed import PREFIX
 
 LABEL = "testbed"                     # every container of ours carries it, with the run directory
@@ -65,25 +68,14 @@ def holder_name(host: str) -> str:
 
 def cgroup_procs(pid: int) -> list[str]:
     """The cgroup.procs files of every cgroup hierarchy process `pid` belongs to (v1 and v2)."""
-    mounts = []       # (mount point, fstype, super options)
-    with open("/proc/self/mountinfo") as f:
-        for line in f:
-            left, _, right = line.partition(" - ")
-            fstype, _, opts = right.split()[:3]
-            if fstype in ("cgroup", "cgroup2"):
-                mounts.append((left.split()[4], fstype, set(opts.split(","))))
-    out = []
-    with open(f"/proc/{pid}/cgroup") as f:
-        for line in f:
-            hid, controllers, path = line.rstrip("\n").split(":", 2)
-            for point, fstype, opts in mounts:
-                if (hid == "0" and fstype == "cgroup2") or \
-                        (fstype == "cgroup" and controllers and set(controllers.split(",")) <= opts):
-                    procs = os.path.join(point + path, "cgroup.procs")
-                    if os.path.exists(procs):
-                        out.append(procs)
-                    break
-    return out
+    return [os.path.join(d, "cgroup.procs") for d in cgroups.process_cgroups(pid)
+            if os.path.exists(os.path.join(d, "cgroup.procs"))]
+
+
+def cpu_limit(pid: int) -> tuple[float | None, str]:
+    """(CPU limit in cores of the cgroup process `pid` is in, None if unlimited; which cgroup version)."""
+    h = cgroups.detect()
+    return h.limit_cores(h.of_process(pid)), f"cgroup v{h.version}"
 
 
 def started_processes(container) -> int:
@@ -156,6 +148,13 @@ class Containers:
         volumes = {self.run_dir: {"bind": self.run_dir, "mode": "rw"}, **extra.pop("volumes", {})}
         c = self._run(container_name(host), network_mode=f"container:{holder.id}", nano_cpus=int(self.cpus * 1e9),
                       mem_limit=self.memory, memswap_limit=self.memory, volumes=volumes, **extra)
+        # Docker drops a CPU limit with only a warning where the cpu controller is missing: check it is there
+        try:
+            cores, version = cpu_limit(c.attrs["State"]["Pid"])
+        except (cgroups.CgroupError, OSError, ValueError) as e:
+            raise RuntimeError(f"cannot check the CPU limit of {c.name}: {e}") from None
+        if cores is None or abs(cores - self.cpus) > 0.01:
+            raise RuntimeError(f"the CPU limit of {c.name} is {cores} cores ({version}), not the {self.cpus} asked for")
         return holder, c
 
     def start(self, hosts: list[str]) -> None:

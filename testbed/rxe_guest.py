@@ -5,7 +5,7 @@ software emulation (TCG) and brings its own ``rdma_rxe``. :class:`RxeGuest` boot
 virtio NIC on a TAP device, waits until ``rxe0`` is ACTIVE, runs shell commands in it over the serial
 console (output and exit status come back) and tears everything down again.
 
-The guest image (kernel + busybox initramfs with rdma-core and perftest) is prepared by
+The guest image (kernel + busybox initramfs with rdma-core, perftest, python3 and pyverbs) is prepared by
 ``scripts/rxe-guest-build`` into ``build/rxe-guest/``.
 
 The TAP is the guest's only network: attach it to a Linux bridge or an Open vSwitch bridge (it is an
@@ -73,18 +73,41 @@ def missing_requirements(image_dir: Path | str | None = None) -> str | None:
     return None
 
 
+def image_is_current(image_dir: Path | str | None = None) -> bool:
+    """Whether the image was built by the present build script (its manifest records the script's hash)."""
+    import hashlib
+    d = Path(image_dir) if image_dir else DEFAULT_IMAGE_DIR
+    try:
+        first = (d / "manifest").read_text().splitlines()[0]
+        want = hashlib.sha256(BUILD_SCRIPT.read_bytes()).hexdigest()[:16]
+    except (OSError, IndexError):
+        return False
+    return f"script={want}" in first.split()
+
+
+def image_has_python(image_dir: Path | str | None = None) -> bool:
+    """Whether the image carries python3 + pyverbs (see RXE_GUEST_PYTHON in the build script)."""
+    d = Path(image_dir) if image_dir else DEFAULT_IMAGE_DIR
+    try:
+        return any(l.startswith("python ") and "python3-pyverbs=" in l for l in (d / "manifest").read_text().splitlines())
+    except OSError:
+        return False
+
+
 def ensure_image(image_dir: Path | str | None = None, timeout: float = 600) -> str | None:
-    """Build the guest image, or bring it up to date (the script does nothing when its inputs, the guest's
-    copy of hosts/rdma included, are unchanged). Returns None on success, else the reason it is unavailable."""
+    """Build the guest image if it is missing or was made by an older build script. Returns None on success,
+    else the reason it is unavailable (an existing older image is still used if a rebuild fails)."""
     env = dict(os.environ)
     if image_dir:
         env["RXE_GUEST_DIR"] = str(image_dir)
-    if shutil.which(QEMU):
+    if image_files(image_dir) is None or not image_is_current(image_dir):
+        if not shutil.which(QEMU):
+            return f"{QEMU} not installed (apt-get install qemu-system-x86)"
         try:
             r = subprocess.run([str(BUILD_SCRIPT)], env=env, capture_output=True, text=True, timeout=timeout)
         except (OSError, subprocess.TimeoutExpired) as e:
             return f"{BUILD_SCRIPT.name} failed: {e}"
-        if r.returncode != 0:
+        if r.returncode != 0 and image_files(image_dir) is None:
             tail = (r.stderr or r.stdout).strip().splitlines()[-3:]
             return f"{BUILD_SCRIPT.name} failed: {' | '.join(tail)}"
     return missing_requirements(image_dir)

@@ -5,6 +5,7 @@ import os
 
 import pytest
 
+from hosts.tfdata import budget
 from testbed.net import Network
 from testbed.topo import build
 from testbed.workloads import offload
@@ -36,4 +37,4 @@ def test_fastflow_offloads_and_beats_local_only_when_local_cpu_is_scarce():
     # the local CPU budget held (CFS quota; 10% for the sampling window)
     assert no["metrics"]["local_cpu_cores"] <= 0.3 * 1.1 and no["metrics"]["local_throttled_s"] > 0
     # servers were restarted per run and cleaned up: no cgroups of ours left
-    assert glob.glob(f"/sys/fs/cgroup/cpu/tb-tfdata-{os.getpid()}-*") == []
+    assert glob.glob(budget.group_path(f"{os.getpid()}-*")) == []

@@ -255,3 +255,172 @@ def test_uroce_with_kernel_rxe(lab, tool, uroce_role, tmp_path):
     frames, bth, malformed = tshark_summary(pcap)
     print(f"tshark: {frames} frames, {bth} decoded as InfiniBand BTH, {malformed} malformed; {elapsed:.1f} s")
     assert frames == len(pkts) and bth == frames and malformed == 0
+
+
+# ------------------------------------------------------------------ the pyverbs backend inside the guest
+GUEST_SRC = "/tmp/src"
+CHECK_SIZES = (1, 1000, 1024, 4097, 65536, (1 << 20) + 13)
+CHECK_OPS = {"send": {0x00, 0x01, 0x02, 0x04}, "write": {0x06, 0x07, 0x08, 0x0A}, "read": {0x0C}}
+
+
+def _upload_hosts_package(g, ns, ip):
+    """Copy this checkout's hosts/rdma package and CPU budget code into the guest once (the guest runs the code
+    under test). It goes over the bridge: served once from the host namespace `ns` (address `ip`), fetched
+    by the guest's python (the serial console is far slower)."""
+    if getattr(g, "_tb_src", False):
+        return
+    import io
+    import socket
+    import tarfile
+    import threading
+    from hosts.rdma.netns import netns
+    blob = io.BytesIO()
+    with tarfile.open(fileobj=blob, mode="w:gz") as tf:
+        for f in [REPO / "hosts" / "__init__.py", REPO / "hosts" / "cgroups.py", REPO / "hosts" / "tfdata" / "__init__.py",
+                  REPO / "hosts" / "tfdata" / "budget.py",
+                  *sorted((REPO / "hosts" / "rdma").glob("*.py"))]:
+            tf.add(f, arcname=str(f.relative_to(REPO)))
+    data = blob.getvalue()
+    with netns(ns):
+        ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    ls.bind((ip, 0))
+    ls.listen(1)
+    ls.settimeout(60)
+
+    def serve():
+        try:
+            conn, _ = ls.accept()
+            with conn:
+                conn.sendall(data)
+        except OSError:
+            pass
+        finally:
+            ls.close()
+    t0 = time.monotonic()
+    threading.Thread(target=serve, daemon=True).start()
+    # one interpreter start (seconds under TCG): fetch, unpack, then import what the tests run there with the
+    # guest's trimmed standard library
+    fetch = (f"import io, socket, tarfile; s = socket.create_connection(('{ip}', {ls.getsockname()[1]}), 30); "
+             "b = b''.join(iter(lambda: s.recv(65536), b'')); print(len(b), 'bytes'); "
+             "tarfile.open(fileobj=io.BytesIO(b)).extractall('.'); "
+             "import importlib; importlib.invalidate_caches(); "
+             "import pyverbs.device, hosts.rdma.rxe, hosts.rdma.check, hosts.tfdata.budget")
+    r = g.run(f"mkdir -p {GUEST_SRC} && cd {GUEST_SRC} && python3 -c \"{fetch}\"", timeout=60)
+    ls.close()
+    assert r.ok and f"{len(data)} bytes" in r.output, \
+        f"copying hosts code into the guest, or importing pyverbs and it there, failed:\n{r.output}"
+    print(f"hosts code ({len(data)} bytes) copied into the guest and imported in {time.monotonic() - t0:.1f} s")
+    g._tb_src = True
+
+
+@pytest.mark.root
+@pytest.mark.parametrize("guest_role", ["client", "server"])
+def test_pyverbs_backend_in_guest(lab, guest_role, tmp_path):
+    """hosts/rdma/rxe.py (pyverbs on the guest's kernel rxe0) against the uroce endpoint: RC SEND, WRITE and
+    READ of 1 B .. 1 MiB, every byte verified by the side that received it. The guest is the requester of
+    every operation when it is the client and the responder when it is the server."""
+    lan, g, ns = lab
+    if not rxe_guest.image_has_python():
+        why = "the guest image has no python3/pyverbs and could not be rebuilt (scripts/rxe-guest-build)"
+        print(f"SKIP: {why}")
+        pytest.skip(why)
+    uroce_ip = lan.addr(UROCE_IP_N)
+    _upload_hosts_package(g, ns, uroce_ip)
+    sizes = ",".join(map(str, CHECK_SIZES))
+    gcmd = f"cd {GUEST_SRC} && python3 -m hosts.rdma.check --backend rxe --ip {g.ip} --sizes {sizes} --timeout 90"
+    ucmd = ["ip", "netns", "exec", ns, sys.executable, "-m", "hosts.rdma.check", "--backend", "uroce",
+            "--ip", uroce_ip, "--sizes", sizes, "--timeout", "90"]
+    pcap = tmp_path / f"check-{guest_role}.pcap"
+    cap = lan.capture(pcap)
+    t0 = time.monotonic()
+    uro = gproc = None
+    try:
+        if guest_role == "client":
+            uro = subprocess.Popen(ucmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            deadline = time.monotonic() + 15
+            while not _uroce_listening(ns) and uro.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+            gres = g.run(f"{gcmd} {uroce_ip}", timeout=120)
+        else:
+            gproc = g.spawn(gcmd)     # the uroce client retries connecting until the guest's python listens
+            uro = subprocess.Popen(ucmd + [g.ip], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                   text=True)
+            gres = gproc.wait(120)
+        uout, _ = uro.communicate(timeout=120)
+    finally:
+        if uro is not None and uro.poll() is None:
+            uro.kill()
+            uro.wait()
+        if gproc is not None and not gproc.done:
+            gproc.kill()
+        lan.stop_capture(cap)
+    elapsed = time.monotonic() - t0
+    print(f"--- guest (rxe/pyverbs, {guest_role}, status {gres.status}):\n{gres.output}\n--- uroce:\n{uout}")
+    assert gres.ok, f"guest failed:\n{gres.output}\nuroce:\n{uout}"
+    assert uro.returncode == 0, f"uroce failed:\n{uout}\nguest:\n{gres.output}"
+    results = {"guest": json.loads(gres.output.strip().splitlines()[-1]),
+               "uroce": json.loads(uout.strip().splitlines()[-1])}
+    cli = results["guest" if guest_role == "client" else "uroce"]
+    assert results["guest"]["backend"] == "rxe" and results["uroce"]["backend"] == "uroce"
+    for op in CHECK_OPS:   # every size of every operation arrived intact
+        assert cli["verified"][op] == list(CHECK_SIZES) and cli["mismatch"][op] == [], (op, cli)
+    # the wire: kernel rxe and uroce spoke RoCEv2 to each other, every packet with a valid ICRC
+    pkts = [p for p in (roce_fields(f) for f in read_pcap(pcap)) if p is not None]
+    assert pkts and all(p[5] for p in pkts), "packets with a bad ICRC"
+    req = g.ip if guest_role == "client" else uroce_ip
+    rsp = uroce_ip if req == g.ip else g.ip
+    req_ops = Counter(p[2] for p in pkts if p[0] == req)
+    rsp_ops = Counter(p[2] for p in pkts if p[0] == rsp)
+    for op, codes in CHECK_OPS.items():
+        assert codes & set(req_ops), f"no {op} packets from the requester: {dict(req_ops)}"
+    assert {0x0D, 0x0E, 0x0F} <= set(rsp_ops) and 0x11 in rsp_ops, dict(rsp_ops)   # READ responses, ACKs
+    print(f"pyverbs in the guest as {guest_role}: {sum(CHECK_SIZES)} B per operation, op times {cli['seconds']}, "
+          f"{len(pkts)} packets, {elapsed:.1f} s")
+
+
+GUEST_BUDGET = """
+import json, subprocess, sys, time
+from hosts.tfdata import budget
+h = budget.hierarchy()
+p = subprocess.Popen([sys.executable, "-c", "import time\\nt = time.time()\\nwhile time.time() - t < 2: pass"])
+applied = budget.limit("guest", p.pid, CORES)
+t0 = time.monotonic()
+path = budget.group_path("guest")
+cpu_max = open(path + "/cpu.max").read().strip()
+p.wait()
+wall = time.monotonic() - t0
+stat = dict(l.split() for l in open(path + "/cpu.stat"))
+print(json.dumps({"hierarchy": repr(h), "version": h.version, "applied": applied, "cpu_max": cpu_max,
+                  "subtree_control": open(h.root + "/cgroup.subtree_control").read().split(),
+                  "usage_s": int(stat["usage_usec"]) / 1e6, "wall_s": wall, "throttled_s": budget.throttled_s("guest"),
+                  "removed": (budget.remove("guest"), not __import__("os").path.exists(path))[1]}))
+"""
+
+
+@pytest.mark.root
+def test_cpu_budget_on_cgroup_v2_in_guest(lab):
+    """The offload CPU budget (hosts/tfdata/budget.py) on a real cgroup v2 kernel: the guest mounts only the
+    unified hierarchy; the cpu controller is enabled in the root's subtree_control, cpu.max is written and a
+    busy loop gets no more than its quota. (This machine's own cgroups are v1: tests/test_cgroups.py.)"""
+    lan, g, ns = lab
+    if not rxe_guest.image_has_python():
+        why = "the guest image has no python3 and could not be rebuilt (scripts/rxe-guest-build)"
+        print(f"SKIP: {why}")
+        pytest.skip(why)
+    _upload_hosts_package(g, ns, lan.addr(UROCE_IP_N))
+    cores = 0.25
+    script = GUEST_BUDGET.replace("CORES", str(cores))
+    t0 = time.monotonic()
+    r = g.run("grep -q ' /sys/fs/cgroup cgroup2 ' /proc/mounts || mount -t cgroup2 none /sys/fs/cgroup || exit 9\n"
+              f"cd {GUEST_SRC} && python3 - <<'PY'\n{script}\nPY", timeout=60)
+    print(r.output)
+    assert r.ok, r.output
+    res = json.loads(r.output.strip().splitlines()[-1])
+    print(f"cgroup v2 budget in the guest: {res['usage_s']:.2f} s CPU in {res['wall_s']:.2f} s "
+          f"({res['usage_s'] / res['wall_s']:.2f} core under {cores}), throttled {res['throttled_s']:.2f} s; "
+          f"{time.monotonic() - t0:.1f} s")
+    assert res["version"] == 2 and res["applied"]["cgroup"] == "v2"
+    assert "cpu" in res["subtree_control"]
+    assert res["cpu_max"] == f"{int(cores * 20000)} 20000"
+    assert res["usage_s"] <= cores * res["wall_s"] * 1.15 and res["throttled_s"] > 0.5
+    assert res["removed"]

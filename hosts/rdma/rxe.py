@@ -79,6 +79,23 @@ def hw_counters(dev: str, port: int = 1, root: str = SYSFS) -> Counter:
     return out
 
 
+def _pyverbs_errors(fn):
+    """Report pyverbs' errors (failed verbs calls, bad attributes) as RdmaError, like the other backend."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kw):
+        try:
+            return fn(*args, **kw)
+        except RdmaError:
+            raise
+        except Exception as e:
+            if type(e).__module__.startswith("pyverbs"):
+                raise RdmaError(f"{fn.__qualname__}: {e}") from e
+            raise
+    return wrapper
+
+
 def timeout_code(seconds: float) -> int:
     """IB local ACK timeout code: 4.096 us * 2^code >= seconds (1..31)."""
     return max(1, min(31, math.ceil(math.log2(max(seconds, 4.096e-6) / 4.096e-6))))
@@ -89,6 +106,7 @@ class RxePD:
         self.device, self._pd = device, pd
         self._empty = None
 
+    @_pyverbs_errors
     def reg_mr(self, buf, access: Access = Access.LOCAL_WRITE) -> MemoryRegion:
         from pyverbs.mr import MR
         access = Access(access)
@@ -146,12 +164,10 @@ class RxeQP:
             self._qp = QP(pd._pd, init, attr)          # pyverbs takes a UD QP to RTS
             self.state = QPState.RTS
         else:
-            self._qp = QP(pd._pd, init)
-            # INIT at once, as uroce's QPs are: receives may be posted before connect() (ibverbs refuses
-            # post_recv in RESET), e.g. a responder's buffer ready before the peer can send
+            # straight to INIT, as ibv_rc_pingpong does: the kernel takes receives only from INIT on
             attr = QPAttr(port_num=dev.port)
             attr.qp_access_flags = int(Access.ALL)
-            self._qp.to_init(attr)
+            self._qp = QP(pd._pd, init, attr)
             self.state = QPState.INIT
         self.qpn = self._qp.qp_num
         self._e = e
@@ -164,6 +180,7 @@ class RxeQP:
         gr = GlobalRoute(dgid=GID(ipv4_gid(ip)), sgid_index=self.dev.gid_index, hop_limit=hop_limit)
         return AHAttr(is_global=1, port_num=self.dev.port, gr=gr)
 
+    @_pyverbs_errors
     def connect(self, remote: QPInfo):
         from pyverbs.qp import QPAttr
         if self.qp_type != QPType.RC:
@@ -196,6 +213,7 @@ class RxeQP:
             return [SGE(self.pd._empty.addr, 0, self.pd._empty.lkey)]
         return [SGE(s.addr, s.length, s.lkey) for s in sg_list]
 
+    @_pyverbs_errors
     def post_send(self, wr: SendWR):
         from pyverbs.wr import SendWR as PvSendWR
         op = WROpcode(wr.opcode)
@@ -221,6 +239,7 @@ class RxeQP:
         self._qp.post_send(pw)
         self.counters["posted_send"] += 1
 
+    @_pyverbs_errors
     def post_recv(self, wr: RecvWR):
         from pyverbs.wr import RecvWR as PvRecvWR
         sg = self._sges(wr.sg_list)
@@ -278,13 +297,16 @@ class RxeDevice:
         """The kernel's per-port hw_counters of this device (read from sysfs on each access)."""
         return hw_counters(self.name, self.port, self._sysfs)
 
+    @_pyverbs_errors
     def alloc_pd(self):
         from pyverbs.pd import PD
         return RxePD(self, PD(self._ctx))
 
+    @_pyverbs_errors
     def create_cq(self, depth: int = 4096):
         return RxeCQ(self, depth)
 
+    @_pyverbs_errors
     def create_qp(self, pd, qp_type, send_cq, recv_cq=None, *, max_send_wr=1024, max_recv_wr=1024, psn=None,
                   mtu=None, timeout=0.067, retry_cnt=7, rnr_retry=7, min_rnr_timer=12, rate_limit_bps=None,
                   sport_mode="qp", retransmit="gbn", reorder_window=None, reorder_timeout=None,

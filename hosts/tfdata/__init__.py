@@ -3,7 +3,7 @@
 - `policy`    FastFlow's smart offloading policy (Algorithm 1), pure arithmetic
 - `mix`       ApplyOffRatio: a quota-bounded, non-deterministic interleave of a local and a remote source
 - `gpu`       an emulated GPU that consumes batches at a fixed step rate (sleep-based)
-- `budget`    per-process CPU budgets (cgroup v2 or v1 CFS quota, optional affinity) and /proc CPU times
+- `budget`    per-process CPU budgets (CFS quota, cgroup v1 or v2, optional affinity) and /proc CPU times
 - `pipelines` the two synthetic pipelines (compute-intensive, data-intensive), made in-graph
 - `service`   `python -m hosts.tfdata.service dispatcher|worker ...`
 - `trainer`   `python -m hosts.tfdata.trainer SPEC_JSON`: profile, decide, train; one JSON line out

@@ -1,96 +1,65 @@
 """CPU budgets for processes in emulated hosts, and their CPU time.
 
 Enforced: a CFS quota of `cores` x the period on the whole process, all of its threads (tf.data's thread
-pools included) together, through the cgroup cpu controller of whichever hierarchy the machine has, found at
-run time: cgroup v2 (`cpu.max`, the unified hierarchy of Debian 12 and Ubuntu 22.04+) or v1
-(`cpu.cfs_quota_us`, a separate cpu hierarchy); optionally CPU affinity. The launcher applies it from the
-machine's root namespace right after starting the process (namespaced shells such as `ip netns exec` do not
-see the cgroup tree), before TensorFlow has started its threads; threads made later inherit it.
+pools included) together, in a cgroup of its own: cgroup v1 (cpu.cfs_quota_us) or v2 (cpu.max), whichever
+the machine has (hosts.cgroups detects it); optionally CPU affinity. The launcher applies it from the
+machine's root namespace right after starting the process (namespaced shells such as `ip netns exec` do
+not see the cgroup tree), before TensorFlow has started its threads; threads made later inherit it.
 """
 from __future__ import annotations
 
 import os
 
-CGROUP_ROOT = "/sys/fs/cgroup"
+from hosts import cgroups
+
 PERIOD_US = 20_000       # short periods: a throttled process stalls for less at a time
+_detected: cgroups.CpuCgroups | None = None
 
 
-class BudgetError(RuntimeError):
-    pass
+def hierarchy() -> cgroups.CpuCgroups:
+    """The machine's cgroup hierarchy with the cpu controller (detected once; CgroupError if none)."""
+    global _detected
+    if _detected is None:
+        _detected = cgroups.detect()
+    return _detected
 
 
-def hierarchy(root: str | None = None) -> tuple[str, str]:
-    """("v2", the unified hierarchy's root) or ("v1", the cpu controller's mount), whichever this machine has."""
-    root = root or CGROUP_ROOT
-    if os.path.exists(os.path.join(root, "cgroup.controllers")):
-        return "v2", root
-    for name in ("cpu", "cpu,cpuacct"):
-        if os.path.exists(os.path.join(root, name, "cpu.cfs_quota_us")):
-            return "v1", os.path.join(root, name)
-    raise BudgetError(f"no cgroup cpu controller under {root} (neither cgroup v2 nor a v1 cpu hierarchy)")
+def group_path(name: str, hier: cgroups.CpuCgroups | None = None) -> str:
+    return (hier or hierarchy()).path(f"tb-tfdata-{name}")
 
 
-def group_path(name: str) -> str:
-    return os.path.join(hierarchy()[1], f"tb-tfdata-{name}")
-
-
-def _write(path: str, value) -> None:
-    with open(path, "w") as f:
-        f.write(str(value))
-
-
-def _enable_cpu_controller(parent: str) -> None:
-    """cgroup v2: children of `parent` get the cpu controller only once the parent hands it down."""
-    with open(os.path.join(parent, "cgroup.subtree_control")) as f:
-        if "cpu" in f.read().split():
-            return
-    with open(os.path.join(parent, "cgroup.controllers")) as f:
-        if "cpu" not in f.read().split():
-            raise BudgetError(f"cgroup v2 at {parent} offers no cpu controller")
-    _write(os.path.join(parent, "cgroup.subtree_control"), "+cpu")
-
-
-def limit(name: str, pid: int, cores: float | None, cpus: list[int] | None = None) -> dict:
+def limit(name: str, pid: int, cores: float | None, cpus: list[int] | None = None,
+          hier: cgroups.CpuCgroups | None = None) -> dict:
     """Put process `pid` in cgroup tb-tfdata-<name> with a quota of `cores`; returns what was applied."""
     applied = {"cores": None, "cpus": None}
     if cpus:
         os.sched_setaffinity(pid, cpus)
         applied["cpus"] = sorted(os.sched_getaffinity(pid))
     if cores:
-        version, parent = hierarchy()
-        path = os.path.join(parent, f"tb-tfdata-{name}")
-        quota = max(1000, int(cores * PERIOD_US))
-        if version == "v2":
-            _enable_cpu_controller(parent)
-            os.makedirs(path, exist_ok=True)
-            _write(os.path.join(path, "cpu.max"), f"{quota} {PERIOD_US}")
-        else:
-            os.makedirs(path, exist_ok=True)
-            _write(os.path.join(path, "cpu.cfs_period_us"), PERIOD_US)
-            _write(os.path.join(path, "cpu.cfs_quota_us"), quota)
-        _write(os.path.join(path, "cgroup.procs"), pid)
-        applied.update(cores=cores, cgroup=version)
+        h = hier or hierarchy()
+        path = h.create(f"tb-tfdata-{name}", cores, PERIOD_US)
+        h.add(path, pid)
+        applied["cores"] = cores
+        applied["cgroup"] = f"v{h.version}"
     return applied
 
 
-def remove(name: str) -> None:
+def remove(name: str, hier: cgroups.CpuCgroups | None = None) -> None:
     """Remove the group once its processes have ended (a group with processes in it stays)."""
     try:
-        os.rmdir(group_path(name))
-    except (OSError, BudgetError):
-        pass
+        h = hier or hierarchy()
+    except cgroups.CgroupError:
+        return
+    h.remove(group_path(name, h))
 
 
-def throttled_s(name: str) -> float:
+def throttled_s(name: str, hier: cgroups.CpuCgroups | None = None) -> float:
     """Seconds the group spent throttled (quota exhausted): evidence that the budget was binding."""
     try:
-        with open(os.path.join(group_path(name), "cpu.stat")) as f:
-            stats = dict(line.split()[:2] for line in f if line.strip())
-    except (OSError, BudgetError):
+        h = hier or hierarchy()
+    except cgroups.CgroupError:
         return 0.0
-    if "throttled_usec" in stats:                     # v2
-        return int(stats["throttled_usec"]) / 1e6
-    return int(stats.get("throttled_time", 0)) / 1e9  # v1: nanoseconds
+    return h.throttled_s(group_path(name, h))
 
 
 def cpu_seconds(pid: int | str = "self") -> float:
