@@ -1,4 +1,5 @@
-"""The run report: summary.md (measured against the analytical model, with ratios) and PNG plots.
+"""The run report: summary.md (measured against the analytical model, with ratios), PNG plots, the fabric
+drawn, and report.html with all of it in one page (testbed/htmlreport.py).
 
 Plots: link utilisation over time per rail / ToR and spine (faults marked), completion time and
 busbw against the bound per collective operation and algorithm, and the traffic matrix of every
@@ -11,7 +12,7 @@ import os
 import matplotlib
 import numpy as np
 
-from testbed import draw
+from testbed import draw, htmlreport
 from testbed.faults import GPU_FAULTS
 
 matplotlib.use("Agg")
@@ -218,4 +219,5 @@ def write(results: dict, fabric, timeline, out_dir: str, table: str) -> list[str
     with open(path, "w") as f:
         f.write(summary_markdown(results, table))
     written.append(path)
+    written.append(htmlreport.write(results, out_dir, table))      # last: it embeds the plots above
     return written

@@ -125,11 +125,13 @@ def run(scenario: dict, out_dir: str, echo=print) -> dict:
         for i, spec in enumerate(scenario["workloads"]):
             label = spec.get("name", f"{spec['type']}#{i}")
             schedule.workload_started(label)          # faults timed from this workload's start
+            started = time.time()
             echo(f"workload {label} ...")
             t0 = time.monotonic()
             with CpuSampler() as cpu:
                 result = WORKLOADS[spec["type"]](net, spec)
-            result = {"name": label, **result, "wall_s": round(time.monotonic() - t0, 3), **cpu.report()}
+            result = {"name": label, **result, "started_s": round(started - schedule.t0, 3),
+                      "wall_s": round(time.monotonic() - t0, 3), **cpu.report()}
             results["workloads"].append(result)
             for check in result.pop("checks"):
                 results["checks"].append({**check, "name": f"{label}: {check['name']}"})
@@ -164,10 +166,10 @@ def run(scenario: dict, out_dir: str, echo=print) -> dict:
         signal.signal(signal.SIGTERM, previous)
         results["timings"]["tear_down_s"] = round(net.timings.get("tear_down_s", 0.0), 3)
     results["ok"] = all(c["ok"] for c in results["checks"])
-    results["report"] = [os.path.relpath(p, out_dir)
-                         for p in report.write(results, fabric, timeline, out_dir, summary_table(results))]
     for c in results.get("captures", []):
         c["file"] = os.path.relpath(c["file"], out_dir)      # the folder can move: paths are relative to it
+    results["report"] = [os.path.relpath(p, out_dir)
+                         for p in report.write(results, fabric, timeline, out_dir, summary_table(results))]
     with open(os.path.join(out_dir, "results.json"), "w") as f:
         json.dump(results, f, indent=2)
     return results

@@ -130,7 +130,7 @@ def test_demo_capture_opens_cleanly_in_tshark(tmp_path):
     assert len(text.splitlines()) == cap["packets"], "tshark read another number of packets"
     assert "Malformed" not in text and "Invalid Packet Length" not in text, \
         [line for line in text.splitlines() if "Malformed" in line or "Invalid" in line][:3]
-    assert os.path.join("plots", "fabric.svg") in r["report"]
+    assert os.path.join("plots", "fabric.svg") in r["report"] and "report.html" in r["report"]
     with open(os.path.join(tmp_path, "out", "summary.md")) as f:
         report = f.read()
     assert f"| s0g0/nic | s0g0_nic.pcap | {cap['bytes']} | {cap['packets']} | {cap['roce_packets']} | 0 | 0 | 0 |" \
