@@ -17,10 +17,7 @@ from testbed.fidelity import CpuSampler
 from testbed.net import Network
 from testbed.timeline import Timeline
 from testbed.scenario import ScenarioError, host_limits
-from testbed.workloads import collective, connectivity, offload, traffic, training
-
-WORKLOADS = {"connectivity": connectivity.run, "traffic": traffic.run, "collective": collective.run, "offload": offload.run,
-             "training_iteration": training.run}
+from testbed.workloads import REGISTRY
 FABRIC_KEYS = ("servers", "gpus_per_server", "spines", "oversubscription", "nic_mbps", "hb_mbps", "cpu_hosts",
                "spares_per_server", "spare_servers")
 
@@ -40,16 +37,8 @@ def fabric_of(scenario: dict) -> topo.Fabric:
 def check(scenario: dict, fabric: topo.Fabric) -> None:
     """Checks that need the fabric (raise ScenarioError), done before anything is brought up."""
     for i, spec in enumerate(scenario["workloads"]):
-        if spec["type"] == "offload" and scenario.get("hosts") == "docker":
-            raise ScenarioError(f"workloads.{i}: offload runs TensorFlow, which the Docker host image does not "
-                                f"carry; run it with hosts: netns")
         try:
-            if spec["type"] == "collective":
-                collective.validate(fabric, spec)
-            elif spec["type"] == "traffic":
-                traffic.plan_flows(fabric, spec)
-            elif spec["type"] == "training_iteration":
-                training.validate(fabric, spec)
+            REGISTRY[spec["type"]].validate(fabric, spec, scenario)
         except ScenarioError as exc:
             raise ScenarioError(f"workloads.{i}: {exc}") from None
     labels = [spec.get("name", f"{spec['type']}#{i}") for i, spec in enumerate(scenario["workloads"])]
@@ -73,8 +62,7 @@ def warnings(scenario: dict, fabric: topo.Fabric) -> list[str]:
     out = [f"fabric.{k}: a {fabric.kind} fabric has no use for it; ignored"
            for k in topo.ignored_params(fabric.kind, scenario["fabric"])]
     for i, spec in enumerate(scenario["workloads"]):
-        if spec["type"] == "collective":
-            out += [f"workloads.{i}: {w}" for w in collective.size_warnings(fabric, spec)]
+        out += [f"workloads.{i}: {w}" for w in REGISTRY[spec["type"]].warnings(fabric, spec)]
     return out + capture.snaplen_warnings(fabric, scenario.get("capture", []))
 
 
@@ -129,7 +117,7 @@ def run(scenario: dict, out_dir: str, echo=print) -> dict:
             echo(f"workload {label} ...")
             t0 = time.monotonic()
             with CpuSampler() as cpu:
-                result = WORKLOADS[spec["type"]](net, spec)
+                result = REGISTRY[spec["type"]].run(net, spec)
             result = {"name": label, **result, "started_s": round(started - schedule.t0, 3),
                       "wall_s": round(time.monotonic() - t0, 3), **cpu.report()}
             results["workloads"].append(result)
@@ -180,26 +168,9 @@ def summary_table(results: dict) -> str:
     rows = [f"{'workload':<22} {'ok':<4} {'wall s':>7} {'idle %':>7}  measurement"]
     tables = []
     for w in results["workloads"]:
-        if w["type"] == "collective":
-            best = max((r["bus_ratio"] for r in w["rows"]), default=0)
-            what = f"{w['op']}/{w['algo']} on {w['ranks']} ranks, {len(w['rows'])} sizes, best busbw/bound {best:.2f}"
-            for rec in w.get("recoveries", []):
-                what += (f"; recovered ({rec['policy']}) from the failure of {', '.join(rec['failed'] or ['?'])}"
-                         if rec.get("reformed_at") else f"; {rec['policy']} recovery did not complete")
-            tables.append(collective.table(w))
-        elif w["type"] == "offload":
-            what = offload.summary(w)
-        elif w["type"] == "training_iteration":
-            what = training.summary(w)
-            tables.append(training.table(w))
-        elif w["type"] == "connectivity":
-            what = f"{w['reachable_ok']}/{w['expected_reachable']} pairs reachable, {len(w['leaked'])} leaked"
-        else:
-            what = (f"{w['flows']} {w['protocol']} flows, {w['mbps_mean']:.2f} Mbit/s mean "
-                    f"({w['mbps_min']:.2f}-{w['mbps_max']:.2f}), uplinks used {w['uplinks_used']}/"
-                    f"{len(w['uplink_bytes'])}, imbalance {w['uplink_imbalance']}")
-            if w.get("max_gap_s") is not None:
-                what += f", longest gap {w['max_gap_s'] * 1e3:.1f} ms, {w['lost_packets']} lost"
+        kind = REGISTRY[w["type"]]
+        what = kind.summary(w)
+        tables += kind.tables(w)
         rows.append(f"{w['name']:<22} {'yes' if w['ok'] else 'NO':<4} {w['wall_s']:>7.2f} "
                     f"{w['cpu_idle_mean_pct'] if w['cpu_idle_mean_pct'] is not None else '-':>7}  {what}")
     rows += [""] + [line for t in tables for line in (t, "")]

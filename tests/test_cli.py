@@ -47,6 +47,20 @@ def test_bad_input_is_one_line_exit_2(args, message):
     assert "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) <= 3
 
 
+def test_every_workload_is_validated_before_bring_up(tmp_path):
+    """An offload without CPU hosts is refused with exit status 2 before anything is brought up (it used to
+    fail after bring-up with exit 1): the runner validates every workload type through the registry."""
+    path = tmp_path / "scenario.yaml"
+    path.write_text("name: f\nfabric: {kind: rail-optimized, servers: 1, gpus_per_server: 2}\n"
+                    "workloads: [{type: offload}]\n")
+    p = run_cli("run", str(path))
+    assert p.returncode == 2 and "workloads.0: offload needs CPU hosts" in p.stderr, p.stderr
+    from testbed.workloads import REGISTRY
+    for name, module in REGISTRY.items():          # every type has the whole interface
+        for fn in ("validate", "warnings", "run", "summary", "tables"):
+            assert callable(getattr(module, fn, None)), (name, fn)
+
+
 def test_binary_scenario_file_is_one_line_exit_2(tmp_path):
     path = tmp_path / "scenario.yaml"
     path.write_bytes(b"name: x\n\xff\xfe\x00\x91 binary")

@@ -39,7 +39,7 @@ def test_what_ran_matches_the_model_of_the_rank_programs():
         assert ran <= 1_000_003 and ran % 4 == 0
         if op in ("allgather", "alltoall"):
             assert ran % 36 == 0
-    assert collective.size_warnings(fabric, {"op": "allreduce", "algo": "ring", "sizes": ["1MiB"]}) == []
+    assert collective.warnings(fabric, {"op": "allreduce", "algo": "ring", "sizes": ["1MiB"]}) == []
 
 
 def test_faults_that_did_not_happen_fail_the_checks():

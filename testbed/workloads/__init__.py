@@ -1,0 +1,28 @@
+"""Workloads: what a scenario runs on the fabric, one module per `type`, all with the same interface.
+
+    validate(fabric, spec, scenario)   raise ScenarioError for what cannot run, before anything is brought up
+    warnings(fabric, spec) -> [str]    what will run otherwise than the spec reads (it still runs)
+    run(net, spec) -> dict             run it on the fabric; the result carries "ok" and "checks"
+    summary(result) -> str            one line of the run's summary table
+    tables(result) -> [str]           nccl-tests-style tables printed under the summary (may be none)
+
+REGISTRY maps each `type` to its module: adding a workload type is one module, its tests, one line here and
+its part of the scenario schema (testbed/scenario.py).
+"""
+from __future__ import annotations
+
+from typing import Protocol
+
+from testbed.workloads import collective, connectivity, offload, traffic, training
+
+
+class Workload(Protocol):
+    def validate(self, fabric, spec: dict, scenario: dict) -> None: ...
+    def warnings(self, fabric, spec: dict) -> list[str]: ...
+    def run(self, net, spec: dict) -> dict: ...
+    def summary(self, result: dict) -> str: ...
+    def tables(self, result: dict) -> list[str]: ...
+
+
+REGISTRY: dict[str, Workload] = {"connectivity": connectivity, "traffic": traffic, "collective": collective,
+                                 "offload": offload, "training_iteration": training}

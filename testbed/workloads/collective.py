@@ -90,7 +90,7 @@ def model_algo(fabric, spec: dict) -> str:
     return spec["algo"]
 
 
-def validate(fabric, spec: dict) -> None:
+def validate(fabric, spec: dict, scenario: dict | None = None) -> None:
     if spec["algo"] not in ALGOS[spec["op"]]:
         raise ScenarioError(f"{spec['op']} has no algorithm {spec['algo']!r}; choose one of "
                             f"{', '.join(ALGOS[spec['op']])}")
@@ -114,7 +114,7 @@ def ran_bytes(op: str, size: int, itemsize: int, world: int) -> int:
     return elements(op, size, itemsize, world) * itemsize * (world if op == "allgather" else 1)
 
 
-def size_warnings(fabric, spec: dict) -> list[str]:
+def warnings(fabric, spec: dict) -> list[str]:
     """A size that is not whole elements (per rank, for allgather and alltoall) runs rounded: say so."""
     itemsize, world = (2 if spec.get("dtype") == "float16" else 4), len(ranks(fabric))
     out = []
@@ -323,3 +323,16 @@ def table(result: dict) -> str:
                      f"{r['algbw_MBps']:>11.3f} {r['busbw_MBps']:>11.3f} {r['bound_busbw_MBps']:>8.3f} "
                      f"{r['bus_ratio']:>6.2f} {'ok' if r['correct'] else 'WRONG':>6}")
     return "\n".join(lines)
+
+
+def summary(w: dict) -> str:
+    best = max((r["bus_ratio"] for r in w["rows"]), default=0)
+    what = f"{w['op']}/{w['algo']} on {w['ranks']} ranks, {len(w['rows'])} sizes, best busbw/bound {best:.2f}"
+    for rec in w.get("recoveries", []):
+        what += (f"; recovered ({rec['policy']}) from the failure of {', '.join(rec['failed'] or ['?'])}"
+                 if rec.get("reformed_at") else f"; {rec['policy']} recovery did not complete")
+    return what
+
+
+def tables(w: dict) -> list[str]:
+    return [table(w)]

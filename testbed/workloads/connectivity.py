@@ -53,3 +53,19 @@ def run(net, spec: dict) -> dict:
     return {"type": "connectivity", "ok": ok, "pairs": len(pairs), "expected_reachable": should_n,
             "reachable_ok": should_n - len(missing), "missing": missing, "leaked": unexpected,
             "checks": [{"name": "connectivity", "ok": ok, "detail": detail}]}
+
+
+def validate(fabric, spec: dict, scenario: dict) -> None:
+    """Any fabric can be checked."""
+
+
+def warnings(fabric, spec: dict) -> list[str]:
+    return []
+
+
+def summary(w: dict) -> str:
+    return f"{w['reachable_ok']}/{w['expected_reachable']} pairs reachable, {len(w['leaked'])} leaked"
+
+
+def tables(w: dict) -> list[str]:
+    return []

@@ -30,7 +30,11 @@ DEFAULTS = {"pipelines": ["compute"], "trainer": "s0g0", "gpu_steps_per_s": 25, 
             "noise": 0.05, "ratio_tolerance": 0.25, "best_fraction": 0.9, "timeout_s": 180}
 
 
-def validate(fabric, spec: dict) -> dict:
+def validate(fabric, spec: dict, scenario: dict | None = None) -> dict:
+    """The spec with its defaults filled in; ScenarioError for what this fabric (or host backend) cannot run."""
+    if scenario is not None and scenario.get("hosts") == "docker":
+        raise ScenarioError("offload runs TensorFlow, which the Docker host image does not carry; run it with "
+                            "hosts: netns")
     s = {**DEFAULTS, **spec}
     cpus = [h for h in fabric.hosts if h.startswith("cpu")]
     if not cpus:
@@ -209,10 +213,9 @@ def run(net, spec: dict) -> dict:
         rows += mine
         checks += checks_for(pipeline, mine, s)
     print(table(rows), flush=True)
-    bound = [r for r in rows if r["metrics"]["cpu_bound"]]
-    checks.append({"name": "cpu headroom", "ok": True,
-                   "detail": f"{len(bound)}/{len(rows)} runs had < {CPU_BOUND_IDLE_PCT}% CPU idle (flagged CPU-BOUND)"})
-    return {"type": "offload", "ok": all(c["ok"] for c in checks), "rows": rows, "checks": checks}
+    bound = [r for r in rows if r["metrics"]["cpu_bound"]]     # a figure, not a check: it cannot fail
+    return {"type": "offload", "ok": all(c["ok"] for c in checks), "rows": rows, "checks": checks,
+            "cpu_bound_runs": len(bound)}
 
 
 def summary(w: dict) -> str:
@@ -223,3 +226,11 @@ def summary(w: dict) -> str:
             parts.append(f"{r['pipeline']}: fastflow ratio {r['off_ratio']:.2f}, {r['steps_per_s']:.2f} steps/s, "
                          f"x{r['speedup_vs_tf_no']:.2f} vs tf-no")
     return "; ".join(parts)
+
+
+def warnings(fabric, spec: dict) -> list[str]:
+    return []
+
+
+def tables(w: dict) -> list[str]:
+    return []           # its table is printed while it runs (one row per policy and pipeline)

@@ -148,3 +148,24 @@ def summarize(fabric, spec: dict, per_flow: list[dict], uplinks: dict[str, int])
             "reordered_packets": sum(f["reordered"] or 0 for f in per_flow), "uplink_bytes": uplinks, "uplinks_used": used,
             "uplink_imbalance": round(imbalance, 3) if imbalance else None,
             "per_flow": per_flow, "checks": checks}
+
+
+def validate(fabric, spec: dict, scenario: dict) -> None:
+    plan_flows(fabric, spec)          # raises ScenarioError for pairs or patterns this fabric cannot carry
+
+
+def warnings(fabric, spec: dict) -> list[str]:
+    return []
+
+
+def summary(w: dict) -> str:
+    what = (f"{w['flows']} {w['protocol']} flows, {w['mbps_mean']:.2f} Mbit/s mean "
+            f"({w['mbps_min']:.2f}-{w['mbps_max']:.2f}), uplinks used {w['uplinks_used']}/"
+            f"{len(w['uplink_bytes'])}, imbalance {w['uplink_imbalance']}")
+    if w.get("max_gap_s") is not None:
+        what += f", longest gap {w['max_gap_s'] * 1e3:.1f} ms, {w['lost_packets']} lost"
+    return what
+
+
+def tables(w: dict) -> list[str]:
+    return []

@@ -142,8 +142,12 @@ def make_plan(fabric, spec: dict) -> Plan:
     return Plan(Layout(tp=t, pp=p, dp=d), m, model, hw, full, scale, dilation_link, act, grad, emulated)
 
 
-def validate(fabric, spec: dict) -> None:
+def validate(fabric, spec: dict, scenario: dict | None = None) -> None:
     make_plan(fabric, spec)
+
+
+def warnings(fabric, spec: dict) -> list[str]:
+    return []
 
 
 def phases(pred: Prediction) -> dict:
@@ -363,3 +367,7 @@ def table(result: dict) -> str:
                  f"on different rails {tr['cross_rail_bytes']} B"
                  + (f"; spines {result['spine_bytes']} B" if result.get("spine_bytes") is not None else ""))
     return "\n".join(lines)
+
+
+def tables(w: dict) -> list[str]:
+    return [table(w)]
