@@ -1,5 +1,6 @@
 """Multicast AllGather / Broadcast: bitmap and gap logic, and results against numpy in-process over the
 user-space RoCEv2 engine (MemoryFabric replicates multicast), with random loss to force recovery."""
+import itertools
 import random
 
 import numpy as np
@@ -32,8 +33,16 @@ def test_chains_split_the_ring_into_contiguous_runs_and_imm_fields_round_trip():
 
 
 def lossy(p):
-    rng = random.Random(5)
-    return lambda pkt: rng.random() < p
+    """Random loss p on every packet, and always the fourth multicast packet (pkt is an IPv4 packet: byte 16
+    is the first octet of its destination), so that a lossy run loses at least one chunk, whatever the
+    thread scheduling gives the random draws."""
+    rng, multicast_seen = random.Random(5), itertools.count()
+
+    def drop(pkt) -> bool:
+        if 224 <= pkt[16] <= 239 and next(multicast_seen) == 3:
+            return True
+        return rng.random() < p
+    return drop
 
 
 @pytest.mark.parametrize("world", [2, 4, 8])
