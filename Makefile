@@ -4,7 +4,7 @@ PY := .venv/bin/python
 SCENARIO ?= scenarios/demo.yaml
 OUT ?=
 
-.PHONY: setup demo test test-unit clean
+.PHONY: setup demo test test-unit clean vm vm-test vm-down
 
 setup:
 	@scripts/setup
@@ -22,3 +22,15 @@ test-unit: setup
 
 clean:
 	@if [ -x .venv/bin/testbed ]; then .venv/bin/testbed clean; fi
+
+# The Vagrant VM on this machine (libvirt; software emulation where there is no usable KVM): docs/vm.md.
+# `make vm` builds the local box if needed and boots it (left running: scripts/vm-vagrant ssh, make vm-down);
+# `make vm-test` boots it, runs the checks inside and destroys it.
+vm: setup
+	@scripts/vm-up
+
+vm-test: setup
+	@scripts/vm-test
+
+vm-down:
+	@scripts/vm-down

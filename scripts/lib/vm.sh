@@ -1,0 +1,62 @@
+# Shared by the VM scripts (scripts/vm-box, vm-up, vm-test, libvirt-start): host packages and names.
+#
+# Everything the VM scripts create is named with the prefix tb-: the box, the libvirt domain, its
+# management network and storage pool.
+VM_BOX_NAME=${TESTBED_BOX_NAME:-tb-debian12}
+VM_POOL=tb-pool
+VM_POOL_DIR=/var/lib/libvirt/images/tb-pool
+VM_NETWORK=tb-vagrant
+
+# What the host needs to build the box and run it under libvirt (Debian 12 / Ubuntu 22.04+ package names).
+VM_HOST_PACKAGES=(
+    vagrant vagrant-libvirt libvirt-daemon-system libvirt-clients qemu-system-x86 qemu-utils dnsmasq-base
+    debootstrap fdisk extlinux syslinux-common e2fsprogs rsync openssh-client python3-venv
+)
+
+vm_host_packages() {
+    local p missing=()
+    for p in "${VM_HOST_PACKAGES[@]}"; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+    done
+    [ ${#missing[@]} -eq 0 ] && return 0
+    echo "vm: installing ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+# True when /dev/kvm can run a guest. A /dev/kvm that exists is not enough (some hosts expose one that
+# cannot boot a stock kernel): TESTBED_VM_ACCEL=kvm|tcg overrides the guess.
+vm_kvm_usable() {
+    case "${TESTBED_VM_ACCEL:-auto}" in
+        kvm) return 0 ;;
+        tcg) return 1 ;;
+    esac
+    [ -r /dev/kvm ] && [ -w /dev/kvm ] || return 1
+    grep -qE '^flags.*\b(vmx|svm)\b' /proc/cpuinfo
+}
+
+# The settings every Vagrant call on the local box needs (the Vagrantfile reads them).
+vm_env() {
+    export TESTBED_BOX=$VM_BOX_NAME
+    export VAGRANT_DEFAULT_PROVIDER=libvirt
+    export TESTBED_LIBVIRT_POOL=$VM_POOL
+    export TESTBED_LIBVIRT_NETWORK=$VM_NETWORK
+    export TESTBED_LIBVIRT_NETWORK_ADDRESS=${TESTBED_LIBVIRT_NETWORK_ADDRESS:-192.168.123.0/24}
+    export TESTBED_WHEELS=$PWD/build/wheels
+    export TESTBED_VM_CPUS=${TESTBED_VM_CPUS:-2}
+    export TESTBED_VM_MEMORY=${TESTBED_VM_MEMORY:-8192}
+    mkdir -p build/vm
+    export TESTBED_VM_SERIAL_LOG=$PWD/build/vm/serial.log
+}
+
+# Python wheels of requirements.txt (and the editable install's build backend) for offline provisioning,
+# from the host's own pip configuration; remade when requirements.txt changes.
+vm_wheels() {
+    local dir=build/wheels
+    if cmp -s requirements.txt "$dir/.requirements" 2>/dev/null; then return 0; fi
+    echo "vm: collecting Python wheels into $dir"
+    mkdir -p "$dir"
+    .venv/bin/pip wheel -q --disable-pip-version-check -w "$dir" -r requirements.txt 'setuptools>=61' wheel
+    cp requirements.txt "$dir/.requirements"
+}
