@@ -60,3 +60,9 @@ vm_wheels() {
     .venv/bin/pip wheel -q --disable-pip-version-check -w "$dir" -r requirements.txt 'setuptools>=61' wheel
     cp requirements.txt "$dir/.requirements"
 }
+
+# vagrant, without the box upload's thousands of carriage-return progress lines.
+vm_vagrant() {
+    vagrant "$@" 2>&1 | tr '\r' '\n' | grep --line-buffered -v 'Progress: '
+    return "${PIPESTATUS[0]}"
+}
