@@ -85,8 +85,9 @@ def test_vagrantfile_installs_wheels_offline_when_given():
     folders = {f["args"][1]: f for f in cfg["vm"]["synced_folder"]}
     assert folders["/var/cache/testbed/wheels"]["args"][0] == "/tmp/wheels"
     for p in cfg["vm"]["provision"]:
-        assert p["kw"]["env"] == {"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": "/var/cache/testbed/wheels"}
-    assert all(p["kw"]["env"] == {} for p in vagrantfile(TESTBED_VM_ACCEL="tcg")["vm"]["provision"])
+        assert p["kw"]["env"] == {"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": "/var/cache/testbed/wheels",
+                                  "TESTBED_VM_TCG": "1"}
+    assert all(p["kw"]["env"] == {} for p in vagrantfile(TESTBED_VM_ACCEL="kvm")["vm"]["provision"])
 
 
 def vm_box(option: str) -> str:

@@ -63,6 +63,6 @@ vm_wheels() {
 
 # vagrant, without the box upload's thousands of carriage-return progress lines.
 vm_vagrant() {
-    vagrant "$@" 2>&1 | tr '\r' '\n' | grep --line-buffered -v 'Progress: '
+    vagrant "$@" 2>&1 | stdbuf -oL tr '\r' '\n' | grep --line-buffered -v 'Progress: '
     return "${PIPESTATUS[0]}"
 }
