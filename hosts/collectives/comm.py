@@ -69,7 +69,8 @@ class Channel:
         self.peer = peer
         self.path = path = "hb" if comm.same_server(peer) else "nic"
         dev, pd, cq = comm.device(path)
-        self.rate = comm.rate_limit_bps.get(path)
+        # kernel rxe has no per-QP pacing: there the hosts' shaped interfaces (tbf) pace the QPs
+        self.rate = comm.rate_limit_bps.get(path) if getattr(dev, "backend", None) != "rxe" else None
         self.lanes = comm.split
         # The retransmission timer must outlast draining a full window through the shaped link.
         timeout = comm.rc_timeout if not self.rate else \
