@@ -106,8 +106,7 @@ class Captures:
             if spec.get("filter"):
                 argv += spec["filter"].split()
             # the machine's tcpdump, in the host's network namespace (Docker hosts: not in the container)
-            popen = (getattr(self.net.host(host), "netns_popen", None) or self.net.host(host).popen) if host \
-                else subprocess.Popen
+            popen = self.net.host(host).tool_popen if host else subprocess.Popen
             self.procs.append((spec, path, popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)))
         time.sleep(0.5)      # tcpdump needs a moment before it sees packets
         for spec, _, proc in self.procs:

@@ -267,12 +267,13 @@ class DockerHost(Host):
         env = {"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"), "TB_CGROUPS": " ".join(self.cgroups)}
         return ContainerProcess(enter + cmd, env=env, start_new_session=True, **kwargs)
 
-    def netns_popen(self, *args, **kwargs):
+    def tool_popen(self, *args, **kwargs):
         """A process of the machine's own in the container's network namespace (captures)."""
         return Host.popen(self, *args, **kwargs)
 
-    def container_fault(self, sig) -> int:
-        return container_fault(self.container, sig)
+    def fail(self, sig) -> int | None:
+        """A Docker host fails as a whole (kill, pause, unpause); a declared failure (SIGUSR1) is the rank's."""
+        return None if sig == signal.SIGUSR1 else container_fault(self.container, sig)
 
     def terminate(self):
         super().terminate()

@@ -159,9 +159,9 @@ def signal_gpus(net, hosts: list[str], sig) -> int:
     A Docker host fails as a whole: its container is killed, paused or unpaused."""
     hit = 0
     for host in hosts:
-        node = net.host(host)
-        if hasattr(node, "container_fault") and sig != signal.SIGUSR1:
-            hit += node.container_fault(sig)
+        failed = net.host(host).fail(sig)          # the backend's own way (a container), if it has one
+        if failed is not None:
+            hit += failed
             continue
         for pid in host_processes(net, host):
             try:

@@ -17,12 +17,17 @@ class HandFaultError(ValueError):
 
 
 class _Host:
+    """A live run's host, entered by the PID of its shell (the parts of testbed.hostnode.HostNode faults use)."""
+
     def __init__(self, pid: int):
         self.pid = pid
 
     def cmd(self, command: str) -> str:
         return subprocess.run(["nsenter", "-t", str(self.pid), "-n", "sh", "-c", command],
                               capture_output=True, text=True).stdout
+
+    def fail(self, sig) -> int | None:
+        return None
 
 
 class _ContainerHost(_Host):
@@ -32,7 +37,9 @@ class _ContainerHost(_Host):
         super().__init__(pid)
         self.container = container
 
-    def container_fault(self, sig) -> int:
+    def fail(self, sig) -> int | None:
+        if sig == signal.SIGUSR1:
+            return None
         from testbed import dockerhost
         client = dockerhost.engine()
         return dockerhost.container_fault(client.containers.get(self.container), sig)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 
 from testbed.net import PROJECT_ROOT
@@ -15,12 +14,6 @@ from testbed.net import PROJECT_ROOT
 
 class LaunchError(RuntimeError):
     pass
-
-
-def python(node) -> str:
-    """The interpreter that runs the hosts package in an emulated host: the testbed's own in a namespace,
-    the image's in a container (DockerHost.python)."""
-    return getattr(node, "python", sys.executable)
 
 
 def run_on_hosts(net, commands: dict[str, list[str]], timeout: float, partial: bool = False):
@@ -32,7 +25,7 @@ def run_on_hosts(net, commands: dict[str, list[str]], timeout: float, partial: b
     try:
         for host, argv in commands.items():
             node = net.host(host)
-            procs[host] = node.popen([python(node), "-m", *argv], cwd=PROJECT_ROOT,
+            procs[host] = node.popen([node.python, "-m", *argv], cwd=PROJECT_ROOT,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         deadline = time.monotonic() + timeout
         results, errors = {}, []

@@ -30,6 +30,7 @@ from mininet.node import Host, OVSSwitch, RemoteController
 from mininet.nodelib import LinuxBridge
 
 from testbed import PREFIX, RUN_ROOT, ovs, softroce
+from testbed.hostnode import NamespaceHost
 from testbed.topo import Fabric
 
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -256,7 +257,7 @@ class Network:
 
     def _host_class(self, name: str) -> dict:
         if self.containers is None:
-            return {"cls": Host}
+            return {"cls": NamespaceHost}
         from testbed.dockerhost import DockerHost
         return {"cls": DockerHost, "pod": self.containers[name], "containers": self.containers}
 

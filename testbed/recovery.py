@@ -45,9 +45,9 @@ def rank_processes(net, host: str) -> list[int]:
 
 def fence(net, host: str) -> int:
     """Kill what is left of a failed rank (a Docker host's container is killed, as its failures are)."""
-    node = net.host(host)
-    if hasattr(node, "container_fault"):
-        return node.container_fault(signal.SIGKILL)
+    failed = net.host(host).fail(signal.SIGKILL)
+    if failed is not None:
+        return failed
     hit = 0
     for pid in rank_processes(net, host):
         try:

@@ -112,9 +112,13 @@ def test_remote_access_error(make_pair):
     ro = bytearray(4096)
     mro = p.pb.reg_mr(ro, Access.LOCAL_WRITE | Access.REMOTE_READ)
     p.qa.post_send(SendWR(WROpcode.RDMA_WRITE, [p.ma.sge(0, 100)], wr_id=1, remote_addr=mro.addr, rkey=mro.rkey))
-    write(p, 100, wr_id=2)
-    wcs = p.ca.wait(2, 5)
-    assert [(w.wr_id, w.status) for w in wcs] == [(1, WCStatus.REM_ACCESS_ERR), (2, WCStatus.WR_FLUSH_ERR)]
+    try:        # the NAK may already have moved the QP to ERROR: then the second post is refused instead
+        write(p, 100, wr_id=2)
+        want = [(1, WCStatus.REM_ACCESS_ERR), (2, WCStatus.WR_FLUSH_ERR)]
+    except RdmaError:
+        want = [(1, WCStatus.REM_ACCESS_ERR)]
+    wcs = p.ca.wait(len(want), 5)
+    assert [(w.wr_id, w.status) for w in wcs] == want
     assert p.b.counters["remote_access_errors"] >= 1      # a retransmission under CPU starvation may repeat it
     with pytest.raises(RdmaError):
         write(p, 100)
