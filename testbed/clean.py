@@ -17,7 +17,8 @@ import subprocess
 
 from pyroute2 import IPRoute
 
-from testbed import PREFIX, RUN_ROOT, ovs
+from testbed import PREFIX, RUN_ROOT
+from testbed.fabric import ovs
 
 
 def _cmdline(pid: int) -> str:
@@ -71,7 +72,7 @@ def stale_processes(states: dict[str, dict]) -> list[tuple[int, str]]:
 def stale_containers(live: set[str], echo=print) -> int:
     """Remove the testbed's containers (label and name prefix) whose run is not in progress."""
     try:
-        from testbed import dockerhost
+        from testbed.fabric.hosts import dockerhost
         client = dockerhost.engine()
     except Exception:          # no Docker engine (or no SDK): no containers of ours can be running
         return 0

@@ -12,10 +12,14 @@ import shutil
 import signal
 import time
 
-from testbed import __version__, capture, faults, ovs, report, runs, topo
-from testbed.fidelity import CpuSampler
-from testbed.net import Network
-from testbed.timeline import Timeline
+from testbed import __version__
+from testbed.monitor import capture
+from testbed.runtime import faults
+from testbed.fabric import ovs, topo
+from testbed.results import report, runs
+from testbed.monitor.fidelity import CpuSampler
+from testbed.fabric.network import Network
+from testbed.monitor.timeline import Timeline
 from testbed.scenario import ScenarioError, host_limits
 from testbed.workloads import REGISTRY
 FABRIC_KEYS = ("servers", "gpus_per_server", "spines", "oversubscription", "nic_mbps", "hb_mbps", "cpu_hosts",

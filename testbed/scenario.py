@@ -10,7 +10,7 @@ import re
 import jsonschema
 import yaml
 
-from testbed.topo import KINDS
+from testbed.fabric.topo import KINDS
 
 SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMG]i?B|B)?\s*$")
 SIZE_UNITS = {None: 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9,

@@ -7,10 +7,11 @@ import time
 
 import pytest
 
-from testbed import pcap, runner, scenario
-from testbed.net import Network
+from testbed import runner, scenario
+from testbed.results import pcap
+from testbed.fabric.network import Network
 from testbed.scenario import ScenarioError
-from testbed.topo import build
+from testbed.fabric.topo import build
 from testbed.workloads import collective
 
 pytestmark = pytest.mark.root

@@ -17,9 +17,10 @@ import time
 
 import pytest
 
-from testbed import image, runner
-from testbed.net import Network
-from testbed.topo import build
+from testbed import runner
+from testbed.fabric.hosts import image
+from testbed.fabric.network import Network
+from testbed.fabric.topo import build
 from testbed.workloads import collective, connectivity
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -28,7 +29,7 @@ root = pytest.mark.root
 
 @pytest.fixture(scope="module")
 def client():
-    from testbed.dockerhost import DockerUnavailable, engine
+    from testbed.fabric.hosts.dockerhost import DockerUnavailable, engine
     try:
         return engine()
     except DockerUnavailable as exc:
@@ -131,7 +132,7 @@ def test_collective_is_correct_and_a_killed_container_is_detected(client, host_i
         assert ok["ok"], ok["checks"]
         assert ok["rows"][0]["correct"] and ok["rows"][0]["ranks"] == 4
 
-        from testbed import faults
+        from testbed.runtime import faults
         hit = []
         killer = threading.Timer(2.5, lambda: hit.append(faults.signal_gpus(net, ["s1g1"], signal.SIGKILL)))
         killer.start()
@@ -182,7 +183,7 @@ def test_a_scenario_gives_the_same_results_on_docker_hosts_as_on_namespaces(clie
 
 @root
 def test_clean_removes_the_containers_a_killed_run_left(client, host_image):
-    script = ("from testbed.topo import build; from testbed.net import Network; import os, signal\n"
+    script = ("from testbed.fabric.topo import build; from testbed.fabric.network import Network; import os, signal\n"
               "net = Network(build('rail-only', 2, 2), hosts='docker'); net.start()\n"
               "print(net.run_dir, flush=True)\n"
               "os.kill(os.getpid(), signal.SIGKILL)\n")

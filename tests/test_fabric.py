@@ -10,8 +10,8 @@ import time
 import pytest
 
 from testbed import RUN_ROOT
-from testbed.net import Network
-from testbed.topo import KINDS, build
+from testbed.fabric.network import Network
+from testbed.fabric.topo import KINDS, build
 from testbed.workloads import connectivity, traffic
 
 pytestmark = pytest.mark.root
@@ -137,7 +137,7 @@ def test_ctrl_c_tears_down(tmp_path):
 
 
 def test_clean_removes_what_a_killed_run_left():
-    script = ("from testbed.topo import build; from testbed.net import Network; import os, signal\n"
+    script = ("from testbed.fabric.topo import build; from testbed.fabric.network import Network; import os, signal\n"
               "net = Network(build('rail-only', 2, 2)); net.start()\n"
               "os.kill(os.getpid(), signal.SIGKILL)\n")
     subprocess.run([sys.executable, "-c", script], cwd=ROOT, timeout=120)
@@ -150,7 +150,7 @@ def test_clean_removes_what_a_killed_run_left():
 def test_a_second_fabric_is_refused_or_queued(monkeypatch):
     """The fabric lock: held by another process, a new run is refused with a clear error, or waits
     TESTBED_WAIT_FOR_FABRIC seconds for it; once the holder is gone the next run starts."""
-    from testbed.net import NetworkError
+    from testbed.fabric.network import NetworkError
     holder = subprocess.Popen([sys.executable, "-c",
                                "import fcntl, os, sys, time\n"
                                f"fd = os.open({os.path.join(RUN_ROOT, 'fabric.lock')!r}, os.O_CREAT | os.O_RDWR)\n"

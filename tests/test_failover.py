@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from testbed import faults
-from testbed.net import Network, sysname
-from testbed.topo import build
+from testbed.runtime import faults
+from testbed.fabric.network import Network, sysname
+from testbed.fabric.topo import build
 from testbed.workloads import connectivity
 
 pytestmark = pytest.mark.root

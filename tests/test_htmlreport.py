@@ -7,8 +7,8 @@ import subprocess
 import matplotlib
 import pytest
 
-from testbed import draw, htmlreport
-from testbed.topo import build
+from testbed.results import draw, htmlreport
+from testbed.fabric.topo import build
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402

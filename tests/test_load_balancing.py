@@ -1,8 +1,8 @@
 """Integration (root): how each routing mode spreads traffic over the spines, proven by switch counters."""
 import pytest
 
-from testbed.net import Network
-from testbed.topo import build
+from testbed.fabric.network import Network
+from testbed.fabric.topo import build
 from testbed.workloads import traffic
 
 pytestmark = pytest.mark.root

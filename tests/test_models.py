@@ -1,7 +1,7 @@
 """Analytical models: the formulas of the issue and the papers, checked on hand-computed cases."""
 import pytest
 
-from testbed.models import Cluster, bound_busbw, bus_factor, time_model
+from testbed.results.models import Cluster, bound_busbw, bus_factor, time_model
 
 C = Cluster(x=4, y=2, c_s=1.25e6, c_f=11.25e6)     # 2 servers x 4 GPUs, 10 / 90 Mbit/s
 

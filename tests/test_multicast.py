@@ -7,8 +7,8 @@ import pytest
 from controllers import mcast_trees
 from controllers.multicast_app import igmp_changes
 from controllers.routes import Topology
-from testbed import faults
-from testbed.topo import build
+from testbed.runtime import faults
+from testbed.fabric.topo import build
 
 GROUP = "239.1.2.3"
 # A member: joins GROUP on its NIC, counts datagrams for 30 s, prints the count when terminated.
@@ -122,7 +122,7 @@ def host_port_tx(net, counters, name):
 
 @pytest.mark.root
 def test_groups_follow_joins_and_leaves_and_reach_only_members():
-    from testbed.net import Network
+    from testbed.fabric.network import Network
     fabric = build("rail-optimized", 2, 2, spines=2)
     with Network(fabric) as net:
         members = {name: join(net, name) for name in ("s0g0", "s1g1", "s1g0")}
@@ -151,7 +151,7 @@ def test_groups_follow_joins_and_leaves_and_reach_only_members():
 
 @pytest.mark.root
 def test_a_link_failure_on_the_tree_reroutes_the_group():
-    from testbed.net import Network
+    from testbed.fabric.network import Network
     fabric = build("rail-optimized", 2, 2, spines=2)
     with Network(fabric) as net:
         members = {name: join(net, name) for name in ("s0g0", "s1g1")}
@@ -175,7 +175,7 @@ def test_a_link_failure_on_the_tree_reroutes_the_group():
 @pytest.mark.root
 @pytest.mark.parametrize("servers,per", [(2, 2), (2, 4)])
 def test_multicast_allgather_and_broadcast_are_exact_with_loss_and_halve_the_nic_bytes(servers, per):
-    from testbed.net import Network
+    from testbed.fabric.network import Network
     from testbed.workloads import collective
     fabric = build("rail-optimized", servers, per, spines=2, nic_mbps=10)
     base = {"sizes": ["256KiB"], "iterations": 2, "timeout_s": 30}
@@ -206,7 +206,7 @@ def test_multicast_allgather_and_broadcast_are_exact_with_loss_and_halve_the_nic
 
 @pytest.mark.root
 def test_rail_only_multicast_allgather_is_hierarchical_and_broadcast_is_refused():
-    from testbed.net import Network
+    from testbed.fabric.network import Network
     from testbed.scenario import ScenarioError
     from testbed.workloads import collective
     fabric = build("rail-only", 2, 2, nic_mbps=10)

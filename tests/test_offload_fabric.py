@@ -6,8 +6,8 @@ import os
 import pytest
 
 from hosts.tfdata import budget
-from testbed.net import Network
-from testbed.topo import build
+from testbed.fabric.network import Network
+from testbed.fabric.topo import build
 from testbed.workloads import offload
 
 pytestmark = pytest.mark.root

@@ -6,10 +6,11 @@ killed or stopped) and check that the job finishes with numpy's result and that 
 """
 import pytest
 
-from testbed import runner, spares
-from testbed.net import Network
+from testbed import runner
+from testbed.fabric import spares
+from testbed.fabric.network import Network
 from testbed.scenario import ScenarioError
-from testbed.topo import build
+from testbed.fabric.topo import build
 from testbed.workloads import connectivity
 
 

@@ -1,6 +1,6 @@
 """The controller's route computation (no switches needed)."""
 from controllers.routes import Topology
-from testbed.topo import build
+from testbed.fabric.topo import build
 
 
 def topo(*args, **kw):

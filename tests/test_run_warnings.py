@@ -2,7 +2,9 @@
 fault that did not happen as asked fails the run's checks."""
 import pytest
 
-from testbed import faults, runner, topo
+from testbed import runner
+from testbed.runtime import faults
+from testbed.fabric import topo
 from testbed.workloads import collective
 
 

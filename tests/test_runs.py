@@ -8,7 +8,7 @@ import sys
 import pytest
 import yaml
 
-from testbed import runs
+from testbed.results import runs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

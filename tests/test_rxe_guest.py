@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from testbed import rxe_guest
-from testbed.rxe_guest import RxeLan, parse_perftest, run_pair
+from tools import rxe_guest
+from tools.rxe_guest import RxeLan, parse_perftest, run_pair
 
 pytestmark = pytest.mark.root
 

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from testbed import rxe_guest
-from testbed.rxe_guest import RxeLan, parse_perftest
+from tools import rxe_guest
+from tools.rxe_guest import RxeLan, parse_perftest
 
 REPO = Path(__file__).resolve().parent.parent
 GOLDEN = REPO / "tests" / "data" / "rxe"

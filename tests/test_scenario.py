@@ -6,7 +6,7 @@ import pytest
 
 from testbed import runner
 from testbed.scenario import ScenarioError, apply_set, load, parse_size
-from testbed.topo import TopologyError
+from testbed.fabric.topo import TopologyError
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "scenarios")
 SCENARIOS = os.path.join(os.path.dirname(__file__), "..", "scenarios")

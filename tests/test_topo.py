@@ -3,7 +3,7 @@ import itertools
 
 import pytest
 
-from testbed.topo import TopologyError, build
+from testbed.fabric.topo import TopologyError, build
 
 SIZES = [(1, 1, 1), (2, 2, 2), (4, 4, 2), (8, 8, 4), (3, 5, 3), (16, 4, 4)]
 

@@ -6,8 +6,8 @@ import os
 import pytest
 
 from testbed import runner
-from testbed.net import Network
-from testbed.topo import build
+from testbed.fabric.network import Network
+from testbed.fabric.topo import build
 from testbed.workloads import training
 
 pytestmark = pytest.mark.root

@@ -9,7 +9,7 @@ from hosts.collectives import Peer
 from hosts.collectives import training as rank_program
 from tests.hosts.collectives.test_algorithms import run_ranks
 from testbed.scenario import ScenarioError
-from testbed.topo import build
+from testbed.fabric.topo import build
 from testbed.workloads import collective, training
 
 PLAN = {"plan": {"tp": 2, "pp": 2, "dp": 2}}

@@ -12,9 +12,11 @@ import shutil
 import time
 
 from hosts.collectives.run import elements
-from testbed import models, ovs, recovery
-from testbed.launch import run_on_hosts
-from testbed.net import transport_options, worst_queueing_delay
+from testbed.results import models
+from testbed.fabric import ovs
+from testbed.runtime import recovery
+from testbed.runtime.launch import run_on_hosts
+from testbed.fabric.network import transport_options, worst_queueing_delay
 from testbed.scenario import ScenarioError, parse_size
 from testbed.workloads import traffic
 

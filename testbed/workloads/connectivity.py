@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 
-from testbed.launch import run_on_hosts
+from testbed.runtime.launch import run_on_hosts
 
 
 def expected_pairs(fabric) -> dict[tuple[str, str], bool]:

@@ -18,8 +18,8 @@ import tempfile
 import time
 
 from hosts.tfdata import budget
-from testbed.fidelity import CPU_BOUND_IDLE_PCT, CpuSampler
-from testbed.net import PROJECT_ROOT
+from testbed.monitor.fidelity import CPU_BOUND_IDLE_PCT, CpuSampler
+from testbed import PROJECT_ROOT
 from testbed.scenario import ScenarioError
 
 DISPATCHER_PORT, WORKER_PORT = 5050, 5051

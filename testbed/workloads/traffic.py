@@ -13,9 +13,9 @@ import json
 import os
 import time
 
-from testbed import ovs
-from testbed.launch import run_on_hosts
-from testbed.net import transport_options
+from testbed.fabric import ovs
+from testbed.runtime.launch import run_on_hosts
+from testbed.fabric.network import transport_options
 from testbed.scenario import ScenarioError, parse_size
 
 LISTEN_BASE, SOURCE_BASE = 20000, 30000

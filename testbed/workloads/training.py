@@ -28,13 +28,13 @@ from dataclasses import dataclass, replace
 
 from hosts.collectives.comm import CHUNK, SLOTS
 from hosts.collectives.layout import Layout, gpu_of
-from testbed import ovs
-from testbed.launch import run_on_hosts
-from testbed.net import transport_options, worst_queueing_delay
+from testbed.fabric import ovs
+from testbed.runtime.launch import run_on_hosts
+from testbed.fabric.network import transport_options, worst_queueing_delay
 from testbed.planning.calibration import Calibration
 from testbed.planning.prediction import Hardware, ModelShape, Parallelism, Prediction, predict
 from testbed.scenario import ScenarioError
-from testbed.topo import gpu_host
+from testbed.fabric.topo import gpu_host
 from testbed.workloads import collective, traffic
 
 PHASES = ("comp", "tp", "pp", "dp", "bubble", "iteration")

@@ -7,7 +7,7 @@ This manager, a thread in the testbed, watches for that verdict and then
     come back into a job that has moved on;
   - `shrink`: nothing more; the survivors have written the new membership themselves;
   - `spare`: puts, in each failed rank's place, an idle spare GPU of the same server (HB domain),
-    re-cabled onto the failed GPU's rail and enabled (testbed.spares), and starts its rank process with
+    re-cabled onto the failed GPU's rail and enabled (testbed.fabric.spares), and starts its rank process with
     the launcher; it joins epoch E with the failed rank's number, and so its input;
   - `migrate`: moves every rank of a server that lost a GPU to an idle spare server (GPU j to GPU j,
     their rail ports enabled) and starts the rank processes there; the server's surviving ranks leave;
@@ -24,8 +24,9 @@ import threading
 import time
 
 from hosts.collectives.store import FileStore
-from testbed import faults, spares
-from testbed.launch import run_on_hosts
+from testbed.runtime import faults
+from testbed.fabric import spares
+from testbed.runtime.launch import run_on_hosts
 
 RANK_MODULE = "hosts.collectives.run"
 

@@ -18,8 +18,8 @@ import subprocess
 import threading
 import time
 
-from testbed.net import sysname
-from testbed.topo import Link
+from testbed.fabric.network import sysname
+from testbed.fabric.topo import Link
 
 
 class FaultError(ValueError):

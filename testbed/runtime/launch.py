@@ -9,7 +9,7 @@ import json
 import subprocess
 import time
 
-from testbed.net import PROJECT_ROOT
+from testbed import PROJECT_ROOT
 
 
 class LaunchError(RuntimeError):

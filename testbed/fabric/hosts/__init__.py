@@ -1,7 +1,7 @@
 """What an emulated host offers the rest of the testbed, whichever backend runs it.
 
 Two backends: network namespaces (Mininet's hosts, `NamespaceHost`) and Docker containers
-(`testbed.dockerhost.DockerHost`). Besides Mininet's `cmd` and `popen` (a process *inside* the host), both
+(`testbed.fabric.hosts.dockerhost.DockerHost`). Besides Mininet's `cmd` and `popen` (a process *inside* the host), both
 provide the three things that differ between them, so that no caller asks which backend it has:
 
     python                 the interpreter that runs the `hosts` package in this host

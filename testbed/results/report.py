@@ -1,5 +1,5 @@
 """The run report: summary.md (measured against the analytical model, with ratios), PNG plots, the fabric
-drawn, and report.html with all of it in one page (testbed/htmlreport.py).
+drawn, and report.html with all of it in one page (testbed/results/htmlreport.py).
 
 Plots: link utilisation over time per rail / ToR and spine (faults marked), completion time and
 busbw against the bound per collective operation and algorithm, and the traffic matrix of every
@@ -12,8 +12,8 @@ import os
 import matplotlib
 import numpy as np
 
-from testbed import draw, htmlreport
-from testbed.faults import GPU_FAULTS
+from testbed.results import draw, htmlreport
+from testbed.runtime.faults import GPU_FAULTS
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402

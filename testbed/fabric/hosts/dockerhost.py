@@ -119,7 +119,7 @@ class Containers:
 
     def _devices(self) -> dict:
         """Kernel RDMA devices for pyverbs inside the container (the rxe transport), where the kernel has them."""
-        from testbed import softroce
+        from testbed.fabric.hosts import softroce
         if not softroce.available():
             return {}
         os.makedirs("/dev/infiniband", exist_ok=True)     # the rxe devices' nodes appear in it at bring-up

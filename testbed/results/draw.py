@@ -74,7 +74,7 @@ def link_bytes(fabric, counters: dict) -> dict:
 
 def fault_marks(fabric, faults: list[dict]) -> tuple[set, set]:
     """(links, hosts) that the run's faults hit."""
-    from testbed import faults as fault_kinds
+    from testbed.runtime import faults as fault_kinds
     links, hosts = set(), set()
     for f in faults:
         try:

@@ -10,7 +10,7 @@ Linux bridges. Host NICs are shaped with tbf at both ends of their veth; uplinks
 Everything carries the testbed prefix and is recorded in the run directory for `testbed clean`.
 
 Hosts are network namespaces (Mininet's hosts, the default) or Docker containers (hosts="docker",
-testbed/dockerhost.py), with the same cabling, addressing and workloads.
+testbed/fabric/hosts/dockerhost.py), with the same cabling, addressing and workloads.
 """
 from __future__ import annotations
 
@@ -29,11 +29,11 @@ from mininet.net import Mininet
 from mininet.node import Host, OVSSwitch, RemoteController
 from mininet.nodelib import LinuxBridge
 
-from testbed import PREFIX, RUN_ROOT, ovs, softroce
-from testbed.hostnode import NamespaceHost
-from testbed.topo import Fabric
+from testbed import PREFIX, PROJECT_ROOT, RUN_ROOT
+from testbed.fabric import ovs
+from testbed.fabric.hosts import NamespaceHost, softroce
+from testbed.fabric.topo import Fabric
 
-PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HB_MTU = 9000
 NIC_MTU = 1500          # every link that is not an HB link
 HOST_BACKENDS = ("netns", "docker")
@@ -245,7 +245,7 @@ class Network:
     # -- building -----------------------------------------------------------------------------
     def _start_containers(self) -> None:
         """One container per host, from the host image (rebuilt first only if its inputs changed)."""
-        from testbed import dockerhost, image
+        from testbed.fabric.hosts import dockerhost, image
         t0 = time.monotonic()
         client = dockerhost.engine()
         tag = image.ensure(client, echo=lambda *a: None)
@@ -258,7 +258,7 @@ class Network:
     def _host_class(self, name: str) -> dict:
         if self.containers is None:
             return {"cls": NamespaceHost}
-        from testbed.dockerhost import DockerHost
+        from testbed.fabric.hosts.dockerhost import DockerHost
         return {"cls": DockerHost, "pod": self.containers[name], "containers": self.containers}
 
     def _add_nodes(self) -> None:
@@ -312,7 +312,7 @@ class Network:
         set_host_port(self.host(host), self.run_dir, host, port, up)
 
     def _disable_standby_ports(self) -> None:
-        """Spares' NIC ports are cabled but disabled, until a job brings a spare onto its rail (testbed.spares)."""
+        """Spares' NIC ports are cabled but disabled, until a job brings a spare onto its rail (testbed.fabric.spares)."""
         for l in self.fabric.links:
             if l.standby:
                 subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", "mod-port", sysname(l.b), str(l.b_port), "down"],

@@ -9,7 +9,9 @@ import os
 import signal
 import subprocess
 
-from testbed import clean, faults, topo
+from testbed import clean
+from testbed.runtime import faults
+from testbed.fabric import topo
 
 
 class HandFaultError(ValueError):
@@ -17,7 +19,7 @@ class HandFaultError(ValueError):
 
 
 class _Host:
-    """A live run's host, entered by the PID of its shell (the parts of testbed.hostnode.HostNode faults use)."""
+    """A live run's host, entered by the PID of its shell (the parts of testbed.fabric.hosts.HostNode faults use)."""
 
     def __init__(self, pid: int):
         self.pid = pid
@@ -40,13 +42,13 @@ class _ContainerHost(_Host):
     def fail(self, sig) -> int | None:
         if sig == signal.SIGUSR1:
             return None
-        from testbed import dockerhost
+        from testbed.fabric.hosts import dockerhost
         client = dockerhost.engine()
         return dockerhost.container_fault(client.containers.get(self.container), sig)
 
 
 class RunningFabric:
-    """Just enough of a Network, rebuilt from a live run's state, for testbed.faults."""
+    """Just enough of a Network, rebuilt from a live run's state, for testbed.runtime.faults."""
 
     def __init__(self, state: dict, run_dir: str):
         self.run_dir = run_dir
@@ -58,16 +60,16 @@ class RunningFabric:
 
     def host(self, name: str) -> _Host:
         if self.docker:
-            from testbed.dockerhost import container_name
+            from testbed.fabric.hosts.dockerhost import container_name
             return _ContainerHost(self.pids[name], container_name(name))
         return _Host(self.pids[name])
 
     def is_patch(self, link) -> bool:
-        from testbed.net import is_patch
+        from testbed.fabric.network import is_patch
         return is_patch(self.fabric, link)
 
     def set_host_port(self, host: str, port: int, up: bool) -> None:
-        from testbed.net import set_host_port
+        from testbed.fabric.network import set_host_port
         set_host_port(self.host(host), self.run_dir, host, port, up)
 
 

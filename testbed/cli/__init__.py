@@ -8,7 +8,7 @@
     testbed clean
     testbed pcap summarize FILE [--json]
     testbed fault TARGET down|up|crash|hang|resume      (into the fabric a run has up)
-    testbed plan --gpus G --hb-size K --radix R [--kind ...] [--predict] [--json]   (see testbed/plan.py)
+    testbed plan --gpus G --hb-size K --radix R [--kind ...] [--predict] [--json]   (see testbed/cli/plan.py)
 
 Exit status: 0 success; 1 a check failed; 2 bad input (one line on stderr naming the problem);
 130 interrupted.
@@ -20,7 +20,7 @@ import json
 import os
 import sys
 
-from testbed import topo
+from testbed.fabric import topo
 
 EXIT_FAILED, EXIT_USAGE = 1, 2
 
@@ -42,7 +42,7 @@ def cmd_topo(args) -> int:
                         hb_mbps=args.hb_mbps, cpu_hosts=args.cpu_hosts,
                         spares_per_server=args.spares_per_server, spare_servers=args.spare_servers)
     if args.draw:
-        from testbed import draw
+        from testbed.results import draw
         try:
             print(f"drawn: {draw.draw(fabric, args.draw)}")
         except draw.DrawError as exc:
@@ -62,7 +62,8 @@ def cmd_topo(args) -> int:
 
 
 def cmd_run(args) -> int:
-    from testbed import runner, runs, scenario   # heavy imports only when running
+    from testbed import runner, scenario   # heavy imports only when running
+    from testbed.results import runs
     if bool(args.again) == bool(args.scenario):
         raise UsageError("give a scenario file, or --again RESULTS_DIR to run a past run's scenario again")
     try:
@@ -76,10 +77,10 @@ def cmd_run(args) -> int:
         print(f"warning: {warning}", file=sys.stderr)
     if os.geteuid() != 0:
         raise UsageError("`testbed run` needs root (namespaces, Open vSwitch); try sudo")
-    from testbed import ovs
+    from testbed.fabric import ovs
     ovs.require_running()
     if doc.get("hosts") == "docker":
-        from testbed.dockerhost import DockerUnavailable, engine
+        from testbed.fabric.hosts.dockerhost import DockerUnavailable, engine
         try:
             engine()
         except DockerUnavailable as exc:
@@ -135,7 +136,9 @@ def parser() -> argparse.ArgumentParser:
     c = sub.add_parser("clean", help="remove everything the testbed left behind")
     c.set_defaults(func=cmd_clean)
 
-    from testbed import handfaults, pcap, plan, runs    # fault, pcap summarize, plan, ls / compare
+    from testbed.runtime import handfaults    # fault, pcap summarize, plan, ls / compare
+    from testbed.results import pcap, runs
+    from testbed.cli import plan
     handfaults.register(sub)
     pcap.register(sub)
     plan.register(sub)
@@ -144,9 +147,9 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from testbed.handfaults import HandFaultError
-    from testbed.pcap import PcapError
-    from testbed.runs import RunsError
+    from testbed.runtime.handfaults import HandFaultError
+    from testbed.results.pcap import PcapError
+    from testbed.results.runs import RunsError
     from testbed.scenario import ScenarioError
     args = parser().parse_args(argv)
     try:

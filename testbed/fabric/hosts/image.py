@@ -20,9 +20,8 @@ import tarfile
 import tempfile
 import time
 
-from testbed import PREFIX
+from testbed import PREFIX, PROJECT_ROOT
 
-PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOCKER_DIR = os.path.join(PROJECT_ROOT, "docker")
 IMAGE = f"{PREFIX}host:latest"
 LOCAL_BASE = f"{PREFIX}base:bookworm"
@@ -181,7 +180,7 @@ def ensure(client, echo=print) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     import argparse
-    from testbed import dockerhost
+    from testbed.fabric.hosts import dockerhost
     p = argparse.ArgumentParser(prog="docker-image", description="build the emulated hosts' container image")
     p.add_argument("--base", choices=BASES, default="auto",
                    help="auto: a registry's debian:bookworm-slim if reachable, else debootstrap + docker import")

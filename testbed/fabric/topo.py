@@ -1,7 +1,7 @@
 """The fabric model: switches, hosts and links of a scaled-down GPU cluster.
 
 Pure data, no root and no Mininet: `testbed topo`, the controller and the planner all use it, and
-`testbed.net` turns it into namespaces and Open vSwitch bridges.
+`testbed.fabric.network` turns it into namespaces and Open vSwitch bridges.
 
 Naming (deterministic, see the README):
   GPU host     s{i}g{j}   server i, local rank j      NIC 10.11.i.(j+1)/16   HB 10.12.i.(j+1)/24
@@ -17,7 +17,7 @@ Host interfaces: eth0 is the NIC, eth1 the HB port. Switch ports are numbered fr
 spares are cabled last, so they do not move the other ports.
 
 Spares (kind "spare") are idle: their NIC links are `standby` (cabled, port disabled at bring-up) and
-they are in no job until testbed.spares brings one onto a rail. A spare GPU's NIC goes through an optical
+they are in no job until testbed.fabric.spares brings one onto a rail. A spare GPU's NIC goes through an optical
 circuit switch that can connect it to a reserved port on any of its server's leaves (`circuits`); it is
 parked on the first one.
 """

@@ -36,7 +36,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parent.parent   # tools/ sits at the repository's top
 DEFAULT_IMAGE_DIR = Path(os.environ.get("RXE_GUEST_DIR", REPO / "build" / "rxe-guest"))
 BUILD_SCRIPT = REPO / "scripts" / "rxe-guest-build"
 QEMU = "qemu-system-x86_64"

@@ -1,4 +1,4 @@
-"""Bringing a spare onto the network, and parking it again (see testbed/topo.py for how spares are cabled).
+"""Bringing a spare onto the network, and parking it again (see testbed/fabric/topo.py for how spares are cabled).
 
 `activate(net, host, leaf)`:
   - a spare GPU whose fibre is on another leaf's reserved port is re-cabled, as its optical circuit
@@ -16,7 +16,7 @@ import os
 import subprocess
 import time
 
-from testbed.net import sysname
+from testbed.fabric.network import sysname
 
 
 class SpareError(RuntimeError):

@@ -138,7 +138,7 @@ def _table2(args, units) -> dict:
 def _miniature(args, fabrics) -> tuple[list[str], dict]:
     servers = min(args.mini_servers, args.gpus // args.hb_size)
     gps = min(args.mini_gpus_per_server, args.hb_size)
-    text = [f"Emulated miniature: {servers} servers x {gps} GPUs, built with testbed.topo.build and counted "
+    text = [f"Emulated miniature: {servers} servers x {gps} GPUs, built with testbed.fabric.topo.build and counted "
             "against the plan"]
     out, rows = {}, {}
     for f in fabrics:

@@ -18,9 +18,8 @@ import sys
 
 import yaml
 
-from testbed import __version__
+from testbed import PROJECT_ROOT, __version__
 
-PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 class RunsError(ValueError):

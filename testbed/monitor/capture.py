@@ -13,8 +13,8 @@ import signal
 import subprocess
 import time
 
-from testbed import pcap
-from testbed.net import HB_MTU, NIC_MTU, is_patch, sysname
+from testbed.results import pcap
+from testbed.fabric.network import HB_MTU, NIC_MTU, is_patch, sysname
 
 ETHERNET_HEADER = 14
 WHOLE_FRAMES = 262144              # tcpdump's own default snaplen: every frame whole
