@@ -3,7 +3,6 @@ on fake cgroup trees in temporary directories laid out like each version's, and 
 import os
 import subprocess
 import sys
-import time
 
 import pytest
 

@@ -10,6 +10,7 @@ import time
 import pytest
 
 from testbed import RUN_ROOT
+from testbed.fabric import runstate
 from testbed.fabric.network import Network
 from testbed.fabric.topo import KINDS, build
 from testbed.workloads import connectivity, traffic
@@ -21,9 +22,8 @@ FABRIC_OBJECT = re.compile(r"^tb-(rail|spine|tor|hb|fe)\d")
 
 def busy_bridges() -> set[str]:
     """Bridges of runs that other live processes have in progress (not ours to judge)."""
-    from testbed import clean
-    return {br for st in clean.run_states().values()
-            if st.get("owner_pid") != os.getpid() and clean.alive(st) for br in st.get("bridges", [])}
+    return {br for st in runstate.all_runs().values()
+            if st.get("owner_pid") != os.getpid() and runstate.alive(st) for br in st.get("bridges", [])}
 
 
 def leftovers() -> list[str]:

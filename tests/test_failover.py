@@ -8,7 +8,8 @@ import time
 import pytest
 
 from testbed.runtime import faults
-from testbed.fabric.network import Network, sysname
+from testbed.fabric.links import sysname
+from testbed.fabric.network import Network
 from testbed.fabric.topo import build
 from testbed.workloads import connectivity
 

@@ -1,7 +1,6 @@
 """FastFlow's Algorithm 1 on hand-made profiles (every branch), the ApplyOffRatio mixer and the emulated GPU.
 No TensorFlow, no root."""
 import itertools
-import threading
 import time
 
 import pytest

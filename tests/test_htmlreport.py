@@ -1,11 +1,9 @@
 """report.html: one self-contained page a browser renders without the network, with the run's figures in it."""
-import json
 import os
 import shutil
 import subprocess
 
 import matplotlib
-import pytest
 
 from testbed.results import draw, htmlreport
 from testbed.fabric.topo import build

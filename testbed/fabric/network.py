@@ -14,93 +14,29 @@ testbed/fabric/hosts/dockerhost.py), with the same cabling, addressing and workl
 """
 from __future__ import annotations
 
-import fcntl
-import json
 import os
 import shutil
-import socket
 import subprocess
-import sys
 import time
 
 from mininet.link import Link, OVSLink
 from mininet.log import setLogLevel
 from mininet.net import Mininet
-from mininet.node import Host, OVSSwitch, RemoteController
+from mininet.node import Host, OVSSwitch
 from mininet.nodelib import LinuxBridge
 
-from testbed import PREFIX, PROJECT_ROOT, RUN_ROOT
-from testbed.fabric import ovs
+from testbed import RUN_ROOT
+from testbed.fabric import ovs, runstate
+from testbed.fabric.controller import Controller, ControllerError, LoopbackController
 from testbed.fabric.hosts import NamespaceHost, softroce
+from testbed.fabric.links import HB_MTU, is_patch, mtu_of, switch_port, sysname, tbf
 from testbed.fabric.topo import Fabric
 
-HB_MTU = 9000
-NIC_MTU = 1500          # every link that is not an HB link
 HOST_BACKENDS = ("netns", "docker")
 
 
 class NetworkError(RuntimeError):
     pass
-
-
-class LoopbackController(RemoteController):
-    """Our controller on 127.0.0.1. The testbed waits for it itself: Mininet's check speaks
-    telnet to the OpenFlow port and chokes on the binary HELLO it gets back."""
-
-    def checkListening(self):
-        pass
-
-
-def sysname(node: str) -> str:
-    """Name of a switch on the machine (bridge name, port-name stem)."""
-    return PREFIX + node
-
-
-def tbf_burst(mbps: float, mtu: int) -> int:
-    return max(2 * (mtu + 100), int(mbps * 1e6 / 8 / 250))      # ~4 ms of traffic, at least 2 frames
-
-
-def tbf_limit(mbps: float, mtu: int) -> int:
-    """Queue bytes: deep, like a lossless (PFC) RoCE fabric's buffers, and larger than a socket send
-    buffer, so that paced senders block rather than lose packets at their own NIC."""
-    return max(4 * tbf_burst(mbps, mtu), 1 << 20)
-
-
-def tbf(dev: str, mbps: float, mtu: int = 1500) -> str:
-    """A tbf qdisc holding `mbps`."""
-    return f"tc qdisc replace dev {dev} root tbf rate {mbps}mbit burst {tbf_burst(mbps, mtu)} " \
-           f"limit {tbf_limit(mbps, mtu)}"
-
-
-def worst_queueing_delay(fabric: Fabric) -> float:
-    """Seconds a packet can wait in full queues on the longest path: host NIC out, two shaped uplink
-    hops when spines are oversubscribed, and the switch port into the destination host. Transport
-    timers must outlast it, or they retransmit packets that are only queued."""
-    nic = fabric.params["nic_mbps"]
-    delay = 2 * tbf_limit(nic, 1500) * 8 / (nic * 1e6)
-    for link in fabric.links:
-        if link.kind == "uplink" and not is_patch(fabric, link):
-            delay += 2 * tbf_limit(link.mbps, 1500) * 8 / (link.mbps * 1e6)
-            break
-    return delay
-
-
-ROUTING_MODES = ("single", "ecmp", "spray", "rr", "split:K")
-
-
-def controller_mode(routing: str) -> str:
-    """What the switches do for a routing mode: spray and split:K are ECMP in the switches, with the
-    entropy added by the hosts (a new UDP source port per packet, or K sub-flows per message)."""
-    return routing if routing in ("single", "rr") else "ecmp"
-
-
-def transport_options(routing: str) -> dict:
-    """What the hosts' transport does for a routing mode."""
-    if routing == "spray":
-        return {"sport_mode": "packet", "split": 1}
-    if routing.startswith("split:"):
-        return {"sport_mode": "qp", "split": int(routing.split(":", 1)[1])}
-    return {"sport_mode": "qp", "split": 1}
 
 
 def set_host_port(node, run_dir: str, host: str, port: int, up: bool) -> None:
@@ -114,18 +50,6 @@ def set_host_port(node, run_dir: str, host: str, port: int, up: bool) -> None:
     out = node.cmd(cmd + " || echo TESTBED-FAILED")
     if "TESTBED-FAILED" in out:
         raise NetworkError(f"setting {host} eth{port} {'up' if up else 'down'} failed: {out.strip()}")
-
-
-def is_patch(fabric: Fabric, link) -> bool:
-    """Switch-to-switch links are OVS patch ports (the fastest path here) unless they must be shaped:
-    without oversubscription an uplink never limits below the shaped host NICs."""
-    return link.kind == "frontend" or (link.kind == "uplink" and fabric.params["oversubscription"] == 1.0)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Network:
@@ -142,7 +66,7 @@ class Network:
         self.rdma = {"transport": "uroce", "detail": "not brought up"}
         self.run_dir = run_dir or os.path.join(RUN_ROOT, f"run-{os.getpid()}-{int(time.time() * 1000)}")
         self.mn: Mininet | None = None
-        self.controller: subprocess.Popen | None = None
+        self.controller: Controller | None = None
         self.timings: dict[str, float] = {}
         self._lock_fd: int | None = None
 
@@ -170,11 +94,11 @@ class Network:
                      fabric={"kind": self.fabric.kind, **self.fabric.params}, hosts=self.hosts)
         if self.hosts == "docker":
             self._start_containers()
-        port = free_port()
-        self._start_controller(port)
+        self.controller = Controller(self.run_dir, self.routing, self.failover)
+        self._record(controller_pid=self._controller_call(self.controller.start, self.fabric))
         setLogLevel("error")   # Mininet warns about br_netfilter sysctls we do not rely on
         self.mn = Mininet(topo=None, build=False, controller=None, autoSetMacs=False, waitConnected=False)
-        self.mn.addController(LoopbackController("tb-c0", ip="127.0.0.1", port=port))
+        self.mn.addController(LoopbackController("tb-c0", ip="127.0.0.1", port=self.controller.port))
         self._add_nodes()
         self.mn.build()
         self._record(host_pids={h.name: h.pid for h in self.mn.hosts},
@@ -184,7 +108,7 @@ class Network:
         self.rdma = softroce.attach(self)      # kernel Soft-RoCE per host where the kernel has it
         self._shape()
         self._disable_standby_ports()
-        self._wait_routes(ready_timeout)
+        self._controller_call(self.controller.wait_routes, {s.name for s in self.fabric.sdn_switches()}, ready_timeout)
         self.timings["bring_up_s"] = time.monotonic() - t0
 
     def stop(self) -> None:
@@ -200,45 +124,27 @@ class Network:
                 self.containers.remove()
                 self.containers = None
         if self.controller is not None:
-            self.controller.terminate()
-            try:
-                self.controller.wait(5)
-            except subprocess.TimeoutExpired:
-                self.controller.kill()
-                self.controller.wait()
+            self.controller.stop()
             self.controller = None
         shutil.rmtree(self.run_dir, ignore_errors=True)     # nothing left for `testbed clean` to do
         if self._lock_fd is not None:
-            os.close(self._lock_fd)                          # releases the fabric lock
+            runstate.release_lock(self._lock_fd)
             self._lock_fd = None
         self.timings["tear_down_s"] = time.monotonic() - t0
 
     def _take_fabric_lock(self) -> None:
-        """One fabric per machine (switch names are the same in every run). A second run is refused,
-        or with TESTBED_WAIT_FOR_FABRIC=SECONDS queues behind the running one. The kernel releases
-        the lock when its holder dies, so a crashed run never blocks the next."""
-        os.makedirs(RUN_ROOT, exist_ok=True)
-        self._lock_fd = os.open(os.path.join(RUN_ROOT, "fabric.lock"), os.O_CREAT | os.O_RDWR, 0o644)
-        wait = float(os.environ.get("TESTBED_WAIT_FOR_FABRIC", "0") or 0)
-        deadline = time.monotonic() + wait
-        while True:
-            try:
-                fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    os.close(self._lock_fd)
-                    self._lock_fd = None
-                    raise NetworkError("another testbed run is using this machine's fabric; wait for it to finish "
-                                       "(or set TESTBED_WAIT_FOR_FABRIC=SECONDS to queue behind it)") from None
-                time.sleep(0.5)
+        """One fabric per machine. A second run is refused, or with TESTBED_WAIT_FOR_FABRIC=SECONDS queues
+        behind the running one."""
+        try:
+            self._lock_fd = runstate.take_lock(float(os.environ.get("TESTBED_WAIT_FOR_FABRIC", "0") or 0))
+        except runstate.FabricBusy as exc:
+            raise NetworkError(str(exc)) from None
 
     def _refuse_concurrent_run(self) -> None:
         """Switch names are the same in every run: a second fabric would clobber a running one."""
-        from testbed import clean
         mine = {sysname(s) for s in self.fabric.switches}
-        for run_dir, state in clean.run_states().items():
-            if state.get("owner_pid") != os.getpid() and clean.alive(state) and mine & set(state.get("bridges", [])):
+        for run_dir, state in runstate.all_runs().items():
+            if state.get("owner_pid") != os.getpid() and runstate.alive(state) and mine & set(state.get("bridges", [])):
                 raise NetworkError(f"another testbed run (pid {state['owner_pid']}) is using this machine's fabric "
                                    f"names; wait for it to finish (or `testbed clean` if it is stuck)")
 
@@ -277,8 +183,8 @@ class Network:
             a_host, b_host = l.a in fab.hosts, l.b in fab.hosts
             n1 = mn.get(l.a if a_host else sysname(l.a))
             n2 = mn.get(l.b if b_host else sysname(l.b))
-            i1 = f"eth{l.a_port}" if a_host else f"{sysname(l.a)}-p{l.a_port}"
-            i2 = f"eth{l.b_port}" if b_host else f"{sysname(l.b)}-p{l.b_port}"
+            i1 = f"eth{l.a_port}" if a_host else switch_port(l.a, l.a_port)
+            i2 = f"eth{l.b_port}" if b_host else switch_port(l.b, l.b_port)
             patch = self.is_patch(l)
             mn.addLink(n1, n2, port1=l.a_port, port2=l.b_port, intfName1=i1, intfName2=i2,
                        cls=OVSLink if patch else Link)
@@ -324,70 +230,22 @@ class Network:
         for l in fab.links:
             if self.is_patch(l):
                 continue
-            mtu = HB_MTU if l.kind == "hb" else NIC_MTU
+            mtu = mtu_of(l)
             for node, port in ((l.a, l.a_port), (l.b, l.b_port)):
                 if node in fab.hosts:
                     self.mn.get(node).cmd(tbf(f"eth{port}", l.mbps, mtu))
                 else:
-                    dev = f"{sysname(node)}-p{port}"
+                    dev = switch_port(node, port)
                     if l.kind == "hb":
                         cmds.append(f"ip link set {dev} mtu {HB_MTU}")
                     cmds.append(tbf(dev, l.mbps, mtu))
         subprocess.run(["sh", "-c", "\n".join(cmds)], check=True, capture_output=True)
 
-    # -- controller ---------------------------------------------------------------------------
-    def _start_controller(self, port: int) -> None:
-        topo = os.path.join(self.run_dir, "topology.json")
-        with open(topo, "w") as f:
-            json.dump(self.fabric.to_controller(), f)
-        self.controller_state = os.path.join(self.run_dir, "controller-state.json")
-        log = open(os.path.join(self.run_dir, "controller.log"), "w")
-        env = dict(os.environ, PYTHONPATH=PROJECT_ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-        self.controller = subprocess.Popen(
-            [sys.executable, "-m", "controllers.run", "--topology", topo, "--mode", controller_mode(self.routing),
-             "--port", str(port), "--state", self.controller_state] + (["--failover"] if self.failover else []),
-            stdout=log, stderr=subprocess.STDOUT, env=env, cwd=PROJECT_ROOT, start_new_session=True)
-        self._record(controller_pid=self.controller.pid)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:       # listening before switches are pointed at it
-            if self.controller.poll() is not None:
-                raise NetworkError(f"the controller exited (status {self.controller.returncode}): "
-                                   f"{self._controller_tail()}")
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-                return
-            except OSError:
-                time.sleep(0.05)
-        raise NetworkError(f"the controller did not listen on 127.0.0.1:{port} within 30 s")
-
-    def _controller_tail(self) -> str:
+    def _controller_call(self, fn, *args):
         try:
-            with open(os.path.join(self.run_dir, "controller.log")) as f:
-                return " | ".join(line.strip() for line in f.readlines()[-3:])
-        except OSError:
-            return "no controller log"
-
-    def _wait_routes(self, timeout: float) -> None:
-        """Wait until the controller reports every SDN switch's routes installed."""
-        want = {s.name for s in self.fabric.sdn_switches()}
-        deadline = time.monotonic() + timeout
-        state: dict = {}
-        while time.monotonic() < deadline:
-            if self.controller.poll() is not None:
-                raise NetworkError(f"the controller exited (status {self.controller.returncode}): "
-                                   f"{self._controller_tail()}")
-            try:
-                with open(self.controller_state) as f:
-                    state = json.load(f)
-            except (OSError, ValueError):
-                state = {}
-            if state.get("errors"):
-                raise NetworkError(f"switches rejected the controller's rules: {state['errors'][0]}")
-            if want <= set(state.get("switches", {})):
-                return
-            time.sleep(0.05)
-        missing = sorted(want - set(state.get("switches", {})))
-        raise NetworkError(f"routes not installed within {timeout:.0f} s on: {', '.join(missing)}")
+            return fn(*args)
+        except ControllerError as exc:
+            raise NetworkError(str(exc)) from None
 
     # -- use ----------------------------------------------------------------------------------
     def host(self, name: str) -> Host:
@@ -403,33 +261,15 @@ class Network:
         return {f"{bridges[br]}:{port}": c for (br, port), c in sorted(raw.items())}
 
     def controller_view(self) -> dict:
-        """The controller's state file: installed switches, ports it saw down, route-update events."""
-        with open(self.controller_state) as f:
-            return json.load(f)
+        """The controller's state: installed switches, ports it saw down, route-update events."""
+        return self.controller.view()
 
     def multicast_groups(self) -> dict:
-        """The multicast app's view: group -> {members, trees (switch -> tree ports), unreachable}."""
-        try:
-            with open(self.controller_state + ".mcast") as f:
-                return json.load(f)["groups"]
-        except (OSError, ValueError, KeyError):
-            return {}
+        return self.controller.multicast_groups()
 
     def multicast_installed(self) -> bool:
-        """Whether every switch has acknowledged (barrier reply) the multicast rules of the current groups."""
-        try:
-            with open(self.controller_state + ".mcast") as f:
-                return json.load(f)["installed"]
-        except (OSError, ValueError, KeyError):
-            return False
+        return self.controller.multicast_installed()
 
     def _record(self, **items) -> None:
         """Merge into the run's state file, which `testbed clean` reads after a crash."""
-        path = os.path.join(self.run_dir, "state.json")
-        state = {}
-        if os.path.exists(path):
-            with open(path) as f:
-                state = json.load(f)
-        state.update(items, owner_pid=os.getpid())
-        with open(path, "w") as f:
-            json.dump(state, f)
+        runstate.record(self.run_dir, **items)

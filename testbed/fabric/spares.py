@@ -16,7 +16,7 @@ import os
 import subprocess
 import time
 
-from testbed.fabric.network import sysname
+from testbed.fabric.links import switch_port, sysname
 
 
 class SpareError(RuntimeError):
@@ -33,7 +33,7 @@ def _circuits(fabric, host: str) -> list:
 
 
 def _dev(link) -> str:
-    return f"{sysname(link.b)}-p{link.b_port}"
+    return switch_port(link.b, link.b_port)
 
 
 def cabled_to(fabric, host: str):

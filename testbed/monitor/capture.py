@@ -14,7 +14,7 @@ import subprocess
 import time
 
 from testbed.results import pcap
-from testbed.fabric.network import HB_MTU, NIC_MTU, is_patch, sysname
+from testbed.fabric.links import HB_MTU, NIC_MTU, is_patch, switch_port
 
 ETHERNET_HEADER = 14
 WHOLE_FRAMES = 262144              # tcpdump's own default snaplen: every frame whole
@@ -45,7 +45,7 @@ def interface(fabric, point: str) -> tuple[str | None, str]:
                 if is_patch(fabric, link):
                     raise CaptureError(f"{point} is an OVS patch port, which has no interface to capture on; "
                                        f"capture at a host NIC instead")
-                return None, f"{sysname(switch)}-p{port}"
+                return None, switch_port(switch, port)
     raise CaptureError(f"switch {switch} has no port {port}")
 
 

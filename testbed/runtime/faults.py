@@ -18,7 +18,7 @@ import subprocess
 import threading
 import time
 
-from testbed.fabric.network import sysname
+from testbed.fabric.links import switch_port, sysname
 from testbed.fabric.topo import Link
 
 
@@ -78,8 +78,8 @@ def _ends(net, link: Link):
 def set_patch(link: Link, up: bool) -> None:
     """Patch ports ignore OpenFlow's port-down config, so a cut is their removal (the switches send
     PORT_STATUS delete/add), and repair re-creates them with the same port numbers."""
-    ends = [(sysname(link.a), f"{sysname(link.a)}-p{link.a_port}", link.a_port),
-            (sysname(link.b), f"{sysname(link.b)}-p{link.b_port}", link.b_port)]
+    ends = [(sysname(link.a), switch_port(link.a, link.a_port), link.a_port),
+            (sysname(link.b), switch_port(link.b, link.b_port), link.b_port)]
     cmd = ["ovs-vsctl"]
     for i, (br, port, number) in enumerate(ends):
         if up:
@@ -109,7 +109,7 @@ def set_link(net, link: Link, up: bool, disable: bool = False) -> None:
             subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", "mod-port", sysname(node), str(port), state],
                            check=True, capture_output=True)
         else:       # a switch's veth in the root namespace, or an HB domain's Linux bridge port
-            subprocess.run(["ip", "link", "set", f"{sysname(node)}-p{port}", state], check=True,
+            subprocess.run(["ip", "link", "set", switch_port(node, port), state], check=True,
                            capture_output=True)
 
 

@@ -5,13 +5,11 @@ PIDs of its host shells); host interfaces are reached with nsenter into the host
 """
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 
-from testbed import clean
+from testbed.fabric import runstate, topo
 from testbed.runtime import faults
-from testbed.fabric import topo
 
 
 class HandFaultError(ValueError):
@@ -65,7 +63,7 @@ class RunningFabric:
         return _Host(self.pids[name])
 
     def is_patch(self, link) -> bool:
-        from testbed.fabric.network import is_patch
+        from testbed.fabric.links import is_patch
         return is_patch(self.fabric, link)
 
     def set_host_port(self, host: str, port: int, up: bool) -> None:
@@ -74,7 +72,7 @@ class RunningFabric:
 
 
 def running_fabric() -> RunningFabric:
-    live = [(d, st) for d, st in clean.run_states().items() if clean.alive(st) and "fabric" in st]
+    live = [(d, st) for d, st in runstate.all_runs().items() if runstate.alive(st) and "fabric" in st]
     if not live:
         raise HandFaultError("no testbed run has a fabric up on this machine")
     run_dir, state = live[0]

@@ -16,7 +16,7 @@ from testbed.results import models
 from testbed.fabric import ovs
 from testbed.runtime import recovery
 from testbed.runtime.launch import run_on_hosts
-from testbed.fabric.network import transport_options, worst_queueing_delay
+from testbed.fabric.links import transport_options, worst_queueing_delay
 from testbed.scenario import ScenarioError, parse_size
 from testbed.workloads import traffic
 

@@ -18,7 +18,7 @@ import tempfile
 import time
 
 from hosts.tfdata import budget
-from testbed.monitor.fidelity import CPU_BOUND_IDLE_PCT, CpuSampler
+from testbed.monitor.fidelity import CpuSampler
 from testbed import PROJECT_ROOT
 from testbed.scenario import ScenarioError
 

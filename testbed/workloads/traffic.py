@@ -15,7 +15,7 @@ import time
 
 from testbed.fabric import ovs
 from testbed.runtime.launch import run_on_hosts
-from testbed.fabric.network import transport_options
+from testbed.fabric.links import transport_options
 from testbed.scenario import ScenarioError, parse_size
 
 LISTEN_BASE, SOURCE_BASE = 20000, 30000

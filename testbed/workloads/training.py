@@ -30,7 +30,7 @@ from hosts.collectives.comm import CHUNK, SLOTS
 from hosts.collectives.layout import Layout, gpu_of
 from testbed.fabric import ovs
 from testbed.runtime.launch import run_on_hosts
-from testbed.fabric.network import transport_options, worst_queueing_delay
+from testbed.fabric.links import transport_options, worst_queueing_delay
 from testbed.planning.calibration import Calibration
 from testbed.planning.prediction import Hardware, ModelShape, Parallelism, Prediction, predict
 from testbed.scenario import ScenarioError

@@ -15,7 +15,6 @@ import hashlib
 import io
 import os
 import subprocess
-import sys
 import tarfile
 import tempfile
 import time
