@@ -128,7 +128,7 @@ BAD = [
 
 @pytest.mark.parametrize("args,words", BAD)
 def test_bad_input_is_one_line_and_exit_2(args, words):
-    proc = subprocess.run([sys.executable, "-m", "testbed.cli.plan", "plan", *args], capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-m", "testbed.cli", "plan", *args], capture_output=True, text=True)
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("testbed plan: error: ") and words in lines[0], proc.stderr

@@ -228,7 +228,3 @@ def main(argv=None) -> int:
     register(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(argv)
     return args.func(args)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -28,11 +28,9 @@ from mininet.nodelib import LinuxBridge
 from testbed import RUN_ROOT
 from testbed.fabric import ovs, runstate
 from testbed.fabric.controller import Controller, ControllerError, LoopbackController
-from testbed.fabric.hosts import NamespaceHost, softroce
+from testbed.fabric.hosts import BackendUnavailable, backend_class, softroce
 from testbed.fabric.links import HB_MTU, is_patch, mtu_of, switch_port, sysname, tbf
 from testbed.fabric.topo import Fabric
-
-HOST_BACKENDS = ("netns", "docker")
 
 
 class NetworkError(RuntimeError):
@@ -55,16 +53,18 @@ def set_host_port(node, run_dir: str, host: str, port: int, up: bool) -> None:
 class Network:
     def __init__(self, fabric: Fabric, routing: str = "ecmp", run_dir: str | None = None,
                  failover: bool = True, hosts: str = "netns", host_limits: dict | None = None):
-        if hosts not in HOST_BACKENDS:
-            raise NetworkError(f"unknown host backend {hosts!r}; choose one of {', '.join(HOST_BACKENDS)}")
+        try:
+            backend = backend_class(hosts)
+        except BackendUnavailable as exc:
+            raise NetworkError(str(exc)) from None
         self.fabric = fabric
         self.routing = routing
         self.failover = failover
         self.hosts = hosts
         self.host_limits = host_limits or {}
-        self.containers = None
         self.rdma = {"transport": "uroce", "detail": "not brought up"}
         self.run_dir = run_dir or os.path.join(RUN_ROOT, f"run-{os.getpid()}-{int(time.time() * 1000)}")
+        self.backend = backend(self.run_dir, **self.host_limits)
         self.mn: Mininet | None = None
         self.controller: Controller | None = None
         self.timings: dict[str, float] = {}
@@ -92,8 +92,7 @@ class Network:
         os.makedirs(self.run_dir, exist_ok=True)
         self._record(bridges=[sysname(s.name) for s in self.fabric.switches.values()],
                      fabric={"kind": self.fabric.kind, **self.fabric.params}, hosts=self.hosts)
-        if self.hosts == "docker":
-            self._start_containers()
+        self.timings.update(self.backend.start(list(self.fabric.hosts), self._record))
         self.controller = Controller(self.run_dir, self.routing, self.failover)
         self._record(controller_pid=self._controller_call(self.controller.start, self.fabric))
         setLogLevel("error")   # Mininet warns about br_netfilter sysctls we do not rely on
@@ -120,9 +119,7 @@ class Network:
                 finally:
                     self.mn = None
         finally:
-            if self.containers is not None:
-                self.containers.remove()
-                self.containers = None
+            self.backend.stop()
         if self.controller is not None:
             self.controller.stop()
             self.controller = None
@@ -149,24 +146,6 @@ class Network:
                                    f"names; wait for it to finish (or `testbed clean` if it is stuck)")
 
     # -- building -----------------------------------------------------------------------------
-    def _start_containers(self) -> None:
-        """One container per host, from the host image (rebuilt first only if its inputs changed)."""
-        from testbed.fabric.hosts import dockerhost, image
-        t0 = time.monotonic()
-        client = dockerhost.engine()
-        tag = image.ensure(client, echo=lambda *a: None)
-        self.timings["image_s"] = time.monotonic() - t0
-        self.containers = dockerhost.Containers(client, tag, self.run_dir, **self.host_limits)
-        names = list(self.fabric.hosts)
-        self._record(containers=[n for h in names for n in (dockerhost.holder_name(h), dockerhost.container_name(h))])
-        self.containers.start(names)
-
-    def _host_class(self, name: str) -> dict:
-        if self.containers is None:
-            return {"cls": NamespaceHost}
-        from testbed.fabric.hosts.dockerhost import DockerHost
-        return {"cls": DockerHost, "pod": self.containers[name], "containers": self.containers}
-
     def _add_nodes(self) -> None:
         fab, mn = self.fabric, self.mn
         protocols = "OpenFlow13,OpenFlow15"
@@ -178,7 +157,7 @@ class Network:
             else:
                 mn.addSwitch(sysname(sw.name), cls=LinuxBridge)
         for h in fab.hosts.values():
-            mn.addHost(h.name, ip=f"{h.ip}/16", mac=h.mac, **self._host_class(h.name))
+            mn.addHost(h.name, ip=f"{h.ip}/16", mac=h.mac, **self.backend.node_params(h.name))
         for l in fab.links:
             a_host, b_host = l.a in fab.hosts, l.b in fab.hosts
             n1 = mn.get(l.a if a_host else sysname(l.a))

@@ -17,11 +17,43 @@ from testbed.fabric import ovs
 from testbed.runtime import recovery
 from testbed.runtime.launch import run_on_hosts
 from testbed.fabric.links import transport_options, worst_queueing_delay
-from testbed.scenario import ScenarioError, parse_size
+from testbed.schema import SIZE, ScenarioError, parse_size
 from testbed.workloads import traffic
 
 ALGOS = {"allreduce": ("ring", "rhd", "hierarchical"), "allgather": ("ring", "rd", "hierarchical", "multicast"),
          "reduce_scatter": ("ring",), "broadcast": ("chain", "multicast"), "alltoall": ("direct", "two-step")}
+
+# This workload's part of the scenario schema (the scenario file's `workloads:` items of its type).
+SCHEMA = {
+    "type": "object", "additionalProperties": False, "required": ["type", "op", "algo"],
+    "properties": {
+        "type": {"const": "collective"}, "name": {"type": "string"},
+        "op": {"enum": ["allreduce", "allgather", "reduce_scatter", "broadcast", "alltoall"]},
+        "algo": {"type": "string"},
+        "sizes": {"type": "array", "minItems": 1, "items": SIZE},
+        "sweep": {"type": "object", "additionalProperties": False, "required": ["min", "max"],
+                  "properties": {"min": SIZE, "max": SIZE, "factor": {"type": "integer", "minimum": 2}}},
+        "dtype": {"enum": ["float32", "float16"]},
+        "reduce": {"enum": ["sum", "max"]},
+        "root": {"type": "integer", "minimum": 0},
+        "iterations": {"type": "integer", "minimum": 1, "maximum": 100},
+        "warmup": {"type": "integer", "minimum": 0, "maximum": 10},
+        "check": {"type": "boolean"},
+        "timeout_s": {"type": "number", "minimum": 1, "maximum": 3600},
+        "loss": {"type": "number", "minimum": 0, "maximum": 0.5},
+        "congestion": {"enum": ["delay", "none"]},
+        "ring": {"enum": ["rail", "rank"]},
+        "recovery": {"enum": ["abort", "shrink", "spare", "migrate"]},
+        "heartbeat": {"anyOf": [{"const": False}, {     # false: detection by transport timeouts only
+            "type": "object", "additionalProperties": False,
+            "properties": {"period_s": {"type": "number", "minimum": 0.01, "maximum": 5},
+                           "timeout_s": {"type": "number", "minimum": 0.1, "maximum": 60}}}]},
+        "multicast_scope": {"enum": ["fabric", "rail"]},
+        "expect": {"type": "object", "additionalProperties": False,
+                   "properties": {"min_bus_ratio": {"type": "number", "minimum": 0}}},
+    },
+}
+
 PACE = 0.97
 ALL_PAIRS = {"rhd", "rd", "direct"}            # algorithms that may pair any two ranks
 

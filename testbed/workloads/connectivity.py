@@ -9,6 +9,14 @@ import time
 
 from testbed.runtime.launch import run_on_hosts
 
+# This workload's part of the scenario schema (the scenario file's `workloads:` items of its type).
+SCHEMA = {
+    "type": "object", "additionalProperties": False, "required": ["type"],
+    "properties": {"type": {"const": "connectivity"}, "name": {"type": "string"},
+                   "timeout_s": {"type": "number", "minimum": 0.5, "maximum": 60}},
+}
+
+
 
 def expected_pairs(fabric) -> dict[tuple[str, str], bool]:
     """(source host, destination address) -> whether it should be reachable."""

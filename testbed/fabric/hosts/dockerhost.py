@@ -34,11 +34,12 @@ from mininet.node import Host
 
 from hosts import cgroups
 from testbed import PREFIX
+from testbed.fabric.hosts import BackendUnavailable
 
 LABEL = "testbed"                     # every container of ours carries it, with the run directory
 
 
-class DockerUnavailable(RuntimeError):
+class DockerUnavailable(BackendUnavailable):
     pass
 
 
@@ -279,3 +280,37 @@ class DockerHost(Host):
         super().terminate()
         Containers._remove_one(self.container)
         Containers._remove_one(self.holder)
+
+
+class Docker:
+    """Hosts as Docker containers (a HostBackend): one pair per host from the host image, rebuilt first
+    only if its inputs changed."""
+
+    name, carries_tensorflow = "docker", False      # the host image has no TensorFlow
+
+    def __init__(self, run_dir: str, **limits):
+        self.run_dir, self.limits = run_dir, limits
+        self.containers: Containers | None = None
+
+    @staticmethod
+    def require() -> None:
+        engine()
+
+    def start(self, hosts: list[str], record) -> dict:
+        from testbed.fabric.hosts import image
+        t0 = time.monotonic()
+        client = engine()
+        tag = image.ensure(client, echo=lambda *a: None)
+        timings = {"image_s": time.monotonic() - t0}
+        self.containers = Containers(client, tag, self.run_dir, **self.limits)
+        record(containers=[n for h in hosts for n in (holder_name(h), container_name(h))])
+        self.containers.start(hosts)
+        return timings
+
+    def node_params(self, host: str) -> dict:
+        return {"cls": DockerHost, "pod": self.containers[host], "containers": self.containers}
+
+    def stop(self) -> None:
+        if self.containers is not None:
+            self.containers.remove()
+            self.containers = None
