@@ -137,8 +137,8 @@ def test_pcap_summarize_finds_corrupted_icrcs(tmp_path):
 
 
 def test_snaplen_that_cuts_roce_is_warned_about_at_validation():
-    from testbed.monitor import capture
     from testbed.fabric.topo import build
+    from testbed.monitor import capture
     fabric = build("rail-only", 2, 2)
     warnings = capture.snaplen_warnings(fabric, [{"point": "s0g0/nic", "snaplen": 128},
                                                  {"point": "s0g0/nic"},
@@ -152,7 +152,9 @@ def test_snaplen_that_cuts_roce_is_warned_about_at_validation():
 
 def test_shipped_scenarios_capture_whole_packets():
     import glob
+
     import yaml
+
     from testbed import runner
     from testbed.monitor import capture
     for path in glob.glob(os.path.join(ROOT, "scenarios", "*.yaml")):

@@ -8,10 +8,10 @@ import time
 import pytest
 
 from testbed import runner, scenario
-from testbed.results import pcap
 from testbed.fabric.network import Network
-from testbed.scenario import ScenarioError
 from testbed.fabric.topo import build
+from testbed.results import pcap
+from testbed.scenario import ScenarioError
 from testbed.workloads import collective
 
 pytestmark = pytest.mark.root

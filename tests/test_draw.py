@@ -7,8 +7,8 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from testbed.results import draw
 from testbed.fabric.topo import build
+from testbed.results import draw
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

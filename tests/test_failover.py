@@ -7,10 +7,10 @@ import time
 
 import pytest
 
-from testbed.runtime import faults
 from testbed.fabric.links import sysname
 from testbed.fabric.network import Network
 from testbed.fabric.topo import build
+from testbed.runtime import faults
 from testbed.workloads import connectivity
 
 pytestmark = pytest.mark.root

@@ -5,8 +5,8 @@ import subprocess
 
 import matplotlib
 
-from testbed.results import draw, htmlreport
 from testbed.fabric.topo import build
+from testbed.results import draw, htmlreport
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402

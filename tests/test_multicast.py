@@ -7,8 +7,8 @@ import pytest
 from controllers import mcast_trees
 from controllers.multicast_app import igmp_changes
 from controllers.routes import Topology
-from testbed.runtime import faults
 from testbed.fabric.topo import build
+from testbed.runtime import faults
 
 GROUP = "239.1.2.3"
 # A member: joins GROUP on its NIC, counts datagrams for 30 s, prints the count when terminated.

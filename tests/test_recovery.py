@@ -9,8 +9,8 @@ import pytest
 from testbed import runner
 from testbed.fabric import spares
 from testbed.fabric.network import Network
-from testbed.scenario import ScenarioError
 from testbed.fabric.topo import build
+from testbed.scenario import ScenarioError
 from testbed.workloads import connectivity
 
 

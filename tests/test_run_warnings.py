@@ -3,8 +3,8 @@ fault that did not happen as asked fails the run's checks."""
 import pytest
 
 from testbed import runner
-from testbed.runtime import faults
 from testbed.fabric import topo
+from testbed.runtime import faults
 from testbed.workloads import collective
 
 

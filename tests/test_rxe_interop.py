@@ -273,6 +273,7 @@ def _upload_hosts_package(g, ns, ip):
     import socket
     import tarfile
     import threading
+
     from hosts.rdma.netns import netns
     blob = io.BytesIO()
     with tarfile.open(fileobj=blob, mode="w:gz") as tf:

@@ -5,8 +5,8 @@ import os
 import pytest
 
 from testbed import runner
-from testbed.scenario import ScenarioError, apply_set, load, parse_size
 from testbed.fabric.topo import TopologyError
+from testbed.scenario import ScenarioError, apply_set, load, parse_size
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "scenarios")
 SCENARIOS = os.path.join(os.path.dirname(__file__), "..", "scenarios")

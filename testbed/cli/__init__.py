@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from testbed.cli import clean, fault, pcap, plan, runs, run, topo
+from testbed.cli import clean, fault, pcap, plan, run, runs, topo
 from testbed.cli.errors import EXIT_FAILED, EXIT_USAGE, Parser, UsageError
 from testbed.fabric.topo import TopologyError
 
@@ -34,9 +34,9 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from testbed.runtime.handfaults import HandFaultError
     from testbed.results.pcap import PcapError
     from testbed.results.runs import RunsError
+    from testbed.runtime.handfaults import HandFaultError
     from testbed.scenario import ScenarioError
     args = parser().parse_args(argv)
     try:

@@ -16,10 +16,16 @@ import sys
 from testbed.planning import calibration as calib
 from testbed.planning.costs import UnitCosts, savings
 from testbed.planning.counts import KINDS, PAPER_HB_SIZE, PlanError, count, paper_table
-from testbed.planning.miniature import (DEFAULT_GPUS_PER_SERVER, DEFAULT_NIC_MBPS, DEFAULT_SERVERS,
-                                        check_miniature, scaled_parameters)
+from testbed.planning.miniature import (
+    DEFAULT_GPUS_PER_SERVER,
+    DEFAULT_NIC_MBPS,
+    DEFAULT_SERVERS,
+    check_miniature,
+    scaled_parameters,
+)
 from testbed.planning.prediction import FABRICS, Hardware, predict, preset
-from testbed.planning.report import fabric_rows, paper_table as paper_text, savings_line, table, units_line
+from testbed.planning.report import fabric_rows, savings_line, table, units_line
+from testbed.planning.report import paper_table as paper_text
 
 PROG = "testbed plan"
 UNCALIBRATED = ("UNCALIBRATED: every collective at its analytical bound (efficiency 1.0); pass --calibration "
@@ -216,7 +222,7 @@ def _predictions(args) -> tuple[list[str], dict]:
         text.append(f"('uniform {SENSITIVITY:g}' rows: every op at {SENSITIVITY:g} of its bound, to show the "
                     "sensitivity to calibration)")
     if args.plot:
-        from testbed.planning.plots import plot_all     # matplotlib only when plotting
+        from testbed.planning.plots import plot_all  # matplotlib only when plotting
         out["plots"] = plot_all(args.plot, workloads, hw, cal)
         text.append("plots: " + ", ".join(out["plots"]))
     return text, out

@@ -8,7 +8,7 @@ from testbed.cli.errors import EXIT_FAILED, UsageError
 
 
 def cmd_run(args) -> int:
-    from testbed import runner, scenario   # heavy imports only when running
+    from testbed import runner, scenario  # heavy imports only when running
     from testbed.results import runs
     if bool(args.again) == bool(args.scenario):
         raise UsageError("give a scenario file, or --again RESULTS_DIR to run a past run's scenario again")

@@ -4,7 +4,14 @@ from __future__ import annotations
 import json
 import os
 
-from testbed.results.runs import checks_passed, compare, find, headline, load, load_quietly
+from testbed.results.runs import (
+    checks_passed,
+    compare,
+    find,
+    headline,
+    load,
+    load_quietly,
+)
 
 
 def cmd_ls(args) -> int:

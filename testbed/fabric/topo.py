@@ -229,12 +229,31 @@ def build(kind: str, servers: int, gpus_per_server: int, spines: int = 2,
     """Build the fabric model of one of KINDS; raises TopologyError naming a bad parameter.
 
     spares_per_server: idle GPUs in every server's HB domain (recovery `spare`); spare_servers: idle
-    servers (recovery `migrate`)."""
+    servers (recovery `migrate`). Cabling order fixes port numbers: leaves, spines, HB domains, CPU hosts,
+    spares."""
     if kind not in KINDS:
         raise TopologyError(f"unknown fabric kind {kind!r}; choose one of {', '.join(KINDS)}")
-    n = _check_int("servers", servers, 1, MAX_SERVERS)
-    k = _check_int("gpus_per_server", gpus_per_server, 1, MAX_GPUS_PER_SERVER)
-    s = _check_int("spines", spines, 1, MAX_SPINES) if kind != "rail-only" else 0
+    fabric = Fabric(kind, _checked(kind, servers, gpus_per_server, spines, oversubscription, nic_mbps, hb_mbps,
+                                   cpu_hosts, spares_per_server, spare_servers))
+    p = fabric.params
+    for i in range(p["servers"]):
+        for j in range(p["gpus_per_server"]):
+            fabric.add_host(gpu_host(i, j))
+    leaves, leaf_down = _cable_leaves(fabric)
+    uplink = leaf_down * p["nic_mbps"] / (p["spines"] * p["oversubscription"]) if p["spines"] else 0.0
+    _cable_spines(fabric, leaves, uplink)
+    for i in range(p["servers"]):
+        _cable_hb_domain(fabric, i)
+    _cable_cpu_hosts(fabric, leaves)
+    _cable_spares(fabric, leaves, uplink)
+    return fabric
+
+
+def _checked(kind, servers, gpus_per_server, spines, oversubscription, nic_mbps, hb_mbps, cpu_hosts,
+             spares_per_server, spare_servers) -> dict:
+    n = _check_int("servers", servers, 1, MAX_SERVERS)      # checked in the order of the parameters
+    params = {"servers": n, "gpus_per_server": _check_int("gpus_per_server", gpus_per_server, 1, MAX_GPUS_PER_SERVER),
+              "spines": _check_int("spines", spines, 1, MAX_SPINES) if kind != "rail-only" else 0}
     cpus = _check_int("cpu_hosts", cpu_hosts, 0, MAX_CPU_HOSTS)
     spare_k = _check_int("spares_per_server", spares_per_server, 0, MAX_SPARES_PER_SERVER)
     spare_n = _check_int("spare_servers", spare_servers, 0, MAX_SERVERS - n)
@@ -243,72 +262,77 @@ def build(kind: str, servers: int, gpus_per_server: int, spines: int = 2,
     if isinstance(oversubscription, bool) or not isinstance(oversubscription, (int, float)) \
             or not 1 <= oversubscription <= 64:
         raise TopologyError(f"oversubscription must be a ratio between 1 and 64, got {oversubscription!r}")
+    params.update(oversubscription=float(oversubscription), nic_mbps=nic, hb_mbps=hb, cpu_hosts=cpus,
+                  spares_per_server=spare_k, spare_servers=spare_n)
+    return params
 
-    fabric = Fabric(kind, {"servers": n, "gpus_per_server": k, "spines": s,
-                           "oversubscription": float(oversubscription), "nic_mbps": nic,
-                           "hb_mbps": hb, "cpu_hosts": cpus, "spares_per_server": spare_k,
-                           "spare_servers": spare_n})
-    for i in range(n):
-        for j in range(k):
-            fabric.add_host(gpu_host(i, j))
 
-    # The network: rails (one switch per local rank) or ToRs (one switch per server).
-    if kind == "clos":
+def _cable_leaves(fabric: Fabric) -> tuple[list[str], int]:
+    """The network's leaves: rails (one switch per local rank) or ToRs (one switch per server); returns
+    them and the number of GPUs under each."""
+    n, k, nic = fabric.params["servers"], fabric.params["gpus_per_server"], fabric.params["nic_mbps"]
+    if fabric.kind == "clos":
         leaves = [f"tor{i}" for i in range(n)]
         for i, name in enumerate(leaves):
             fabric.add_switch(name, "tor", DPID_BASE["tor"] + i)
             for j in range(k):
                 fabric.add_link(f"s{i}g{j}", name, nic, "nic")
-        leaf_down = k
-    else:
-        leaves = [f"rail{j}" for j in range(k)]
-        for j, name in enumerate(leaves):
-            fabric.add_switch(name, "rail", DPID_BASE["rail"] + j)
-            for i in range(n):
-                fabric.add_link(f"s{i}g{j}", name, nic, "nic")
-        leaf_down = n
+        return leaves, k
+    leaves = [f"rail{j}" for j in range(k)]
+    for j, name in enumerate(leaves):
+        fabric.add_switch(name, "rail", DPID_BASE["rail"] + j)
+        for i in range(n):
+            fabric.add_link(f"s{i}g{j}", name, nic, "nic")
+    return leaves, n
 
-    # Spines: every leaf to every spine; each leaf's uplinks carry its downlink capacity / ratio.
-    if s:
-        uplink = leaf_down * nic / (s * oversubscription)
-        for x in range(s):
-            fabric.add_switch(f"spine{x}", "spine", DPID_BASE["spine"] + x)
-        for leaf in leaves:
-            for x in range(s):
-                fabric.add_link(leaf, f"spine{x}", uplink, "uplink")
 
-    # The HB domain of every server: each GPU's second port.
+def _cable_spines(fabric: Fabric, leaves: list[str], uplink: float) -> None:
+    """Every leaf to every spine; each leaf's uplinks carry its downlink capacity / oversubscription."""
+    spines = fabric.params["spines"]
+    for x in range(spines):
+        fabric.add_switch(f"spine{x}", "spine", DPID_BASE["spine"] + x)
+    for leaf in leaves:
+        for x in range(spines):
+            fabric.add_link(leaf, f"spine{x}", uplink, "uplink")
+
+
+def _cable_hb_domain(fabric: Fabric, server: int) -> None:
+    """The server's HB domain: each GPU's second port."""
+    fabric.add_switch(f"hb{server}", "hb")
+    for j in range(fabric.params["gpus_per_server"]):
+        fabric.add_link(f"s{server}g{j}", f"hb{server}", fabric.params["hb_mbps"], "hb")
+
+
+def _cable_cpu_hosts(fabric: Fabric, leaves: list[str]) -> None:
+    """Remote CPU hosts on a front-end switch cabled to every leaf."""
+    cpus, nic = fabric.params["cpu_hosts"], fabric.params["nic_mbps"]
+    if not cpus:
+        return
+    fabric.add_switch("fe0", "frontend", DPID_BASE["frontend"])
+    for c in range(cpus):
+        fabric.add_host(cpu_host(c))
+        fabric.add_link(f"cpu{c}", "fe0", nic, "nic")
+    for leaf in leaves:
+        fabric.add_link("fe0", leaf, nic * cpus, "frontend")
+
+
+def _cable_spares(fabric: Fabric, leaves: list[str], uplink: float) -> None:
+    """Spares, cabled last. A spare GPU can be switched onto any leaf of its server; a spare server is cabled
+    as the others (on clos with its own ToR), its NIC ports disabled."""
+    p, clos = fabric.params, fabric.kind == "clos"
+    n, k, nic, hb = p["servers"], p["gpus_per_server"], p["nic_mbps"], p["hb_mbps"]
     for i in range(n):
-        fabric.add_switch(f"hb{i}", "hb")
-        for j in range(k):
-            fabric.add_link(f"s{i}g{j}", f"hb{i}", hb, "hb")
-
-    # Remote CPU hosts on a front-end switch cabled to every leaf.
-    if cpus:
-        fabric.add_switch("fe0", "frontend", DPID_BASE["frontend"])
-        for c in range(cpus):
-            fabric.add_host(cpu_host(c))
-            fabric.add_link(f"cpu{c}", "fe0", nic, "nic")
-        for leaf in leaves:
-            fabric.add_link("fe0", leaf, nic * cpus, "frontend")
-
-    # Spares, cabled last. A spare GPU can be switched onto any leaf of its server.
-    for i in range(n):
-        for x in range(spare_k):
+        for x in range(p["spares_per_server"]):
             host = spare_gpu(i, x)
             fabric.add_host(host)
-            fabric.add_circuits(host.name, [f"tor{i}"] if kind == "clos" else leaves, nic)
+            fabric.add_circuits(host.name, [f"tor{i}"] if clos else leaves, nic)
             fabric.add_link(host.name, f"hb{i}", hb, "hb")
-    # A spare server is cabled as the others (on clos with its own ToR), its NIC ports disabled.
-    for i in range(n, n + spare_n):
-        if kind == "clos":
+    for i in range(n, n + p["spare_servers"]):
+        if clos:
             fabric.add_switch(f"tor{i}", "tor", DPID_BASE["tor"] + i)
-            for x in range(s):
+            for x in range(p["spines"]):
                 fabric.add_link(f"tor{i}", f"spine{x}", uplink, "uplink")
         for j in range(k):
             fabric.add_host(Host(**{**vars(gpu_host(i, j)), "kind": "spare"}))
-            fabric.add_link(f"s{i}g{j}", f"tor{i}" if kind == "clos" else f"rail{j}", nic, "nic", standby=True)
-        fabric.add_switch(f"hb{i}", "hb")
-        for j in range(k):
-            fabric.add_link(f"s{i}g{j}", f"hb{i}", hb, "hb")
-    return fabric
+            fabric.add_link(f"s{i}g{j}", f"tor{i}" if clos else f"rail{j}", nic, "nic", standby=True)
+        _cable_hb_domain(fabric, i)

@@ -13,8 +13,8 @@ import signal
 import subprocess
 import time
 
-from testbed.results import pcap
 from testbed.fabric.links import HB_MTU, NIC_MTU, is_patch, switch_port
+from testbed.results import pcap
 
 ETHERNET_HEADER = 14
 WHOLE_FRAMES = 262144              # tcpdump's own default snaplen: every frame whole

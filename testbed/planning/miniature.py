@@ -12,8 +12,8 @@ import math
 from collections import Counter
 from dataclasses import dataclass
 
-from testbed.planning.counts import FabricCount, PlanError, count, leaf_gpu_ports
 from testbed.fabric.topo import TopologyError, build
+from testbed.planning.counts import FabricCount, PlanError, count, leaf_gpu_ports
 
 DEFAULT_SERVERS = 4
 DEFAULT_GPUS_PER_SERVER = 4

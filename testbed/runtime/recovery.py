@@ -24,8 +24,8 @@ import threading
 import time
 
 from hosts.collectives.store import FileStore
-from testbed.runtime import faults
 from testbed.fabric import spares
+from testbed.runtime import faults
 from testbed.runtime.launch import run_on_hosts
 
 RANK_MODULE = "hosts.collectives.run"

@@ -12,11 +12,11 @@ import shutil
 import time
 
 from hosts.collectives.run import elements
-from testbed.results import models
 from testbed.fabric import ovs
+from testbed.fabric.links import transport_options, worst_queueing_delay
+from testbed.results import models
 from testbed.runtime import recovery
 from testbed.runtime.launch import run_on_hosts
-from testbed.fabric.links import transport_options, worst_queueing_delay
 from testbed.schema import SIZE, ScenarioError, parse_size
 from testbed.workloads import traffic
 
@@ -200,20 +200,7 @@ def _run(net, spec: dict, hosts: list) -> dict:
         label = f"{spec['op']}-{spec['algo']}-{size}-{time.monotonic_ns()}"
         store = os.path.join(net.run_dir, "store", label)
         os.makedirs(store)
-        base = {"peers": peers, "store": store, "op": spec["op"], "algo": spec["algo"],
-                "bytes": size, "dtype": spec.get("dtype", "float32"), "reduce": spec.get("reduce", "sum"),
-                "root": spec.get("root", 0), "iterations": spec.get("iterations", 3),
-                "warmup": spec.get("warmup", 1), "check": spec.get("check", True), "recovery": policy,
-                "heartbeat": spec.get("heartbeat", {}),
-                "timeout_s": spec.get("timeout_s", 60), **transport_options(net.routing),
-                "ring": "rank" if spec.get("ring") == "rank" else "rail",
-                "multicast_scope": multicast_scope(fabric, spec),
-                "rc_timeout": 0.05 + 2 * worst_queueing_delay(fabric),
-                # opt-in delay-based congestion control (hosts/rdma/cc.py)
-                "congestion": "delay" if spec.get("congestion", "none") == "delay" else None,
-                # senders pace just below the shaped rates, so queues do not build up
-                "rate_limit_bps": {"nic": PACE * fabric.params["nic_mbps"] * 1e6,
-                                   "hb": PACE * fabric.params["hb_mbps"] * 1e6}}
+        base = _base_spec(net, spec, peers, store, size)
         commands = {}
         for r, h in enumerate(hosts):
             path = os.path.join(store, f"rank{r}.json")
@@ -252,7 +239,31 @@ def _run(net, spec: dict, hosts: list) -> dict:
             errors.append(f"{size} B: " + "; ".join(failed[:4]) + (f" (+{len(failed) - 4} more)" if len(failed) > 4 else ""))
             break
         rows.append(row(fabric, spec, size, done, before, after))
-    result = summarize(spec, len(hosts), rows, errors)
+    return _summarize_run(spec, len(hosts), rows, errors, error_times, recoveries, beats)
+
+
+def _base_spec(net, spec: dict, peers: list[dict], store: str, size: int) -> dict:
+    """What every rank of one size's launch is told (its own rank added per host)."""
+    fabric = net.fabric
+    return {"peers": peers, "store": store, "op": spec["op"], "algo": spec["algo"],
+            "bytes": size, "dtype": spec.get("dtype", "float32"), "reduce": spec.get("reduce", "sum"),
+            "root": spec.get("root", 0), "iterations": spec.get("iterations", 3),
+            "warmup": spec.get("warmup", 1), "check": spec.get("check", True), "recovery": spec.get("recovery", "abort"),
+            "heartbeat": spec.get("heartbeat", {}),
+            "timeout_s": spec.get("timeout_s", 60), **transport_options(net.routing),
+            "ring": "rank" if spec.get("ring") == "rank" else "rail",
+            "multicast_scope": multicast_scope(fabric, spec),
+            "rc_timeout": 0.05 + 2 * worst_queueing_delay(fabric),
+            # opt-in delay-based congestion control (hosts/rdma/cc.py)
+            "congestion": "delay" if spec.get("congestion", "none") == "delay" else None,
+            # senders pace just below the shaped rates, so queues do not build up
+            "rate_limit_bps": {"nic": PACE * fabric.params["nic_mbps"] * 1e6,
+                               "hb": PACE * fabric.params["hb_mbps"] * 1e6}}
+
+
+def _summarize_run(spec: dict, world: int, rows: list, errors: list, error_times: list, recoveries: list,
+                   beats: list) -> dict:
+    result = summarize(spec, world, rows, errors)
     result["first_error_at"] = min(error_times) if error_times else None
     result["first_recovered_at"] = min((r["reformed_at"] for r in recoveries if r.get("reformed_at")), default=None)
     result["recoveries"] = recoveries

@@ -18,9 +18,9 @@ import tempfile
 import time
 
 from hosts.tfdata import budget
-from testbed.monitor.fidelity import CpuSampler
 from testbed import PROJECT_ROOT
 from testbed.fabric.hosts import backend_class
+from testbed.monitor.fidelity import CpuSampler
 from testbed.schema import RATE, ScenarioError
 
 # This workload's part of the scenario schema (the scenario file's `workloads:` items of its type).

@@ -14,8 +14,8 @@ import os
 import time
 
 from testbed.fabric import ovs
-from testbed.runtime.launch import run_on_hosts
 from testbed.fabric.links import transport_options
+from testbed.runtime.launch import run_on_hosts
 from testbed.schema import RATE, SIZE, ScenarioError, parse_size
 
 # This workload's part of the scenario schema (the scenario file's `workloads:` items of its type).

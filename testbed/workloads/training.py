@@ -29,12 +29,18 @@ from dataclasses import dataclass, replace
 from hosts.collectives.comm import CHUNK, SLOTS
 from hosts.collectives.layout import Layout, gpu_of
 from testbed.fabric import ovs
-from testbed.runtime.launch import run_on_hosts
 from testbed.fabric.links import transport_options, worst_queueing_delay
-from testbed.planning.calibration import Calibration
-from testbed.planning.prediction import Hardware, ModelShape, Parallelism, Prediction, predict
-from testbed.schema import POSITIVE_INT, RATE, ScenarioError
 from testbed.fabric.topo import gpu_host
+from testbed.planning.calibration import Calibration
+from testbed.planning.prediction import (
+    Hardware,
+    ModelShape,
+    Parallelism,
+    Prediction,
+    predict,
+)
+from testbed.runtime.launch import run_on_hosts
+from testbed.schema import POSITIVE_INT, RATE, ScenarioError
 from testbed.workloads import collective, traffic
 
 # This workload's part of the scenario schema (the scenario file's `workloads:` items of its type).

@@ -179,6 +179,7 @@ def ensure(client, echo=print) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     import argparse
+
     from testbed.fabric.hosts import dockerhost
     p = argparse.ArgumentParser(prog="docker-image", description="build the emulated hosts' container image")
     p.add_argument("--base", choices=BASES, default="auto",
