@@ -10,7 +10,7 @@ import pytest
 from testbed.fabric.topo import build
 from testbed.results import draw
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests.paths import ROOT
 
 
 def svg_texts(path):

@@ -19,7 +19,7 @@ from hosts.collectives.heartbeat import Heartbeat
 from hosts.rdma import open_device
 from hosts.rdma.transport import MemoryFabric
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+from tests.paths import ROOT
 PEER = """
 import json, os, sys, time
 from hosts.collectives.heartbeat import Heartbeat

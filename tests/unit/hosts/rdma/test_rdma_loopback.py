@@ -6,6 +6,8 @@ import time
 import numpy as np
 import pytest
 
+from tests.paths import DATA
+
 from hosts.rdma import (GRH_LEN, Access, AddressHandle, QPType, RdmaError, RecvWR, SendWR, WCOpcode,
                         WCStatus, WROpcode, open_device)
 from hosts.rdma import headers as H
@@ -402,7 +404,7 @@ def test_rc_packets_match_rxe_capture(capture, op, size, count):
     """Requests from a uroce client with rxe's QPNs (0x12 -> 0x11) equal rxe's, field by field."""
     import pathlib
     from scapy.all import IP, raw, rdpcap
-    golden = [H.decode(raw(p[IP])) for p in rdpcap(str(pathlib.Path(__file__).resolve().parents[2] /
+    golden = [H.decode(raw(p[IP])) for p in rdpcap(str(pathlib.Path(DATA) /
                                                      "data" / "rxe" / capture))]
     seen = []
     fab = MemoryFabric(tap=lambda pkt: seen.append(H.decode(pkt)))
@@ -436,7 +438,7 @@ def test_rc_packets_match_rxe_capture(capture, op, size, count):
 def test_ud_packets_match_rxe_capture():
     import pathlib
     from scapy.all import IP, raw, rdpcap
-    golden = [H.decode(raw(p[IP])) for p in rdpcap(str(pathlib.Path(__file__).resolve().parents[2] /
+    golden = [H.decode(raw(p[IP])) for p in rdpcap(str(pathlib.Path(DATA) /
                                                      "data" / "rxe" / "ud_send.pcap"))]
     seen = []
     fab = MemoryFabric(tap=lambda pkt: seen.append(H.decode(pkt)))

@@ -143,6 +143,7 @@ def test_this_machine_detected_version():
 
 
 @pytest.mark.root
+@pytest.mark.qemu
 def test_budget_holds_on_this_machine():
     """A busy loop under a real 0.2-core budget gets about 0.2 core and is throttled."""
     if os.geteuid() != 0:

@@ -10,7 +10,7 @@ from hosts.collectives import training as rank_program
 from testbed.fabric.topo import build
 from testbed.scenario import ScenarioError
 from testbed.workloads import collective, training
-from tests.hosts.collectives.test_algorithms import run_ranks
+from tests.unit.hosts.collectives.test_algorithms import run_ranks
 
 PLAN = {"plan": {"tp": 2, "pp": 2, "dp": 2}}
 

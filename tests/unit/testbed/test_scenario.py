@@ -4,12 +4,14 @@ import os
 
 import pytest
 
+from tests import paths
+
 from testbed import runner
 from testbed.fabric.topo import TopologyError
 from testbed.scenario import ScenarioError, apply_set, load, parse_size
 
-FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "scenarios")
-SCENARIOS = os.path.join(os.path.dirname(__file__), "..", "scenarios")
+FIXTURES = os.path.join(paths.FIXTURES, "scenarios")
+SCENARIOS = paths.SCENARIOS
 
 ERRORS = {
     "kind": "'torus' is not one of",

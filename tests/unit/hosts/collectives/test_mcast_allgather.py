@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from hosts.collectives import mcast_allgather as mc
-from tests.hosts.collectives.test_algorithms import peers_grid, run_ranks
+from tests.unit.hosts.collectives.test_algorithms import peers_grid, run_ranks
 
 
 def test_gaps_are_the_runs_of_missing_chunks():

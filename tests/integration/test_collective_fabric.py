@@ -15,7 +15,7 @@ from testbed.scenario import ScenarioError
 from testbed.workloads import collective
 
 pytestmark = pytest.mark.root
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests.paths import ROOT
 
 
 def test_ring_allreduce_on_rail_optimized_is_correct_and_near_the_bound():
@@ -33,6 +33,7 @@ def test_ring_allreduce_on_rail_optimized_is_correct_and_near_the_bound():
           f"ratio {row['bus_ratio']}")
 
 
+@pytest.mark.slow
 def test_rail_only_runs_hierarchical_and_two_step_and_stays_in_rails():
     fabric = build("rail-only", 2, 2, nic_mbps=10)
     with Network(fabric) as net:

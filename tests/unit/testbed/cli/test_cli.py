@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests.paths import ROOT
 FIXTURES = os.path.join(ROOT, "tests", "fixtures", "scenarios")
 
 

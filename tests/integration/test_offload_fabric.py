@@ -14,6 +14,7 @@ pytestmark = pytest.mark.root
 import tensorflow  # noqa: E402,F401  -- a dependency (requirements.txt): missing is an error, not a skip
 
 
+@pytest.mark.slow
 def test_fastflow_offloads_and_beats_local_only_when_local_cpu_is_scarce():
     fabric = build("rail-optimized", 1, 2, spines=1, nic_mbps=100, cpu_hosts=2)
     spec = {"pipelines": ["compute"], "gpu_steps_per_s": 25, "local_cores": 0.3, "worker_cores": 0.3,

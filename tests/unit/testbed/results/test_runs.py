@@ -10,7 +10,7 @@ import yaml
 
 from testbed.results import runs
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests.paths import ROOT
 
 
 def cli(*args, cwd=ROOT):

@@ -21,10 +21,14 @@ from pathlib import Path
 
 import pytest
 
+from tests.paths import ROOT
+
 from tools import rxe_guest
 from tools.rxe_guest import RxeLan, parse_perftest
 
-REPO = Path(__file__).resolve().parent.parent
+pytestmark = [pytest.mark.qemu]
+
+REPO = Path(ROOT)
 GOLDEN = REPO / "tests" / "data" / "rxe"
 UROCE_IP_N, GUEST_IP_N = 10, 1
 ITERS = {"rc_pingpong": 200, "write_bw": 200, "read_bw": 200}

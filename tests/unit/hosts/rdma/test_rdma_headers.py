@@ -4,12 +4,14 @@ import pathlib
 import socket
 
 import pytest
+
+from tests.paths import DATA
 from scapy.all import IP, UDP, raw, rdpcap
 from scapy.contrib.roce import BTH
 
 from hosts.rdma import headers as H
 
-DATA = pathlib.Path(__file__).resolve().parents[2] / "data" / "rxe"
+DATA = pathlib.Path(DATA) / "data" / "rxe"
 EXPECTED = {
     "rc_write.pcap": {"RC_RDMA_WRITE_FIRST": 20, "RC_RDMA_WRITE_MIDDLE": 40, "RC_RDMA_WRITE_LAST": 20,
                       "RC_ACKNOWLEDGE": 20},

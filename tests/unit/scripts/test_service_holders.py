@@ -2,7 +2,7 @@
 import os
 import subprocess
 
-LIB = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts", "lib", "holders.sh")
+LIB = os.path.join(ROOT, "scripts", "lib", "holders.sh")
 
 
 def in_shell(body: str, run_dir, wait: bool = True):

@@ -14,7 +14,7 @@ from testbed.runtime import faults
 from testbed.workloads import connectivity
 
 pytestmark = pytest.mark.root
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests.paths import ROOT
 
 
 def test_cut_uplinks_reroute_and_restore():
@@ -50,6 +50,7 @@ def run_failover_scenario(failover: bool, tmp_path) -> dict:
         return json.load(f)
 
 
+@pytest.mark.slow
 def test_a_cut_under_traffic_is_rerouted_with_and_without_data_plane_failover(tmp_path):
     """The same cable cut under the same flows, with and without data-plane failover: each stage of convergence
     is measured and ordered, and the flows survive. (That failover beats the controller alone could not be
@@ -86,6 +87,7 @@ def test_unknown_fault_targets_are_named():
 
 
 @pytest.mark.parametrize("kind", ["gpu-crash", "gpu-hang"])
+@pytest.mark.slow
 def test_gpu_failure_is_detected_by_its_peers_and_aborts_cleanly(kind, tmp_path):
     from testbed import runner
     out = str(tmp_path / f"test-{kind}")
@@ -128,6 +130,7 @@ def test_faults_by_hand_into_a_running_fabric():
         assert bad.returncode == 2 and "unknown fault target" in bad.stderr
 
 
+@pytest.mark.slow
 def test_gpu_crash_with_shrink_recovery_finishes_on_the_survivors(tmp_path):
     from testbed import runner
     out = str(tmp_path / "test-shrink")

@@ -7,7 +7,7 @@ from hosts.collectives import training
 from hosts.collectives.layout import Layout, gpu_of
 from hosts.collectives.schedule import SCHEDULES, in_flight, simulate
 from hosts.collectives.subcomm import SubComm
-from tests.hosts.collectives.test_algorithms import peers_grid, run_ranks
+from tests.unit.hosts.collectives.test_algorithms import peers_grid, run_ranks
 
 PLANS = [(1, 1, 1), (2, 2, 2), (4, 2, 1), (2, 1, 4), (1, 4, 2), (2, 3, 2), (3, 2, 2)]
 

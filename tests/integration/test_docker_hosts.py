@@ -23,7 +23,9 @@ from testbed.fabric.network import Network
 from testbed.fabric.topo import build
 from testbed.workloads import collective, connectivity
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests.paths import ROOT
+
+pytestmark = [pytest.mark.docker]
 root = pytest.mark.root
 
 
@@ -46,6 +48,7 @@ def our_containers(client) -> list:
 
 
 @root
+@pytest.mark.slow
 def test_image_builds_without_a_registry(client):
     """debootstrap + docker import as the base, then the Dockerfile: no registry involved. Built under
     test tags so that the image runs use is not touched; the base is made afresh."""
@@ -96,6 +99,7 @@ def test_image_inputs_digest_follows_the_hosts_code(tmp_path, monkeypatch):
 
 
 @root
+@pytest.mark.slow
 def test_bring_up_connectivity_limits_and_processes_inside_containers(client, host_image):
     fabric = build("rail-optimized", 2, 2, spines=2, nic_mbps=10)
     with Network(fabric, hosts="docker", host_limits={"cpus": 0.5, "memory": 256 << 20}) as net:
@@ -166,6 +170,7 @@ SCENARIO = {"name": "docker-vs-netns",
 
 
 @root
+@pytest.mark.slow
 def test_a_scenario_gives_the_same_results_on_docker_hosts_as_on_namespaces(client, host_image, tmp_path):
     results = {}
     for backend in ("netns", "docker"):

@@ -16,7 +16,7 @@ from testbed.fabric.topo import KINDS, build
 from testbed.workloads import connectivity, traffic
 
 pytestmark = pytest.mark.root
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests.paths import ROOT
 FABRIC_OBJECT = re.compile(r"^tb-(rail|spine|tor|hb|fe)\d")
 
 

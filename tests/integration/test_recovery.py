@@ -104,6 +104,7 @@ def test_idle_spares_are_cut_off_until_brought_onto_a_rail():
 
 @pytest.mark.root
 @pytest.mark.parametrize("kind", ["gpu-crash", "gpu-hang"])
+@pytest.mark.slow
 def test_crash_and_hang_are_detected_by_heartbeats_and_the_job_shrinks(kind, tmp_path):
     doc = scenario(f"shrink-{kind}", "shrink", {"at": 4.0, "kind": kind, "target": "s1g1", "duration": 60},
                    fabric={"kind": "rail-optimized", "servers": 2, "gpus_per_server": 2})
@@ -119,6 +120,7 @@ def test_crash_and_hang_are_detected_by_heartbeats_and_the_job_shrinks(kind, tmp
 
 
 @pytest.mark.root
+@pytest.mark.slow
 def test_a_declared_failure_is_reported_at_once_and_the_job_shrinks(tmp_path):
     doc = scenario("declared", "shrink", {"at": 4.0, "kind": "gpu-declared", "target": "s1g1"},
                    fabric={"kind": "rail-optimized", "servers": 2, "gpus_per_server": 2})
@@ -132,6 +134,7 @@ def test_a_declared_failure_is_reported_at_once_and_the_job_shrinks(tmp_path):
 
 
 @pytest.mark.root
+@pytest.mark.slow
 def test_spare_gpu_takes_over_on_the_failed_gpus_rail(tmp_path):
     doc = scenario("spare", "spare", {"workload": "collective#0", "at": 4.0, "kind": "gpu-crash", "target": "s1g1"},
                    fabric={"kind": "rail-only", "servers": 2, "gpus_per_server": 2, "spares_per_server": 1})
@@ -151,6 +154,7 @@ def test_spare_gpu_takes_over_on_the_failed_gpus_rail(tmp_path):
 
 @pytest.mark.root
 @pytest.mark.parametrize("kind,target", [("server-down", "s1"), ("gpu-crash", "s1g0")])
+@pytest.mark.slow
 def test_migrate_moves_the_servers_ranks_to_a_spare_server(kind, target, tmp_path):
     doc = scenario(f"migrate-{kind}", "migrate", {"at": 4.0, "kind": kind, "target": target},
                    fabric={"kind": "rail-only", "servers": 2, "gpus_per_server": 2, "spare_servers": 1})
@@ -166,6 +170,7 @@ def test_migrate_moves_the_servers_ranks_to_a_spare_server(kind, target, tmp_pat
 
 
 @pytest.mark.root
+@pytest.mark.slow
 def test_no_false_detection_in_a_normal_run(tmp_path):
     """8 ranks at full load (both networks, 2 cores) with heartbeats every 0.15 s and a 1 s timeout:
     nobody is declared failed; the margin (longest silence of a live peer) is printed."""

@@ -10,7 +10,7 @@ import pytest
 from tools import rxe_guest
 from tools.rxe_guest import RxeLan, parse_perftest, run_pair
 
-pytestmark = pytest.mark.root
+pytestmark = [pytest.mark.root, pytest.mark.qemu]
 
 
 @pytest.fixture(scope="module")

@@ -174,6 +174,7 @@ def test_a_link_failure_on_the_tree_reroutes_the_group():
 
 @pytest.mark.root
 @pytest.mark.parametrize("servers,per", [(2, 2), (2, 4)])
+@pytest.mark.slow
 def test_multicast_allgather_and_broadcast_are_exact_with_loss_and_halve_the_nic_bytes(servers, per):
     from testbed.fabric.network import Network
     from testbed.workloads import collective
