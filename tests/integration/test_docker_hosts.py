@@ -22,7 +22,6 @@ from testbed.fabric.hosts import image
 from testbed.fabric.network import Network
 from testbed.fabric.topo import build
 from testbed.workloads import collective, connectivity
-
 from tests.paths import ROOT
 
 pytestmark = [pytest.mark.docker]

@@ -17,6 +17,7 @@ from testbed.workloads import connectivity, traffic
 
 pytestmark = pytest.mark.root
 from tests.paths import ROOT
+
 FABRIC_OBJECT = re.compile(r"^tb-(rail|spine|tor|hb|fe)\d")
 
 

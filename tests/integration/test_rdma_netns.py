@@ -7,7 +7,16 @@ import time
 
 import pytest
 
-from hosts.rdma import Access, AddressHandle, GRH_LEN, QPType, RecvWR, SendWR, WROpcode, open_device
+from hosts.rdma import (
+    GRH_LEN,
+    Access,
+    AddressHandle,
+    QPType,
+    RecvWR,
+    SendWR,
+    WROpcode,
+    open_device,
+)
 from hosts.rdma import headers as H
 
 pytestmark = pytest.mark.root

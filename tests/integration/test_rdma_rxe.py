@@ -6,7 +6,16 @@ import socket
 import pytest
 
 import hosts.rdma as rdma
-from hosts.rdma import Access, QPType, RdmaError, RecvWR, SendWR, WCOpcode, WROpcode, open_device
+from hosts.rdma import (
+    Access,
+    QPType,
+    RdmaError,
+    RecvWR,
+    SendWR,
+    WCOpcode,
+    WROpcode,
+    open_device,
+)
 from hosts.rdma.rxe import find_gid, hw_counters, ipv4_gid, timeout_code
 from hosts.rdma.transport import MemoryFabric
 

@@ -22,7 +22,6 @@ from pathlib import Path
 import pytest
 
 from tests.paths import ROOT
-
 from tools import rxe_guest
 from tools.rxe_guest import RxeLan, parse_perftest
 

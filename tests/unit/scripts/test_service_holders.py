@@ -2,6 +2,8 @@
 import os
 import subprocess
 
+from tests.paths import ROOT
+
 LIB = os.path.join(ROOT, "scripts", "lib", "holders.sh")
 
 

@@ -4,11 +4,10 @@ import os
 
 import pytest
 
-from tests import paths
-
 from testbed import runner
 from testbed.fabric.topo import TopologyError
 from testbed.scenario import ScenarioError, apply_set, load, parse_size
+from tests import paths
 
 FIXTURES = os.path.join(paths.FIXTURES, "scenarios")
 SCENARIOS = paths.SCENARIOS

@@ -18,8 +18,8 @@ from hosts.collectives import CollectiveError, Communicator, FileStore, Peer, al
 from hosts.collectives.heartbeat import Heartbeat
 from hosts.rdma import open_device
 from hosts.rdma.transport import MemoryFabric
-
 from tests.paths import ROOT
+
 PEER = """
 import json, os, sys, time
 from hosts.collectives.heartbeat import Heartbeat

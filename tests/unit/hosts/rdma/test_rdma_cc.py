@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from hosts.rdma import RdmaError, QPType, SendWR, WROpcode
+from hosts.rdma import RdmaError, SendWR, WROpcode
 from hosts.rdma.cc import DelayCC
 from hosts.rdma.transport import MemoryFabric
 

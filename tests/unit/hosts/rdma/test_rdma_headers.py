@@ -4,14 +4,13 @@ import pathlib
 import socket
 
 import pytest
-
-from tests.paths import DATA
 from scapy.all import IP, UDP, raw, rdpcap
 from scapy.contrib.roce import BTH
 
 from hosts.rdma import headers as H
+from tests.paths import DATA
 
-DATA = pathlib.Path(DATA) / "data" / "rxe"
+RXE = pathlib.Path(DATA) / "rxe"
 EXPECTED = {
     "rc_write.pcap": {"RC_RDMA_WRITE_FIRST": 20, "RC_RDMA_WRITE_MIDDLE": 40, "RC_RDMA_WRITE_LAST": 20,
                       "RC_ACKNOWLEDGE": 20},
@@ -22,7 +21,7 @@ EXPECTED = {
 
 
 def _ip_packets(name):
-    return [raw(p[IP]) for p in rdpcap(str(DATA / name))]
+    return [raw(p[IP]) for p in rdpcap(str(RXE / name))]
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))

@@ -6,12 +6,22 @@ import time
 import numpy as np
 import pytest
 
-from tests.paths import DATA
-
-from hosts.rdma import (GRH_LEN, Access, AddressHandle, QPType, RdmaError, RecvWR, SendWR, WCOpcode,
-                        WCStatus, WROpcode, open_device)
+from hosts.rdma import (
+    GRH_LEN,
+    Access,
+    AddressHandle,
+    QPType,
+    RdmaError,
+    RecvWR,
+    SendWR,
+    WCOpcode,
+    WCStatus,
+    WROpcode,
+    open_device,
+)
 from hosts.rdma import headers as H
 from hosts.rdma.transport import MemoryFabric
+from tests.paths import DATA
 
 MiB = 1 << 20
 
@@ -403,9 +413,9 @@ def _signature(pkts, src_ip):
 def test_rc_packets_match_rxe_capture(capture, op, size, count):
     """Requests from a uroce client with rxe's QPNs (0x12 -> 0x11) equal rxe's, field by field."""
     import pathlib
+
     from scapy.all import IP, raw, rdpcap
-    golden = [H.decode(raw(p[IP])) for p in rdpcap(str(pathlib.Path(DATA) /
-                                                     "data" / "rxe" / capture))]
+    golden = [H.decode(raw(p[IP])) for p in rdpcap(str(pathlib.Path(DATA) / "rxe" / capture))]
     seen = []
     fab = MemoryFabric(tap=lambda pkt: seen.append(H.decode(pkt)))
     srv = open_device("10.77.0.1", backend="uroce", transport=fab.attach("10.77.0.1"), first_qpn=0x11)
@@ -437,9 +447,9 @@ def test_rc_packets_match_rxe_capture(capture, op, size, count):
 
 def test_ud_packets_match_rxe_capture():
     import pathlib
+
     from scapy.all import IP, raw, rdpcap
-    golden = [H.decode(raw(p[IP])) for p in rdpcap(str(pathlib.Path(DATA) /
-                                                     "data" / "rxe" / "ud_send.pcap"))]
+    golden = [H.decode(raw(p[IP])) for p in rdpcap(str(pathlib.Path(DATA) / "rxe" / "ud_send.pcap"))]
     seen = []
     fab = MemoryFabric(tap=lambda pkt: seen.append(H.decode(pkt)))
     srv = open_device("10.77.0.1", backend="uroce", transport=fab.attach("10.77.0.1"), first_qpn=0x11)

@@ -7,6 +7,7 @@ import sys
 import pytest
 
 from tests.paths import ROOT
+
 FIXTURES = os.path.join(ROOT, "tests", "fixtures", "scenarios")
 
 
