@@ -4,7 +4,7 @@ PY := .venv/bin/python
 SCENARIO ?= scenarios/demo.yaml
 OUT ?=
 
-.PHONY: setup demo test test-unit clean vm vm-test vm-down
+.PHONY: setup demo test test-unit test-fast clean vm vm-test vm-down
 
 setup:
 	@scripts/setup
@@ -19,6 +19,10 @@ test: setup
 
 test-unit: setup
 	$(PY) -m pytest -q -rs -m "not root" tests
+
+test-fast: setup
+	@trap '.venv/bin/testbed clean >/dev/null; scripts/dockerd-stop; scripts/ovs-stop' EXIT; \
+		scripts/ovs-start && scripts/dockerd-start && $(PY) -m pytest -q -rs -m "not slow and not qemu" tests
 
 clean:
 	@if [ -x .venv/bin/testbed ]; then .venv/bin/testbed clean; fi

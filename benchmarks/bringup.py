@@ -11,8 +11,8 @@ connectivity pass then proves the fabric is usable.
 import sys
 import time
 
-from testbed.net import Network
-from testbed.topo import build
+from testbed.fabric.network import Network
+from testbed.fabric.topo import build
 from testbed.workloads import connectivity
 
 
@@ -21,7 +21,7 @@ def main() -> None:
     fabric = build(kind, int(n), int(k), spines=int(s))
     c = fabric.counts()
     if hosts == "docker":
-        from testbed import dockerhost, image
+        from testbed.fabric.hosts import dockerhost, image
         image.ensure(dockerhost.engine())
     net = Network(fabric, routing="ecmp", hosts=hosts)
     with net:

@@ -11,8 +11,8 @@ measured iterations alike, so compare bytes between rows, not with the size.
 """
 import argparse
 
-from testbed.net import Network
-from testbed.topo import build
+from testbed.fabric.network import Network
+from testbed.fabric.topo import build
 from testbed.workloads import collective
 
 ALGOS = {"rail-optimized": [("ring", {}), ("hierarchical", {}), ("multicast", {}),

@@ -8,8 +8,8 @@ offloading (TF-DSR) loses. Prints one table per NIC rate; takes ~4-5 min per rat
 import json
 import sys
 
-from testbed.net import Network
-from testbed.topo import build
+from testbed.fabric.network import Network
+from testbed.fabric.topo import build
 from testbed.workloads import offload
 
 SPEC = {"pipelines": ["compute", "data"], "gpu_steps_per_s": 25, "local_cores": 0.3, "worker_cores": 0.3,

@@ -15,9 +15,9 @@ Goal: a GPU crash detected and the communicator re-formed in <= 2 s.
 import argparse
 import time
 
-from testbed import faults
-from testbed.net import Network
-from testbed.topo import build
+from testbed.fabric.network import Network
+from testbed.fabric.topo import build
+from testbed.runtime import faults
 from testbed.workloads import collective
 
 TARGET = {"gpu-crash": "s1g1", "gpu-hang": "s1g1", "server-down": "s1"}

@@ -12,7 +12,7 @@ import argparse
 import tempfile
 
 from testbed import runner
-from testbed.topo import build
+from testbed.fabric.topo import build
 from testbed.workloads import training
 
 

@@ -9,7 +9,6 @@ containers are ours when they carry the testbed's label and name prefix; images 
 from __future__ import annotations
 
 import glob
-import json
 import os
 import shutil
 import signal
@@ -17,7 +16,8 @@ import subprocess
 
 from pyroute2 import IPRoute
 
-from testbed import PREFIX, RUN_ROOT, ovs
+from testbed import PREFIX, RUN_ROOT
+from testbed.fabric import ovs, runstate
 
 
 def _cmdline(pid: int) -> str:
@@ -39,24 +39,6 @@ def _kill(pid: int, must_contain: str) -> bool:
     return False
 
 
-def run_states() -> dict[str, dict]:
-    """Run directory -> its state file, for runs that have not torn themselves down."""
-    states = {}
-    for path in glob.glob(os.path.join(RUN_ROOT, "run-*", "state.json")):
-        try:
-            with open(path) as f:
-                states[os.path.dirname(path)] = json.load(f)
-        except (OSError, ValueError):
-            continue
-    return states
-
-
-def alive(state: dict) -> bool:
-    """Whether the run's own process still exists (then its objects are in use, not left behind)."""
-    pid = state.get("owner_pid")
-    return bool(pid) and os.path.exists(f"/proc/{pid}")
-
-
 def stale_processes(states: dict[str, dict]) -> list[tuple[int, str]]:
     """(pid, marker) of processes recorded by runs whose owner is gone."""
     found = []
@@ -71,7 +53,7 @@ def stale_processes(states: dict[str, dict]) -> list[tuple[int, str]]:
 def stale_containers(live: set[str], echo=print) -> int:
     """Remove the testbed's containers (label and name prefix) whose run is not in progress."""
     try:
-        from testbed import dockerhost
+        from testbed.fabric.hosts import dockerhost
         client = dockerhost.engine()
     except Exception:          # no Docker engine (or no SDK): no containers of ours can be running
         return 0
@@ -90,8 +72,8 @@ def stale_containers(live: set[str], echo=print) -> int:
 def clean(echo=print) -> dict:
     """Remove what finished or crashed runs left; objects of runs still in progress are kept."""
     removed = {"processes": 0, "bridges": 0, "links": 0, "netns": 0, "containers": 0, "run_dirs": 0}
-    states = run_states()
-    live = {d for d, st in states.items() if alive(st)}
+    states = runstate.all_runs()
+    live = {d for d, st in states.items() if runstate.alive(st)}
     in_use = {br for d in live for br in states[d].get("bridges", [])}
     for pid, marker in stale_processes({d: st for d, st in states.items() if d not in live}):
         removed["processes"] += _kill(pid, marker)

@@ -12,12 +12,17 @@ import shutil
 import signal
 import time
 
-from testbed import __version__, capture, faults, ovs, report, runs, topo
-from testbed.fidelity import CpuSampler
-from testbed.net import Network
-from testbed.timeline import Timeline
+from testbed import __version__
+from testbed.fabric import ovs, topo
+from testbed.fabric.network import Network
+from testbed.monitor import capture
+from testbed.monitor.fidelity import CpuSampler
+from testbed.monitor.timeline import Timeline
+from testbed.results import report, runs
+from testbed.runtime import faults
 from testbed.scenario import ScenarioError, host_limits
 from testbed.workloads import REGISTRY
+
 FABRIC_KEYS = ("servers", "gpus_per_server", "spines", "oversubscription", "nic_mbps", "hb_mbps", "cpu_hosts",
                "spares_per_server", "spare_servers")
 
@@ -72,69 +77,21 @@ def default_out_dir(scenario: dict) -> str:
 
 
 def run(scenario: dict, out_dir: str, echo=print) -> dict:
-    """Run the scenario and write out_dir/results.json; returns the results."""
+    """Run the scenario and write out_dir/results.json; returns the results. A failed or interrupted run
+    still tears down and writes its results, with the reason among the checks."""
     fabric = fabric_of(scenario)
-    mode = scenario.get("routing", {}).get("mode", "ecmp")
-    failover = scenario.get("routing", {}).get("failover", True)
     runs.record(out_dir, scenario)          # scenario.yaml (for --again) and environment.json
-    results = {"scenario": scenario["name"], "testbed_version": __version__,
-               "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-               "fabric": fabric.counts() | {"routing": mode, "failover": failover, "datapath": ovs.datapath(),
-                                             "host_backend": scenario.get("hosts", "netns"),
-                                             "nic_mbps": fabric.params["nic_mbps"],
-                                             "hb_mbps": fabric.params["hb_mbps"]},
-               "workloads": [], "links": {}, "checks": [], "timings": {}, "warnings": warnings(scenario, fabric)}
+    results = _results_skeleton(scenario, fabric)
 
     def on_term(signum, frame):
         raise Interrupted(f"signal {signum}")
     previous = signal.signal(signal.SIGTERM, on_term)
-    net = Network(fabric, routing=mode, failover=failover, hosts=scenario.get("hosts", "netns"),
-                  host_limits=host_limits(scenario))
-    schedule = timeline = None
-    captures = capture.Captures(net, scenario.get("capture", []), out_dir)
+    net = Network(fabric, routing=results["fabric"]["routing"], failover=results["fabric"]["failover"],
+                  hosts=results["fabric"]["host_backend"], host_limits=host_limits(scenario))
+    live = _Live(captures=capture.Captures(net, scenario.get("capture", []), out_dir))
     try:
-        echo(f"bringing up {fabric.kind}: {fabric.params['servers']} servers x "
-             f"{fabric.params['gpus_per_server']} GPUs, {len(fabric.switches)} switches, routing {mode}, "
-             f"hosts {scenario.get('hosts', 'netns')}")
-        net.start()
-        results["timings"]["bring_up_s"] = round(net.timings["bring_up_s"], 3)
-        results["fabric"]["transport"] = net.rdma["transport"]       # rxe where the kernel has Soft-RoCE
-        if "image_s" in net.timings:        # Docker hosts: checking (or rebuilding) the host image, within bring-up
-            results["timings"]["image_s"] = round(net.timings["image_s"], 3)
-        results["checks"].append({"name": "bring-up", "ok": True,
-                                  "detail": f"routes installed on {len(fabric.sdn_switches())} switches "
-                                            f"in {net.timings['bring_up_s']:.2f} s"})
-        captures.start()
-        start = net.counters()
-        timeline = Timeline(net).start()
-        schedule = faults.Schedule(net, scenario.get("faults", []))
-        schedule.start()
-        results["timings"]["workloads_start"] = schedule.t0
-        for i, spec in enumerate(scenario["workloads"]):
-            label = spec.get("name", f"{spec['type']}#{i}")
-            schedule.workload_started(label)          # faults timed from this workload's start
-            started = time.time()
-            echo(f"workload {label} ...")
-            t0 = time.monotonic()
-            with CpuSampler() as cpu:
-                result = REGISTRY[spec["type"]].run(net, spec)
-            result = {"name": label, **result, "started_s": round(started - schedule.t0, 3),
-                      "wall_s": round(time.monotonic() - t0, 3), **cpu.report()}
-            results["workloads"].append(result)
-            for check in result.pop("checks"):
-                results["checks"].append({**check, "name": f"{label}: {check['name']}"})
-            if result["cpu_bound"]:
-                echo(f"  warning: CPU idle averaged {result['cpu_idle_mean_pct']}%: "
-                     f"this result may be CPU-bound, not link-bound")
-        schedule.stop()
-        timeline.stop()
-        results["faults"] = schedule.results(net.controller_view().get("port_events", []))
-        faults.gpu_outcomes(results["faults"], results["workloads"], schedule.t0, fabric)
-        faults.traffic_outcomes(results["faults"], results["workloads"], schedule.t0)
-        results["checks"] += faults.checks(results["faults"])
-        end = net.counters()
-        results["captures"] = captures.stop()
-        results["links"] = {p: {k: ovs.growth(start, end, p, k) for k in ("tx_bytes", "rx_bytes")} for p in end}
+        _bring_up(net, results, echo)
+        _run_workloads(net, scenario, results, live, echo)
     except Interrupted as exc:
         results["checks"].append({"name": "interrupted", "ok": False, "detail": str(exc)})
     except KeyboardInterrupt:
@@ -142,17 +99,93 @@ def run(scenario: dict, out_dir: str, echo=print) -> dict:
     except Exception as exc:  # a failed run still writes its results and tears down
         results["checks"].append({"name": "error", "ok": False, "detail": f"{type(exc).__name__}: {exc}"})
     finally:
-        if schedule is not None:
-            schedule.stop()
-        if timeline is not None:
-            timeline.stop()
-        captures.stop()
+        live.stop()
         log = os.path.join(net.run_dir, "controller.log")
         if os.path.exists(log):
             shutil.copy(log, os.path.join(out_dir, "controller.log"))    # the run directory goes away
         net.stop()
         signal.signal(signal.SIGTERM, previous)
         results["timings"]["tear_down_s"] = round(net.timings.get("tear_down_s", 0.0), 3)
+    _write(results, fabric, live.timeline, out_dir)
+    return results
+
+
+class _Live:
+    """What watches a live run (captures, the timeline, the fault schedule); stopped in any case."""
+
+    def __init__(self, captures):
+        self.captures, self.timeline, self.schedule = captures, None, None
+
+    def stop(self) -> None:
+        for part in (self.schedule, self.timeline, self.captures):
+            if part is not None:
+                part.stop()
+
+
+def _results_skeleton(scenario: dict, fabric: topo.Fabric) -> dict:
+    routing = scenario.get("routing", {})
+    return {"scenario": scenario["name"], "testbed_version": __version__,
+            "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "fabric": fabric.counts() | {"routing": routing.get("mode", "ecmp"), "failover": routing.get("failover", True),
+                                         "datapath": ovs.datapath(), "host_backend": scenario.get("hosts", "netns"),
+                                         "nic_mbps": fabric.params["nic_mbps"], "hb_mbps": fabric.params["hb_mbps"]},
+            "workloads": [], "links": {}, "checks": [], "timings": {}, "warnings": warnings(scenario, fabric)}
+
+
+def _bring_up(net: Network, results: dict, echo) -> None:
+    fabric, f = net.fabric, results["fabric"]
+    echo(f"bringing up {fabric.kind}: {fabric.params['servers']} servers x {fabric.params['gpus_per_server']} GPUs, "
+         f"{len(fabric.switches)} switches, routing {f['routing']}, hosts {f['host_backend']}")
+    net.start()
+    results["timings"]["bring_up_s"] = round(net.timings["bring_up_s"], 3)
+    f["transport"] = net.rdma["transport"]       # rxe where the kernel has Soft-RoCE
+    if "image_s" in net.timings:        # Docker hosts: checking (or rebuilding) the host image, within bring-up
+        results["timings"]["image_s"] = round(net.timings["image_s"], 3)
+    results["checks"].append({"name": "bring-up", "ok": True,
+                              "detail": f"routes installed on {len(fabric.sdn_switches())} switches "
+                                        f"in {net.timings['bring_up_s']:.2f} s"})
+
+
+def _run_workloads(net: Network, scenario: dict, results: dict, live: _Live, echo) -> None:
+    """The workloads in order, with captures, the timeline and the fault schedule running; then what the
+    faults did and the bytes every switch port carried."""
+    live.captures.start()
+    start = net.counters()
+    live.timeline = Timeline(net).start()
+    live.schedule = schedule = faults.Schedule(net, scenario.get("faults", []))
+    schedule.start()
+    results["timings"]["workloads_start"] = schedule.t0
+    for i, spec in enumerate(scenario["workloads"]):
+        results["workloads"].append(_run_workload(net, spec, spec.get("name", f"{spec['type']}#{i}"),
+                                                  schedule, results["checks"], echo))
+    schedule.stop()
+    live.timeline.stop()
+    results["faults"] = schedule.results(net.controller_view().get("port_events", []))
+    faults.gpu_outcomes(results["faults"], results["workloads"], schedule.t0, net.fabric)
+    faults.traffic_outcomes(results["faults"], results["workloads"], schedule.t0)
+    results["checks"] += faults.checks(results["faults"])
+    end = net.counters()
+    results["captures"] = live.captures.stop()
+    results["links"] = {p: {k: ovs.growth(start, end, p, k) for k in ("tx_bytes", "rx_bytes")} for p in end}
+
+
+def _run_workload(net: Network, spec: dict, label: str, schedule, checks: list, echo) -> dict:
+    schedule.workload_started(label)          # faults timed from this workload's start
+    started = time.time()
+    echo(f"workload {label} ...")
+    t0 = time.monotonic()
+    with CpuSampler() as cpu:
+        result = REGISTRY[spec["type"]].run(net, spec)
+    result = {"name": label, **result, "started_s": round(started - schedule.t0, 3),
+              "wall_s": round(time.monotonic() - t0, 3), **cpu.report()}
+    for check in result.pop("checks"):
+        checks.append({**check, "name": f"{label}: {check['name']}"})
+    if result["cpu_bound"]:
+        echo(f"  warning: CPU idle averaged {result['cpu_idle_mean_pct']}%: this result may be CPU-bound, not link-bound")
+    return result
+
+
+def _write(results: dict, fabric: topo.Fabric, timeline, out_dir: str) -> None:
     results["ok"] = all(c["ok"] for c in results["checks"])
     for c in results.get("captures", []):
         c["file"] = os.path.relpath(c["file"], out_dir)      # the folder can move: paths are relative to it
@@ -160,7 +193,6 @@ def run(scenario: dict, out_dir: str, echo=print) -> dict:
                          for p in report.write(results, fabric, timeline, out_dir, summary_table(results))]
     with open(os.path.join(out_dir, "results.json"), "w") as f:
         json.dump(results, f, indent=2)
-    return results
 
 
 def summary_table(results: dict) -> str:

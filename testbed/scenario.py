@@ -10,15 +10,9 @@ import re
 import jsonschema
 import yaml
 
-from testbed.topo import KINDS
-
-SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMG]i?B|B)?\s*$")
-SIZE_UNITS = {None: 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9,
-              "KiB": 2**10, "MiB": 2**20, "GiB": 2**30}
-MAX_FLOW_BYTES = 1 << 30
-
-SIZE = {"type": ["integer", "string"]}     # parse_size() checks the form and says what is wrong
-RATE = {"type": "number", "exclusiveMinimum": 0}
+from testbed.fabric.topo import KINDS
+from testbed.schema import RATE, SIZE, ScenarioError, parse_size
+from testbed.workloads import REGISTRY
 
 FABRIC = {
     "type": "object", "additionalProperties": False, "required": ["kind"],
@@ -35,110 +29,6 @@ FABRIC = {
     },
 }
 
-CONNECTIVITY = {
-    "type": "object", "additionalProperties": False, "required": ["type"],
-    "properties": {"type": {"const": "connectivity"}, "name": {"type": "string"},
-                   "timeout_s": {"type": "number", "minimum": 0.5, "maximum": 60}},
-}
-
-TRAFFIC = {
-    "type": "object", "additionalProperties": False, "required": ["type"],
-    "properties": {
-        "type": {"const": "traffic"}, "name": {"type": "string"},
-        "pattern": {"enum": ["permutation", "all-to-all", "pairs"]},
-        "pairs": {"type": "array", "minItems": 1,
-                  "items": {"type": "array", "items": {"type": "string"}, "minItems": 2, "maxItems": 2}},
-        "protocol": {"enum": ["udp", "tcp", "both"]},
-        "size": SIZE,
-        "flows_per_pair": {"type": "integer", "minimum": 1, "maximum": 64},
-        "rate_mbps": RATE,
-        "expect": {
-            "type": "object", "additionalProperties": False,
-            "properties": {
-                "max_loss": {"type": "number", "minimum": 0, "maximum": 1},
-                "all_uplinks_used": {"type": "boolean"},
-                "uplinks_used": {"type": "integer", "minimum": 0},
-            },
-        },
-    },
-}
-
-COLLECTIVE = {
-    "type": "object", "additionalProperties": False, "required": ["type", "op", "algo"],
-    "properties": {
-        "type": {"const": "collective"}, "name": {"type": "string"},
-        "op": {"enum": ["allreduce", "allgather", "reduce_scatter", "broadcast", "alltoall"]},
-        "algo": {"type": "string"},
-        "sizes": {"type": "array", "minItems": 1, "items": SIZE},
-        "sweep": {"type": "object", "additionalProperties": False, "required": ["min", "max"],
-                  "properties": {"min": SIZE, "max": SIZE, "factor": {"type": "integer", "minimum": 2}}},
-        "dtype": {"enum": ["float32", "float16"]},
-        "reduce": {"enum": ["sum", "max"]},
-        "root": {"type": "integer", "minimum": 0},
-        "iterations": {"type": "integer", "minimum": 1, "maximum": 100},
-        "warmup": {"type": "integer", "minimum": 0, "maximum": 10},
-        "check": {"type": "boolean"},
-        "timeout_s": {"type": "number", "minimum": 1, "maximum": 3600},
-        "loss": {"type": "number", "minimum": 0, "maximum": 0.5},
-        "congestion": {"enum": ["delay", "none"]},
-        "ring": {"enum": ["rail", "rank"]},
-        "recovery": {"enum": ["abort", "shrink", "spare", "migrate"]},
-        "heartbeat": {"anyOf": [{"const": False}, {     # false: detection by transport timeouts only
-            "type": "object", "additionalProperties": False,
-            "properties": {"period_s": {"type": "number", "minimum": 0.01, "maximum": 5},
-                           "timeout_s": {"type": "number", "minimum": 0.1, "maximum": 60}}}]},
-        "multicast_scope": {"enum": ["fabric", "rail"]},
-        "expect": {"type": "object", "additionalProperties": False,
-                   "properties": {"min_bus_ratio": {"type": "number", "minimum": 0}}},
-    },
-}
-
-OFFLOAD = {
-    "type": "object", "additionalProperties": False, "required": ["type"],
-    "properties": {
-        "type": {"const": "offload"}, "name": {"type": "string"},
-        "pipelines": {"type": "array", "minItems": 1, "items": {"enum": ["compute", "data"]}},
-        "pipeline_cfg": {"type": "object"},
-        "trainer": {"type": "string"},
-        "gpu_steps_per_s": RATE, "local_cores": RATE, "worker_cores": RATE,
-        "seconds": {"type": "number", "minimum": 1, "maximum": 600},
-        "profile_s": {"type": "number", "minimum": 0.5, "maximum": 60},
-        "warmup_s": {"type": "number", "minimum": 0, "maximum": 30},
-        "threshold": {"type": "number", "minimum": 1},
-        "ratios": {"type": "array", "minItems": 1, "items": {"type": "number", "minimum": 0, "maximum": 1},
-                  "contains": {"const": 0}},
-        "candidates": {"type": "array", "minItems": 1, "items": {"enum": ["p'1", "p'2", "p'3"]}},
-        "noise": {"type": "number", "minimum": 0, "maximum": 1},
-        "ratio_tolerance": {"type": "number", "minimum": 0, "maximum": 1},
-        "best_fraction": {"type": "number", "minimum": 0, "maximum": 1},
-        "timeout_s": {"type": "number", "minimum": 10, "maximum": 3600},
-    },
-}
-POSITIVE_INT = {"type": "integer", "minimum": 1}
-TRAINING = {
-    "type": "object", "additionalProperties": False, "required": ["type", "plan"],
-    "properties": {
-        "type": {"const": "training_iteration"}, "name": {"type": "string"},
-        "plan": {"type": "object", "additionalProperties": False, "required": ["tp", "pp", "dp"],
-                 "properties": {"tp": POSITIVE_INT, "pp": POSITIVE_INT, "dp": POSITIVE_INT}},
-        "micro_batches": {"type": "integer", "minimum": 1, "maximum": 64},
-        "schedule": {"enum": ["1f1b", "gpipe"]},
-        "model": {"type": "object", "additionalProperties": False,
-                  "properties": {"layers": POSITIVE_INT, "hidden": POSITIVE_INT, "seq_len": POSITIVE_INT,
-                                 "micro_batch": POSITIVE_INT, "params": RATE, "bytes_per_param": {"enum": [2, 4]},
-                                 "recompute": {"type": "boolean"}}},
-        "hardware": {"type": "object", "additionalProperties": False,
-                     "properties": {"gpu_tflops": RATE, "nic_gbps": RATE, "hb_gbps": RATE,
-                                    "utilisation": {"type": "number", "exclusiveMinimum": 0, "maximum": 1}}},
-        "scale": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
-        "target_s": {"type": "number", "minimum": 1, "maximum": 600},
-        "iterations": {"type": "integer", "minimum": 1, "maximum": 10},
-        "check": {"type": "boolean"},
-        "timeout_s": {"type": "number", "minimum": 1, "maximum": 3600},
-        "expect": {"type": "object", "additionalProperties": False,
-                   "properties": {"max_ratio": {"type": "number", "exclusiveMinimum": 0}}},
-    },
-}
 FAULT = {"type": "object", "additionalProperties": False, "required": ["at", "kind", "target"],
          "properties": {"at": {"type": "number", "minimum": 0},
                         "kind": {"enum": ["link-down", "link-up", "link-flap", "switch-down", "port-disable", "gpu-crash", "gpu-hang",
@@ -162,15 +52,8 @@ SCHEMA = {
                     "properties": {"mode": {"type": "string"}, "failover": {"type": "boolean"}}},
         "workloads": {"type": "array", "minItems": 1, "items": {
             "type": "object", "required": ["type"],
-            "properties": {"type": {"enum": ["connectivity", "traffic", "collective", "offload",
-                                             "training_iteration"]}},
-            "allOf": [
-                {"if": {"properties": {"type": {"const": "connectivity"}}}, "then": CONNECTIVITY},
-                {"if": {"properties": {"type": {"const": "traffic"}}}, "then": TRAFFIC},
-                {"if": {"properties": {"type": {"const": "collective"}}}, "then": COLLECTIVE},
-                {"if": {"properties": {"type": {"const": "offload"}}}, "then": OFFLOAD},
-                {"if": {"properties": {"type": {"const": "training_iteration"}}}, "then": TRAINING},
-            ]}},
+            "properties": {"type": {"enum": list(REGISTRY)}},
+            "allOf": [{"if": {"properties": {"type": {"const": t}}}, "then": w.SCHEMA} for t, w in REGISTRY.items()]}},
         "faults": {"type": "array", "items": FAULT},
         "capture": {"type": "array", "items": CAPTURE},
         "hosts": {"enum": ["netns", "docker"]},        # emulated hosts: network namespaces or Docker containers
@@ -180,31 +63,6 @@ SCHEMA = {
     },
 }
 MIN_HOST_MEMORY, MAX_HOST_MEMORY = 32 * 2**20, 64 * 2**30
-
-
-class ScenarioError(ValueError):
-    """A scenario that cannot be run; the message is one line naming the problem."""
-
-
-def parse_size(value, low: int = 1, high: int = MAX_FLOW_BYTES) -> int:
-    """'1MiB' -> 1048576; plain integers are bytes."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        size = value
-    else:
-        m = SIZE_RE.match(str(value))
-        if not m:
-            raise ScenarioError(f"size {value!r} is not a size like 4096, 64KiB, 1MiB or 10MB")
-        size = int(float(m.group(1)) * SIZE_UNITS[m.group(2)])
-    if not low <= size <= high:
-        raise ScenarioError(f"size {value!r} must be between {_human(low)} and {_human(high)}")
-    return size
-
-
-def _human(n: int) -> str:
-    for unit, factor in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= factor and n % factor == 0:
-            return f"{n // factor} {unit}"
-    return f"{n} B"
 
 
 def _where(error: jsonschema.ValidationError) -> str:

@@ -11,7 +11,7 @@ def root_problem() -> str | None:
     for tool in ("ovs-vsctl", "mnexec", "tc"):
         if shutil.which(tool) is None:
             return f"needs {tool} (run scripts/setup)"
-    from testbed import ovs
+    from testbed.fabric import ovs
     if not ovs.running():
         return "Open vSwitch is not running (scripts/ovs-start; `make test` starts it)"
     return None

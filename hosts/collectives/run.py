@@ -18,7 +18,7 @@ result with numpy. Prints {"rank", "host", "times": [s per measured step], "corr
 A failed peer (heartbeats, heartbeat.py; or the transport) fails the collective. With `abort` the rank
 reports the error. Otherwise the survivors agree on who failed and where to resume (agree()), and the job
 re-forms as a new epoch with its own rendezvous; the step in progress is run again. `shrink`: the
-survivors go on alone, renumbered. `spare` / `migrate`: the testbed's job manager (testbed/recovery.py)
+survivors go on alone, renumbered. `spare` / `migrate`: the testbed's job manager (testbed/runtime/recovery.py)
 puts spare GPUs in the failed ranks' places; they join with the failed ranks' numbers and inputs, so
 results still equal numpy's.
 """

@@ -1,6 +1,6 @@
 """The emulated miniature of a planned fabric, built with the emulation's own builder and counted against the plan.
 
-`testbed.topo.build` makes the fabric the emulator runs: one switch per rail (rail-only, rail-optimized) or per
+`testbed.fabric.topo.build` makes the fabric the emulator runs: one switch per rail (rail-only, rail-optimized) or per
 server (clos), two switch tiers at most, and each leaf's uplinks bundled into one link per spine whose rate is the
 leaf's GPU capacity / (spines x oversubscription). The planner counts the same small cluster with a radix chosen so
 that its leaves are the builder's (one rail or one server per leaf); the bundled uplinks are compared in NIC-link
@@ -12,8 +12,8 @@ import math
 from collections import Counter
 from dataclasses import dataclass
 
+from testbed.fabric.topo import TopologyError, build
 from testbed.planning.counts import FabricCount, PlanError, count, leaf_gpu_ports
-from testbed.topo import TopologyError, build
 
 DEFAULT_SERVERS = 4
 DEFAULT_GPUS_PER_SERVER = 4
@@ -82,7 +82,7 @@ def _shape_problem(kind: str, planned: FabricCount, servers: int, gpus_per_serve
 
 def check_miniature(kind: str, servers: int, gpus_per_server: int, oversubscription: float = 1.0,
                     nic_mbps: float = DEFAULT_NIC_MBPS, hb_ratio: float = 9.0) -> MiniatureCheck:
-    """Plan the small cluster, build it with testbed.topo, and compare the counts item by item."""
+    """Plan the small cluster, build it with testbed.fabric.topo, and compare the counts item by item."""
     radix = miniature_radix(kind, servers, gpus_per_server, oversubscription)
     planned = count(kind, servers * gpus_per_server, gpus_per_server, radix, oversubscription)
     spines = planned.tier_switches[-1][1] if planned.tiers >= 2 else 1

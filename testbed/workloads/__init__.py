@@ -1,13 +1,14 @@
 """Workloads: what a scenario runs on the fabric, one module per `type`, all with the same interface.
 
+    SCHEMA                             its part of the scenario schema (JSON schema of a `workloads:` item)
     validate(fabric, spec, scenario)   raise ScenarioError for what cannot run, before anything is brought up
     warnings(fabric, spec) -> [str]    what will run otherwise than the spec reads (it still runs)
     run(net, spec) -> dict             run it on the fabric; the result carries "ok" and "checks"
     summary(result) -> str            one line of the run's summary table
     tables(result) -> [str]           nccl-tests-style tables printed under the summary (may be none)
 
-REGISTRY maps each `type` to its module: adding a workload type is one module, its tests, one line here and
-its part of the scenario schema (testbed/scenario.py).
+REGISTRY maps each `type` to its module: adding a workload type is one module, its tests and one line here;
+testbed/scenario.py assembles the scenario schema from the modules' SCHEMA.
 """
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ from testbed.workloads import collective, connectivity, offload, traffic, traini
 
 
 class Workload(Protocol):
+    SCHEMA: dict
+
     def validate(self, fabric, spec: dict, scenario: dict) -> None: ...
     def warnings(self, fabric, spec: dict) -> list[str]: ...
     def run(self, net, spec: dict) -> dict: ...

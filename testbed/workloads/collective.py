@@ -12,14 +12,48 @@ import shutil
 import time
 
 from hosts.collectives.run import elements
-from testbed import models, ovs, recovery
-from testbed.launch import run_on_hosts
-from testbed.net import transport_options, worst_queueing_delay
-from testbed.scenario import ScenarioError, parse_size
+from testbed.fabric import ovs
+from testbed.fabric.links import transport_options, worst_queueing_delay
+from testbed.results import models
+from testbed.runtime import recovery
+from testbed.runtime.launch import run_on_hosts
+from testbed.schema import SIZE, ScenarioError, parse_size
 from testbed.workloads import traffic
 
 ALGOS = {"allreduce": ("ring", "rhd", "hierarchical"), "allgather": ("ring", "rd", "hierarchical", "multicast"),
          "reduce_scatter": ("ring",), "broadcast": ("chain", "multicast"), "alltoall": ("direct", "two-step")}
+
+# This workload's part of the scenario schema (the scenario file's `workloads:` items of its type).
+SCHEMA = {
+    "type": "object", "additionalProperties": False, "required": ["type", "op", "algo"],
+    "properties": {
+        "type": {"const": "collective"}, "name": {"type": "string"},
+        "op": {"enum": ["allreduce", "allgather", "reduce_scatter", "broadcast", "alltoall"]},
+        "algo": {"type": "string"},
+        "sizes": {"type": "array", "minItems": 1, "items": SIZE},
+        "sweep": {"type": "object", "additionalProperties": False, "required": ["min", "max"],
+                  "properties": {"min": SIZE, "max": SIZE, "factor": {"type": "integer", "minimum": 2}}},
+        "dtype": {"enum": ["float32", "float16"]},
+        "reduce": {"enum": ["sum", "max"]},
+        "root": {"type": "integer", "minimum": 0},
+        "iterations": {"type": "integer", "minimum": 1, "maximum": 100},
+        "warmup": {"type": "integer", "minimum": 0, "maximum": 10},
+        "check": {"type": "boolean"},
+        "timeout_s": {"type": "number", "minimum": 1, "maximum": 3600},
+        "loss": {"type": "number", "minimum": 0, "maximum": 0.5},
+        "congestion": {"enum": ["delay", "none"]},
+        "ring": {"enum": ["rail", "rank"]},
+        "recovery": {"enum": ["abort", "shrink", "spare", "migrate"]},
+        "heartbeat": {"anyOf": [{"const": False}, {     # false: detection by transport timeouts only
+            "type": "object", "additionalProperties": False,
+            "properties": {"period_s": {"type": "number", "minimum": 0.01, "maximum": 5},
+                           "timeout_s": {"type": "number", "minimum": 0.1, "maximum": 60}}}]},
+        "multicast_scope": {"enum": ["fabric", "rail"]},
+        "expect": {"type": "object", "additionalProperties": False,
+                   "properties": {"min_bus_ratio": {"type": "number", "minimum": 0}}},
+    },
+}
+
 PACE = 0.97
 ALL_PAIRS = {"rhd", "rd", "direct"}            # algorithms that may pair any two ranks
 
@@ -166,20 +200,7 @@ def _run(net, spec: dict, hosts: list) -> dict:
         label = f"{spec['op']}-{spec['algo']}-{size}-{time.monotonic_ns()}"
         store = os.path.join(net.run_dir, "store", label)
         os.makedirs(store)
-        base = {"peers": peers, "store": store, "op": spec["op"], "algo": spec["algo"],
-                "bytes": size, "dtype": spec.get("dtype", "float32"), "reduce": spec.get("reduce", "sum"),
-                "root": spec.get("root", 0), "iterations": spec.get("iterations", 3),
-                "warmup": spec.get("warmup", 1), "check": spec.get("check", True), "recovery": policy,
-                "heartbeat": spec.get("heartbeat", {}),
-                "timeout_s": spec.get("timeout_s", 60), **transport_options(net.routing),
-                "ring": "rank" if spec.get("ring") == "rank" else "rail",
-                "multicast_scope": multicast_scope(fabric, spec),
-                "rc_timeout": 0.05 + 2 * worst_queueing_delay(fabric),
-                # opt-in delay-based congestion control (hosts/rdma/cc.py)
-                "congestion": "delay" if spec.get("congestion", "none") == "delay" else None,
-                # senders pace just below the shaped rates, so queues do not build up
-                "rate_limit_bps": {"nic": PACE * fabric.params["nic_mbps"] * 1e6,
-                                   "hb": PACE * fabric.params["hb_mbps"] * 1e6}}
+        base = _base_spec(net, spec, peers, store, size)
         commands = {}
         for r, h in enumerate(hosts):
             path = os.path.join(store, f"rank{r}.json")
@@ -218,7 +239,31 @@ def _run(net, spec: dict, hosts: list) -> dict:
             errors.append(f"{size} B: " + "; ".join(failed[:4]) + (f" (+{len(failed) - 4} more)" if len(failed) > 4 else ""))
             break
         rows.append(row(fabric, spec, size, done, before, after))
-    result = summarize(spec, len(hosts), rows, errors)
+    return _summarize_run(spec, len(hosts), rows, errors, error_times, recoveries, beats)
+
+
+def _base_spec(net, spec: dict, peers: list[dict], store: str, size: int) -> dict:
+    """What every rank of one size's launch is told (its own rank added per host)."""
+    fabric = net.fabric
+    return {"peers": peers, "store": store, "op": spec["op"], "algo": spec["algo"],
+            "bytes": size, "dtype": spec.get("dtype", "float32"), "reduce": spec.get("reduce", "sum"),
+            "root": spec.get("root", 0), "iterations": spec.get("iterations", 3),
+            "warmup": spec.get("warmup", 1), "check": spec.get("check", True), "recovery": spec.get("recovery", "abort"),
+            "heartbeat": spec.get("heartbeat", {}),
+            "timeout_s": spec.get("timeout_s", 60), **transport_options(net.routing),
+            "ring": "rank" if spec.get("ring") == "rank" else "rail",
+            "multicast_scope": multicast_scope(fabric, spec),
+            "rc_timeout": 0.05 + 2 * worst_queueing_delay(fabric),
+            # opt-in delay-based congestion control (hosts/rdma/cc.py)
+            "congestion": "delay" if spec.get("congestion", "none") == "delay" else None,
+            # senders pace just below the shaped rates, so queues do not build up
+            "rate_limit_bps": {"nic": PACE * fabric.params["nic_mbps"] * 1e6,
+                               "hb": PACE * fabric.params["hb_mbps"] * 1e6}}
+
+
+def _summarize_run(spec: dict, world: int, rows: list, errors: list, error_times: list, recoveries: list,
+                   beats: list) -> dict:
+    result = summarize(spec, world, rows, errors)
     result["first_error_at"] = min(error_times) if error_times else None
     result["first_recovered_at"] = min((r["reformed_at"] for r in recoveries if r.get("reformed_at")), default=None)
     result["recoveries"] = recoveries

@@ -7,7 +7,15 @@ from __future__ import annotations
 
 import time
 
-from testbed.launch import run_on_hosts
+from testbed.runtime.launch import run_on_hosts
+
+# This workload's part of the scenario schema (the scenario file's `workloads:` items of its type).
+SCHEMA = {
+    "type": "object", "additionalProperties": False, "required": ["type"],
+    "properties": {"type": {"const": "connectivity"}, "name": {"type": "string"},
+                   "timeout_s": {"type": "number", "minimum": 0.5, "maximum": 60}},
+}
+
 
 
 def expected_pairs(fabric) -> dict[tuple[str, str], bool]:

@@ -18,9 +18,34 @@ import tempfile
 import time
 
 from hosts.tfdata import budget
-from testbed.fidelity import CPU_BOUND_IDLE_PCT, CpuSampler
-from testbed.net import PROJECT_ROOT
-from testbed.scenario import ScenarioError
+from testbed import PROJECT_ROOT
+from testbed.fabric.hosts import backend_class
+from testbed.monitor.fidelity import CpuSampler
+from testbed.schema import RATE, ScenarioError
+
+# This workload's part of the scenario schema (the scenario file's `workloads:` items of its type).
+SCHEMA = {
+    "type": "object", "additionalProperties": False, "required": ["type"],
+    "properties": {
+        "type": {"const": "offload"}, "name": {"type": "string"},
+        "pipelines": {"type": "array", "minItems": 1, "items": {"enum": ["compute", "data"]}},
+        "pipeline_cfg": {"type": "object"},
+        "trainer": {"type": "string"},
+        "gpu_steps_per_s": RATE, "local_cores": RATE, "worker_cores": RATE,
+        "seconds": {"type": "number", "minimum": 1, "maximum": 600},
+        "profile_s": {"type": "number", "minimum": 0.5, "maximum": 60},
+        "warmup_s": {"type": "number", "minimum": 0, "maximum": 30},
+        "threshold": {"type": "number", "minimum": 1},
+        "ratios": {"type": "array", "minItems": 1, "items": {"type": "number", "minimum": 0, "maximum": 1},
+                  "contains": {"const": 0}},
+        "candidates": {"type": "array", "minItems": 1, "items": {"enum": ["p'1", "p'2", "p'3"]}},
+        "noise": {"type": "number", "minimum": 0, "maximum": 1},
+        "ratio_tolerance": {"type": "number", "minimum": 0, "maximum": 1},
+        "best_fraction": {"type": "number", "minimum": 0, "maximum": 1},
+        "timeout_s": {"type": "number", "minimum": 10, "maximum": 3600},
+    },
+}
+
 
 DISPATCHER_PORT, WORKER_PORT = 5050, 5051
 BASELINES = {"tf-no": 0.0, "tf-dslr": 0.5, "tf-dsr": 1.0}
@@ -32,9 +57,9 @@ DEFAULTS = {"pipelines": ["compute"], "trainer": "s0g0", "gpu_steps_per_s": 25, 
 
 def validate(fabric, spec: dict, scenario: dict | None = None) -> dict:
     """The spec with its defaults filled in; ScenarioError for what this fabric (or host backend) cannot run."""
-    if scenario is not None and scenario.get("hosts") == "docker":
-        raise ScenarioError("offload runs TensorFlow, which the Docker host image does not carry; run it with "
-                            "hosts: netns")
+    backend = (scenario or {}).get("hosts", "netns")
+    if not backend_class(backend).carries_tensorflow:
+        raise ScenarioError(f"offload runs TensorFlow, which hosts: {backend} do not carry; run it with hosts: netns")
     s = {**DEFAULTS, **spec}
     cpus = [h for h in fabric.hosts if h.startswith("cpu")]
     if not cpus:

@@ -13,10 +13,34 @@ import json
 import os
 import time
 
-from testbed import ovs
-from testbed.launch import run_on_hosts
-from testbed.net import transport_options
-from testbed.scenario import ScenarioError, parse_size
+from testbed.fabric import ovs
+from testbed.fabric.links import transport_options
+from testbed.runtime.launch import run_on_hosts
+from testbed.schema import RATE, SIZE, ScenarioError, parse_size
+
+# This workload's part of the scenario schema (the scenario file's `workloads:` items of its type).
+SCHEMA = {
+    "type": "object", "additionalProperties": False, "required": ["type"],
+    "properties": {
+        "type": {"const": "traffic"}, "name": {"type": "string"},
+        "pattern": {"enum": ["permutation", "all-to-all", "pairs"]},
+        "pairs": {"type": "array", "minItems": 1,
+                  "items": {"type": "array", "items": {"type": "string"}, "minItems": 2, "maxItems": 2}},
+        "protocol": {"enum": ["udp", "tcp", "both"]},
+        "size": SIZE,
+        "flows_per_pair": {"type": "integer", "minimum": 1, "maximum": 64},
+        "rate_mbps": RATE,
+        "expect": {
+            "type": "object", "additionalProperties": False,
+            "properties": {
+                "max_loss": {"type": "number", "minimum": 0, "maximum": 1},
+                "all_uplinks_used": {"type": "boolean"},
+                "uplinks_used": {"type": "integer", "minimum": 0},
+            },
+        },
+    },
+}
+
 
 LISTEN_BASE, SOURCE_BASE = 20000, 30000
 

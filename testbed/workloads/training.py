@@ -28,14 +28,47 @@ from dataclasses import dataclass, replace
 
 from hosts.collectives.comm import CHUNK, SLOTS
 from hosts.collectives.layout import Layout, gpu_of
-from testbed import ovs
-from testbed.launch import run_on_hosts
-from testbed.net import transport_options, worst_queueing_delay
+from testbed.fabric import ovs
+from testbed.fabric.links import transport_options, worst_queueing_delay
+from testbed.fabric.topo import gpu_host
 from testbed.planning.calibration import Calibration
-from testbed.planning.prediction import Hardware, ModelShape, Parallelism, Prediction, predict
-from testbed.scenario import ScenarioError
-from testbed.topo import gpu_host
+from testbed.planning.prediction import (
+    Hardware,
+    ModelShape,
+    Parallelism,
+    Prediction,
+    predict,
+)
+from testbed.runtime.launch import run_on_hosts
+from testbed.schema import POSITIVE_INT, RATE, ScenarioError
 from testbed.workloads import collective, traffic
+
+# This workload's part of the scenario schema (the scenario file's `workloads:` items of its type).
+SCHEMA = {
+    "type": "object", "additionalProperties": False, "required": ["type", "plan"],
+    "properties": {
+        "type": {"const": "training_iteration"}, "name": {"type": "string"},
+        "plan": {"type": "object", "additionalProperties": False, "required": ["tp", "pp", "dp"],
+                 "properties": {"tp": POSITIVE_INT, "pp": POSITIVE_INT, "dp": POSITIVE_INT}},
+        "micro_batches": {"type": "integer", "minimum": 1, "maximum": 64},
+        "schedule": {"enum": ["1f1b", "gpipe"]},
+        "model": {"type": "object", "additionalProperties": False,
+                  "properties": {"layers": POSITIVE_INT, "hidden": POSITIVE_INT, "seq_len": POSITIVE_INT,
+                                 "micro_batch": POSITIVE_INT, "params": RATE, "bytes_per_param": {"enum": [2, 4]},
+                                 "recompute": {"type": "boolean"}}},
+        "hardware": {"type": "object", "additionalProperties": False,
+                     "properties": {"gpu_tflops": RATE, "nic_gbps": RATE, "hb_gbps": RATE,
+                                    "utilisation": {"type": "number", "exclusiveMinimum": 0, "maximum": 1}}},
+        "scale": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
+        "target_s": {"type": "number", "minimum": 1, "maximum": 600},
+        "iterations": {"type": "integer", "minimum": 1, "maximum": 10},
+        "check": {"type": "boolean"},
+        "timeout_s": {"type": "number", "minimum": 1, "maximum": 3600},
+        "expect": {"type": "object", "additionalProperties": False,
+                   "properties": {"max_ratio": {"type": "number", "exclusiveMinimum": 0}}},
+    },
+}
+
 
 PHASES = ("comp", "tp", "pp", "dp", "bubble", "iteration")
 PACE = collective.PACE

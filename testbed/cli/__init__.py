@@ -1,0 +1,56 @@
+"""The `testbed` command line.
+
+    testbed topo KIND --servers N --gpus K [--spines S] [--spares-per-server P] [--spare-servers M] [--json]
+                 [--draw FILE.svg]
+    testbed run SCENARIO.yaml [--set key=value ...] [--out DIR]     (or --again RESULTS_DIR)
+    testbed ls [RESULTS_ROOT]                           past runs: outcome and best figures
+    testbed compare RESULTS_DIR_A RESULTS_DIR_B         two runs' measurements side by side
+    testbed clean
+    testbed pcap summarize FILE [--json]
+    testbed fault TARGET down|up|crash|hang|resume      (into the fabric a run has up)
+    testbed plan --gpus G --hb-size K --radix R [--kind ...] [--predict] [--json]   (see testbed/cli/plan.py)
+
+Exit status: 0 success; 1 a check failed; 2 bad input (one line on stderr naming the problem);
+130 interrupted.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from testbed.cli import clean, fault, pcap, plan, run, runs, topo
+from testbed.cli.errors import EXIT_FAILED, EXIT_USAGE, Parser, UsageError
+from testbed.fabric.topo import TopologyError
+
+VERBS = (topo, run, runs, clean, fault, pcap, plan)      # each module adds its own subcommand(s)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = Parser(prog="testbed", description="Emulation testbed for AI-training networks")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=Parser)
+    for verb in VERBS:
+        verb.register(sub)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    from testbed.results.pcap import PcapError
+    from testbed.results.runs import RunsError
+    from testbed.runtime.handfaults import HandFaultError
+    from testbed.scenario import ScenarioError
+    args = parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (TopologyError, ScenarioError, UsageError, PcapError, HandFaultError, RunsError) as exc:
+        print(f"testbed {args.command}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("testbed: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:   # e.g. OVS not running: one line, not a traceback
+        print(f"testbed {args.command}: error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,54 @@
+"""`testbed run SCENARIO.yaml [--set k=v] [--out DIR]` (or `--again RESULTS_DIR`): run a scenario, write its results."""
+from __future__ import annotations
+
+import os
+import sys
+
+from testbed.cli.errors import EXIT_FAILED, UsageError
+
+
+def cmd_run(args) -> int:
+    from testbed import runner, scenario  # heavy imports only when running
+    from testbed.results import runs
+    if bool(args.again) == bool(args.scenario):
+        raise UsageError("give a scenario file, or --again RESULTS_DIR to run a past run's scenario again")
+    try:
+        path = runs.scenario_of(args.again) if args.again else args.scenario
+    except runs.RunsError as exc:
+        raise UsageError(str(exc)) from None
+    doc = scenario.load(path, args.set or [])
+    fabric = runner.fabric_of(doc)                  # validates sizes before anything is touched
+    runner.check(doc, fabric)
+    for warning in runner.warnings(doc, fabric):
+        print(f"warning: {warning}", file=sys.stderr)
+    if os.geteuid() != 0:
+        raise UsageError("`testbed run` needs root (namespaces, Open vSwitch); try sudo")
+    from testbed.fabric import ovs
+    ovs.require_running()
+    from testbed.fabric import hosts
+    try:
+        hosts.require(doc.get("hosts", "netns"))
+    except hosts.BackendUnavailable as exc:
+        raise UsageError(str(exc)) from None
+    del fabric
+    out = args.out or runner.default_out_dir(doc)
+    results = runner.run(doc, out)
+    print(runner.summary_table(results))
+    print(f"\nresults: {os.path.join(out, 'results.json')}")
+    print(f"report:  {os.path.join(out, 'summary.md')}" +
+          (f", plots in {os.path.join(out, 'plots')}" if len(results.get("report", [])) > 1 else ""))
+    if results.get("captures"):
+        print(f"pcaps:   {os.path.join(out, 'pcaps')} (testbed pcap summarize FILE)")
+    if any(c["name"] == "interrupted" for c in results["checks"]):
+        return 130
+    return 0 if results["ok"] else EXIT_FAILED
+
+
+def register(subparsers) -> None:
+    r = subparsers.add_parser("run", help="run a scenario and write results.json")
+    r.add_argument("scenario", nargs="?")
+    r.add_argument("--again", metavar="RESULTS_DIR", help="run the scenario a results folder ran (its scenario.yaml)")
+    r.add_argument("--set", action="append", metavar="KEY=VALUE",
+                   help="override a scenario value, e.g. fabric.servers=4 or workloads.0.size=2MiB")
+    r.add_argument("--out", help="output directory (default results/<scenario>/<timestamp>)")
+    r.set_defaults(func=cmd_run)

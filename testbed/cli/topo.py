@@ -1,0 +1,49 @@
+"""`testbed topo KIND ...`: a fabric's switches, hosts and links (no root needed), as text, JSON or a drawing."""
+from __future__ import annotations
+
+import json
+
+from testbed.cli.errors import UsageError
+from testbed.fabric import topo
+
+
+def cmd_topo(args) -> int:
+    fabric = topo.build(args.kind, args.servers, args.gpus, spines=args.spines,
+                        oversubscription=args.oversubscription, nic_mbps=args.nic_mbps,
+                        hb_mbps=args.hb_mbps, cpu_hosts=args.cpu_hosts,
+                        spares_per_server=args.spares_per_server, spare_servers=args.spare_servers)
+    if args.draw:
+        from testbed.results import draw
+        try:
+            print(f"drawn: {draw.draw(fabric, args.draw)}")
+        except draw.DrawError as exc:
+            raise UsageError(str(exc)) from None
+        except OSError as exc:
+            raise UsageError(f"--draw {args.draw}: {exc.strerror}") from None
+    if args.json:
+        print(json.dumps(fabric.to_json()))
+        return 0
+    c = fabric.counts()
+    print(f"{fabric.kind}: {c['servers']} servers x {c['gpus_per_server']} GPUs, "
+          f"{c['switches']} switches, {c['hosts']} hosts, {c['links']} links")
+    for sw in fabric.switches.values():
+        ports = [l for l in fabric.links if sw.name in (l.a, l.b)]
+        print(f"  {sw.name:<8} {sw.kind:<8} {len(ports):>3} ports")
+    return 0
+
+
+def register(subparsers) -> None:
+    t = subparsers.add_parser("topo", help="print a fabric's switches, hosts and links (no root needed)")
+    t.add_argument("kind", help="rail-only | rail-optimized | clos")
+    t.add_argument("--servers", type=int, required=True)
+    t.add_argument("--gpus", type=int, required=True, help="GPUs per server (= rails)")
+    t.add_argument("--spines", type=int, default=2)
+    t.add_argument("--oversubscription", type=float, default=1.0)
+    t.add_argument("--nic-mbps", type=float, default=5.0)
+    t.add_argument("--hb-mbps", type=float, default=None, help="default 9 x NIC")
+    t.add_argument("--cpu-hosts", type=int, default=0)
+    t.add_argument("--spares-per-server", type=int, default=0, help="idle spare GPUs per HB domain")
+    t.add_argument("--spare-servers", type=int, default=0, help="idle spare servers")
+    t.add_argument("--json", action="store_true")
+    t.add_argument("--draw", metavar="FILE", help="also draw the fabric into FILE (.svg, .png or .pdf)")
+    t.set_defaults(func=cmd_topo)

@@ -1,0 +1,123 @@
+"""The routing controller as a process (controllers/run.py under os-ken, on loopback), and a read-only view
+of what it reports: installed switches, ports it saw go down, route updates, multicast groups."""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+from mininet.node import RemoteController
+
+from testbed import PROJECT_ROOT
+from testbed.fabric.links import controller_mode
+
+
+class ControllerError(RuntimeError):
+    pass
+
+
+class LoopbackController(RemoteController):
+    """Our controller on 127.0.0.1, for Mininet. The testbed waits for it itself: Mininet's check speaks
+    telnet to the OpenFlow port and chokes on the binary HELLO it gets back."""
+
+    def checkListening(self):
+        pass
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Controller:
+    """One controller process per fabric; its files live in the run directory."""
+
+    def __init__(self, run_dir: str, routing: str, failover: bool):
+        self.run_dir, self.routing, self.failover = run_dir, routing, failover
+        self.port = free_port()
+        self.state_path = os.path.join(run_dir, "controller-state.json")
+        self.log_path = os.path.join(run_dir, "controller.log")
+        self.proc: subprocess.Popen | None = None
+
+    def start(self, fabric, timeout: float = 30) -> int:
+        """Start it and wait until it listens (before switches are pointed at it); returns its PID."""
+        topo = os.path.join(self.run_dir, "topology.json")
+        with open(topo, "w") as f:
+            json.dump(fabric.to_controller(), f)
+        env = dict(os.environ, PYTHONPATH=PROJECT_ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        with open(self.log_path, "w") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "controllers.run", "--topology", topo, "--mode", controller_mode(self.routing),
+                 "--port", str(self.port), "--state", self.state_path] + (["--failover"] if self.failover else []),
+                stdout=log, stderr=subprocess.STDOUT, env=env, cwd=PROJECT_ROOT, start_new_session=True)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self._check_alive()
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
+                return self.proc.pid
+            except OSError:
+                time.sleep(0.05)
+        raise ControllerError(f"the controller did not listen on 127.0.0.1:{self.port} within {timeout:.0f} s")
+
+    def wait_routes(self, switches: set[str], timeout: float) -> None:
+        """Wait until the controller reports every given SDN switch's routes installed."""
+        deadline = time.monotonic() + timeout
+        state: dict = {}
+        while time.monotonic() < deadline:
+            self._check_alive()
+            state = self.view()
+            if state.get("errors"):
+                raise ControllerError(f"switches rejected the controller's rules: {state['errors'][0]}")
+            if switches <= set(state.get("switches", {})):
+                return
+            time.sleep(0.05)
+        missing = sorted(switches - set(state.get("switches", {})))
+        raise ControllerError(f"routes not installed within {timeout:.0f} s on: {', '.join(missing)}")
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        self.proc.terminate()
+        try:
+            self.proc.wait(5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc = None
+
+    # -- the read-only view ---------------------------------------------------------------------
+    def view(self) -> dict:
+        """The controller's state: installed switches, ports it saw down, route-update events ({} before any)."""
+        return _read_json(self.state_path) or {}
+
+    def multicast_groups(self) -> dict:
+        """The multicast app's view: group -> {members, trees (switch -> tree ports), unreachable}."""
+        return (_read_json(self.state_path + ".mcast") or {}).get("groups", {})
+
+    def multicast_installed(self) -> bool:
+        """Whether every switch has acknowledged (barrier reply) the multicast rules of the current groups."""
+        return bool((_read_json(self.state_path + ".mcast") or {}).get("installed", False))
+
+    def _check_alive(self) -> None:
+        if self.proc is not None and self.proc.poll() is not None:
+            raise ControllerError(f"the controller exited (status {self.proc.returncode}): {self._tail()}")
+
+    def _tail(self) -> str:
+        try:
+            with open(self.log_path) as f:
+                return " | ".join(line.strip() for line in f.readlines()[-3:])
+        except OSError:
+            return "no controller log"
+
+
+def _read_json(path: str):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None

@@ -1,0 +1,97 @@
+"""What an emulated host offers the rest of the testbed, whichever backend runs it.
+
+Two backends: network namespaces (Mininet's hosts, `NamespaceHost`) and Docker containers
+(`testbed.fabric.hosts.dockerhost.DockerHost`). Besides Mininet's `cmd` and `popen` (a process *inside* the host), both
+provide the three things that differ between them, so that no caller asks which backend it has:
+
+    python                 the interpreter that runs the `hosts` package in this host
+    tool_popen(argv, ...)  one of the machine's own tools (tcpdump) in the host's network namespace
+    fail(sig) -> int|None  a GPU failure of this host: the backend's own way (a container is killed, paused or
+                           unpaused: the number of processes hit), or None: signal the rank processes by PID
+
+A HostBackend (`Namespaces` here, `dockerhost.Docker`) is what the network asks at bring-up and tear-down;
+`backend_class(name)` picks one by its scenario name and `require(name)` says, in one line, why a machine
+cannot run it now.
+"""
+from __future__ import annotations
+
+import sys
+from typing import Protocol
+
+from mininet.node import Host
+
+BACKENDS = ("netns", "docker")
+
+
+class BackendUnavailable(RuntimeError):
+    pass
+
+
+class HostNode(Protocol):
+    python: str
+
+    def cmd(self, *args, **kwargs) -> str: ...
+    def popen(self, *args, **kwargs): ...
+    def tool_popen(self, *args, **kwargs): ...
+    def fail(self, sig) -> int | None: ...
+
+
+class HostBackend(Protocol):
+    """What the network needs of a backend: its hosts' Mininet class and parameters, before and after."""
+
+    name: str
+    carries_tensorflow: bool        # whether programs in its hosts can import TensorFlow
+
+    @staticmethod
+    def require() -> None: ...
+    def start(self, hosts: list[str], record) -> dict: ...
+    def node_params(self, host: str) -> dict: ...
+    def stop(self) -> None: ...
+
+
+class NamespaceHost(Host):
+    """A Mininet host (its own network namespace, the machine's file system and interpreter)."""
+
+    python = sys.executable
+
+    def tool_popen(self, *args, **kwargs):
+        return self.popen(*args, **kwargs)
+
+    def fail(self, sig) -> int | None:
+        return None
+
+
+class Namespaces:
+    """Hosts as bare network namespaces: nothing to start or stop beyond what Mininet does."""
+
+    name, carries_tensorflow = "netns", True
+
+    def __init__(self, run_dir: str, **limits):
+        pass
+
+    @staticmethod
+    def require() -> None:
+        pass
+
+    def start(self, hosts: list[str], record) -> dict:
+        return {}
+
+    def node_params(self, host: str) -> dict:
+        return {"cls": NamespaceHost}
+
+    def stop(self) -> None:
+        pass
+
+
+def backend_class(name: str):
+    if name == "netns":
+        return Namespaces
+    if name == "docker":
+        from testbed.fabric.hosts.dockerhost import Docker
+        return Docker
+    raise BackendUnavailable(f"unknown host backend {name!r}; choose one of {', '.join(BACKENDS)}")
+
+
+def require(name: str) -> None:
+    """BackendUnavailable, one line saying why, if this machine cannot run the backend now."""
+    backend_class(name).require()

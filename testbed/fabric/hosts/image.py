@@ -1,0 +1,203 @@
+"""The emulated hosts' container image: the `hosts` package on Debian with what its processes import.
+
+    ensure(client)                      -> "tb-host:latest", built only when its inputs changed
+    build(client, base="debootstrap")   -> the same, built now (scripts/docker-image)
+
+The image is docker/Dockerfile FROM a base. With a registry the base is debian:bookworm-slim; without
+one it is made here: debootstrap (minbase, with docker/packages included) into a temporary directory,
+trimmed, and `docker import`ed as tb-base:bookworm. Rebuilding is incremental: the image carries a
+digest of its inputs (Dockerfile, docker/packages, hosts/**/*.py) and is rebuilt only when that
+changes; the debootstrap base carries the digest of the package list and is remade only when it changes.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import subprocess
+import tarfile
+import tempfile
+import time
+
+from testbed import PREFIX, PROJECT_ROOT
+
+DOCKER_DIR = os.path.join(PROJECT_ROOT, "docker")
+IMAGE = f"{PREFIX}host:latest"
+LOCAL_BASE = f"{PREFIX}base:bookworm"
+REGISTRY_BASE = "debian:bookworm-slim"
+SUITE = "bookworm"
+BASES = ("auto", "registry", "debootstrap")
+# What a base image does not need: documentation, locales, apt's caches.
+TRIM = ("usr/share/doc", "usr/share/man", "usr/share/info", "usr/share/locale", "var/cache/apt",
+        "var/lib/apt/lists")
+
+
+class ImageError(RuntimeError):
+    pass
+
+
+def packages() -> list[str]:
+    with open(os.path.join(DOCKER_DIR, "packages")) as f:
+        return [line.strip() for line in f if line.strip() and not line.startswith("#")]
+
+
+def _host_files() -> list[str]:
+    """The `hosts` package's sources, relative to the project root, in a stable order."""
+    out = []
+    for root, dirs, files in os.walk(os.path.join(PROJECT_ROOT, "hosts")):
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+        out += [os.path.relpath(os.path.join(root, f), PROJECT_ROOT) for f in sorted(files) if f.endswith(".py")]
+    return out
+
+
+def inputs_digest() -> str:
+    h = hashlib.sha256()
+    for rel in ["docker/Dockerfile", "docker/packages"] + _host_files():
+        h.update(rel.encode() + b"\0")
+        with open(os.path.join(PROJECT_ROOT, rel), "rb") as f:
+            h.update(f.read() + b"\0")
+    return h.hexdigest()[:16]
+
+
+def packages_digest() -> str:
+    return hashlib.sha256(("\n".join(packages()) + SUITE).encode()).hexdigest()[:16]
+
+
+def _label(client, name: str, key: str) -> str | None:
+    import docker
+    try:
+        return (client.images.get(name).labels or {}).get(key)
+    except docker.errors.ImageNotFound:
+        return None
+
+
+def up_to_date(client, tag: str = IMAGE) -> bool:
+    return _label(client, tag, "testbed.inputs") == inputs_digest()
+
+
+def context() -> io.BytesIO:
+    """The build context as a tar: Dockerfile, the package list and hosts/ (sources only)."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        tar.add(os.path.join(DOCKER_DIR, "Dockerfile"), "Dockerfile")
+        tar.add(os.path.join(DOCKER_DIR, "packages"), "packages")
+        for rel in _host_files():
+            tar.add(os.path.join(PROJECT_ROOT, rel), rel)
+    buf.seek(0)
+    return buf
+
+
+def mirror() -> str:
+    """This machine's Debian mirror if it has one configured, else Debian's own."""
+    for path in ("/etc/apt/sources.list.d/debian.sources", "/etc/apt/sources.list"):
+        try:
+            with open(path) as f:
+                for line in f:
+                    words = line.split()
+                    if words[:1] == ["URIs:"] or (words[:1] == ["deb"] and len(words) > 2):
+                        uri = words[1] if words[0] == "URIs:" else words[-3]
+                        if uri.rstrip("/").endswith("/debian"):
+                            return uri
+        except OSError:
+            continue
+    return "http://deb.debian.org/debian"
+
+
+def debootstrap_base(client, tag: str = LOCAL_BASE, echo=print) -> str:
+    """tb-base:bookworm from debootstrap + docker import (no registry needed); reused while the
+    package list is unchanged."""
+    digest = packages_digest()
+    if _label(client, tag, "testbed.packages") == digest:
+        return tag
+    if subprocess.run(["sh", "-c", "command -v debootstrap"], capture_output=True).returncode != 0:
+        raise ImageError("building the host image without a registry needs debootstrap (scripts/setup installs it)")
+    t0 = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix=f"{PREFIX}rootfs-", dir="/var/tmp") as tmp:
+        root = os.path.join(tmp, "root")
+        echo(f"image: debootstrap {SUITE} with {', '.join(packages())} ...")
+        run = subprocess.run(["debootstrap", "--variant=minbase", f"--include={','.join(packages())}", SUITE,
+                              root, mirror()], capture_output=True, text=True)
+        if run.returncode != 0:
+            last = (run.stdout + run.stderr).strip().splitlines()[-1:] or ["no output"]
+            raise ImageError(f"debootstrap failed: {last[0]}")
+        for rel in TRIM:
+            subprocess.run(["sh", "-c", f'rm -rf "{root}/{rel}"/*'], check=True)
+        tarball = os.path.join(tmp, "rootfs.tar")
+        subprocess.run(["tar", "-C", root, "-cf", tarball, "."], check=True)
+        repository, _, version = tag.partition(":")
+        client.api.import_image(src=tarball, repository=repository, tag=version or "latest",
+                                changes=[f"LABEL testbed=1 testbed.packages={digest}", 'CMD ["/bin/sh"]'])
+    echo(f"image: base {tag} made in {time.monotonic() - t0:.1f} s")
+    return tag
+
+
+def registry_base(client) -> str | None:
+    """debian:bookworm-slim, local or pulled; None when there is no registry to pull it from."""
+    import docker
+    try:
+        client.images.get(REGISTRY_BASE)
+        return REGISTRY_BASE
+    except docker.errors.ImageNotFound:
+        pass
+    try:
+        client.images.pull(REGISTRY_BASE)
+        return REGISTRY_BASE
+    except docker.errors.APIError:
+        return None
+
+
+def build(client, base: str = "auto", tag: str = IMAGE, base_tag: str = LOCAL_BASE, echo=print) -> str:
+    """Build the host image now. base: auto (the registry's Debian if reachable, else debootstrap),
+    registry, or debootstrap (made as base_tag)."""
+    import docker
+    if base not in BASES:
+        raise ImageError(f"unknown base {base!r}; choose one of {', '.join(BASES)}")
+    t0 = time.monotonic()
+    chosen = registry_base(client) if base in ("auto", "registry") else None
+    if chosen is None:
+        if base == "registry":
+            raise ImageError(f"no registry to pull {REGISTRY_BASE} from; use base debootstrap")
+        chosen = debootstrap_base(client, base_tag, echo)
+    try:
+        client.images.build(fileobj=context(), custom_context=True, tag=tag, buildargs={"BASE": chosen},
+                            labels={"testbed": "1", "testbed.inputs": inputs_digest(), "testbed.base": chosen},
+                            network_mode="host", rm=True, forcerm=True)
+    except docker.errors.BuildError as exc:
+        lines = [str(c.get("stream", c.get("error", ""))).strip() for c in exc.build_log]
+        raise ImageError(f"building {tag} failed: {exc.msg} ({' | '.join(l for l in lines if l)[-300:]})") from None
+    size = client.images.get(tag).attrs["Size"]
+    echo(f"image: {tag} from {chosen}, {size / 1e6:.0f} MB, built in {time.monotonic() - t0:.1f} s")
+    return tag
+
+
+def ensure(client, echo=print) -> str:
+    """The host image, (re)built only if it is missing or its inputs changed."""
+    if not up_to_date(client):
+        build(client, echo=echo)
+    return IMAGE
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    from testbed.fabric.hosts import dockerhost
+    p = argparse.ArgumentParser(prog="docker-image", description="build the emulated hosts' container image")
+    p.add_argument("--base", choices=BASES, default="auto",
+                   help="auto: a registry's debian:bookworm-slim if reachable, else debootstrap + docker import")
+    p.add_argument("--force", action="store_true", help="build even if the image is up to date")
+    p.add_argument("--tag", default=IMAGE)
+    args = p.parse_args(argv)
+    try:
+        client = dockerhost.engine()
+        if not args.force and up_to_date(client, args.tag):
+            print(f"image: {args.tag} is up to date (inputs {inputs_digest()})")
+            return 0
+        build(client, args.base, args.tag)
+    except (ImageError, dockerhost.DockerUnavailable) as exc:
+        print(f"docker-image: error: {exc}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,76 @@
+"""How the fabric's links are made, named and shaped, and what each routing mode asks of switches and hosts.
+
+Pure functions of the fabric model: no root, no Mininet. `network.py` applies them at bring-up; faults,
+captures and the report use the same names.
+"""
+from __future__ import annotations
+
+from testbed import PREFIX
+
+HB_MTU = 9000
+NIC_MTU = 1500          # every link that is not an HB link
+ROUTING_MODES = ("single", "ecmp", "spray", "rr", "split:K")
+
+
+def sysname(node: str) -> str:
+    """Name of a switch on the machine (bridge name, port-name stem)."""
+    return PREFIX + node
+
+
+def switch_port(switch: str, port: int) -> str:
+    """A switch's port device on the machine (a host's end of a link is ethN inside the host)."""
+    return f"{sysname(switch)}-p{port}"
+
+
+def is_patch(fabric, link) -> bool:
+    """Switch-to-switch links are OVS patch ports (the fastest path here) unless they must be shaped:
+    without oversubscription an uplink never limits below the shaped host NICs."""
+    return link.kind == "frontend" or (link.kind == "uplink" and fabric.params["oversubscription"] == 1.0)
+
+
+def mtu_of(link) -> int:
+    return HB_MTU if link.kind == "hb" else NIC_MTU
+
+
+def tbf_burst(mbps: float, mtu: int) -> int:
+    return max(2 * (mtu + 100), int(mbps * 1e6 / 8 / 250))      # ~4 ms of traffic, at least 2 frames
+
+
+def tbf_limit(mbps: float, mtu: int) -> int:
+    """Queue bytes: deep, like a lossless (PFC) RoCE fabric's buffers, and larger than a socket send
+    buffer, so that paced senders block rather than lose packets at their own NIC."""
+    return max(4 * tbf_burst(mbps, mtu), 1 << 20)
+
+
+def tbf(dev: str, mbps: float, mtu: int = 1500) -> str:
+    """A tbf qdisc holding `mbps`."""
+    return f"tc qdisc replace dev {dev} root tbf rate {mbps}mbit burst {tbf_burst(mbps, mtu)} " \
+           f"limit {tbf_limit(mbps, mtu)}"
+
+
+def worst_queueing_delay(fabric) -> float:
+    """Seconds a packet can wait in full queues on the longest path: host NIC out, two shaped uplink
+    hops when spines are oversubscribed, and the switch port into the destination host. Transport
+    timers must outlast it, or they retransmit packets that are only queued."""
+    nic = fabric.params["nic_mbps"]
+    delay = 2 * tbf_limit(nic, NIC_MTU) * 8 / (nic * 1e6)
+    for link in fabric.links:
+        if link.kind == "uplink" and not is_patch(fabric, link):
+            delay += 2 * tbf_limit(link.mbps, NIC_MTU) * 8 / (link.mbps * 1e6)
+            break
+    return delay
+
+
+def controller_mode(routing: str) -> str:
+    """What the switches do for a routing mode: spray and split:K are ECMP in the switches, with the
+    entropy added by the hosts (a new UDP source port per packet, or K sub-flows per message)."""
+    return routing if routing in ("single", "rr") else "ecmp"
+
+
+def transport_options(routing: str) -> dict:
+    """What the hosts' transport does for a routing mode."""
+    if routing == "spray":
+        return {"sport_mode": "packet", "split": 1}
+    if routing.startswith("split:"):
+        return {"sport_mode": "qp", "split": int(routing.split(":", 1)[1])}
+    return {"sport_mode": "qp", "split": 1}

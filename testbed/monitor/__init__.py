@@ -1,0 +1,1 @@
+"""Watching a run: packet captures, the timeline of events, the fidelity guard (CPU headroom)."""

@@ -1,0 +1,78 @@
+"""`testbed fault TARGET down|up`: inject a fault by hand into a fabric that a run has up.
+
+The running fabric is found through its run directory's state file (the fabric's parameters and the
+PIDs of its host shells); host interfaces are reached with nsenter into the host's namespace.
+"""
+from __future__ import annotations
+
+import signal
+import subprocess
+
+from testbed.fabric import runstate, topo
+
+
+class HandFaultError(ValueError):
+    pass
+
+
+class _Host:
+    """A live run's host, entered by the PID of its shell (the parts of testbed.fabric.hosts.HostNode faults use)."""
+
+    def __init__(self, pid: int):
+        self.pid = pid
+
+    def cmd(self, command: str) -> str:
+        return subprocess.run(["nsenter", "-t", str(self.pid), "-n", "sh", "-c", command],
+                              capture_output=True, text=True).stdout
+
+    def fail(self, sig) -> int | None:
+        return None
+
+
+class _ContainerHost(_Host):
+    """A Docker host: its GPU failures are its container's (docker kill / pause / unpause)."""
+
+    def __init__(self, pid: int, container: str):
+        super().__init__(pid)
+        self.container = container
+
+    def fail(self, sig) -> int | None:
+        if sig == signal.SIGUSR1:
+            return None
+        from testbed.fabric.hosts import dockerhost
+        client = dockerhost.engine()
+        return dockerhost.container_fault(client.containers.get(self.container), sig)
+
+
+class RunningFabric:
+    """Just enough of a Network, rebuilt from a live run's state, for testbed.runtime.faults."""
+
+    def __init__(self, state: dict, run_dir: str):
+        self.run_dir = run_dir
+        params = dict(state["fabric"])
+        kind = params.pop("kind")
+        self.fabric = topo.build(kind, **params)
+        self.pids = state.get("host_pids", {})
+        self.docker = state.get("hosts") == "docker"
+
+    def host(self, name: str) -> _Host:
+        if self.docker:
+            from testbed.fabric.hosts.dockerhost import container_name
+            return _ContainerHost(self.pids[name], container_name(name))
+        return _Host(self.pids[name])
+
+    def is_patch(self, link) -> bool:
+        from testbed.fabric.links import is_patch
+        return is_patch(self.fabric, link)
+
+    def set_host_port(self, host: str, port: int, up: bool) -> None:
+        from testbed.fabric.network import set_host_port
+        set_host_port(self.host(host), self.run_dir, host, port, up)
+
+
+def running_fabric() -> RunningFabric:
+    live = [(d, st) for d, st in runstate.all_runs().items() if runstate.alive(st) and "fabric" in st]
+    if not live:
+        raise HandFaultError("no testbed run has a fabric up on this machine")
+    run_dir, state = live[0]
+    return RunningFabric(state, run_dir)

@@ -1,0 +1,195 @@
+"""The job manager's side of GPU-failure recovery, for one collective job.
+
+The ranks detect a failed peer (heartbeats, or the transport) and agree among themselves on who failed
+and on the step to resume from: hosts/collectives/run.py writes `epoch{E}/failed` in the job's store.
+This manager, a thread in the testbed, watches for that verdict and then
+  - fences the failed ranks: whatever is left of their processes is killed, so that a hung rank cannot
+    come back into a job that has moved on;
+  - `shrink`: nothing more; the survivors have written the new membership themselves;
+  - `spare`: puts, in each failed rank's place, an idle spare GPU of the same server (HB domain),
+    re-cabled onto the failed GPU's rail and enabled (testbed.fabric.spares), and starts its rank process with
+    the launcher; it joins epoch E with the failed rank's number, and so its input;
+  - `migrate`: moves every rank of a server that lost a GPU to an idle spare server (GPU j to GPU j,
+    their rail ports enabled) and starts the rank processes there; the server's surviving ranks leave;
+and for `spare` / `migrate` writes the new membership `epoch{E}/members`, which the ranks wait for.
+When no spare is left, the membership carries an error and the ranks fail with it. Spares brought onto
+the network are parked again (ports disabled) when the job ends.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+
+from hosts.collectives.store import FileStore
+from testbed.fabric import spares
+from testbed.runtime import faults
+from testbed.runtime.launch import run_on_hosts
+
+RANK_MODULE = "hosts.collectives.run"
+
+
+def rank_processes(net, host: str) -> list[int]:
+    """PIDs of collective rank processes in a host's namespace."""
+    pids = []
+    for pid in faults.host_processes(net, host):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if RANK_MODULE.encode() in f.read():
+                    pids.append(pid)
+        except OSError:
+            continue
+    return pids
+
+
+def fence(net, host: str) -> int:
+    """Kill what is left of a failed rank (a Docker host's container is killed, as its failures are)."""
+    failed = net.host(host).fail(signal.SIGKILL)
+    if failed is not None:
+        return failed
+    hit = 0
+    for pid in rank_processes(net, host):
+        try:
+            os.kill(pid, signal.SIGKILL)
+            hit += 1
+        except ProcessLookupError:
+            pass
+    return hit
+
+
+def member(host, local_rank: int) -> dict:
+    """A rank's entry in a membership: where it runs."""
+    return {"name": host.name, "ip": host.ip, "hb_ip": host.hb_ip, "server": host.server, "local_rank": local_rank}
+
+
+class JobManager:
+    def __init__(self, net, base_spec: dict, store: str, members: list[dict], budget: float):
+        self.net, self.fabric = net, net.fabric
+        self.policy = base_spec["recovery"]
+        self.base_spec, self.store = base_spec, store
+        self.job = FileStore(store, timeout=base_spec.get("timeout_s", 60))
+        self.members = [dict(m) for m in members]
+        self.deadline = time.monotonic() + budget
+        self.used = {m["name"] for m in members}            # hosts that run, or ran, a rank of this job
+        self.activated: list[str] = []                       # spares brought onto the network
+        self.fenced: set[str] = set()
+        self.outputs: dict[str, dict] = {}                   # spare host -> its rank's output
+        self.errors: list[str] = []
+        self.events: list[dict] = []
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._thread = threading.Thread(target=self._run, daemon=True, name="tb-recovery")
+
+    def start(self) -> "JobManager":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop watching; wait for the spares' rank processes; park the spares again."""
+        self._stop.set()
+        self._thread.join()
+        for t in self._threads:
+            t.join(max(1.0, self.deadline - time.monotonic()))
+        for host in self.activated:
+            try:
+                spares.park(self.net, host)
+            except spares.SpareError as exc:
+                self.errors.append(f"{host}: parking failed: {exc}")
+
+    # -- the watcher ----------------------------------------------------------------------------
+    def _run(self) -> None:
+        epoch = 1
+        while not self._stop.is_set():
+            key = f"epoch{epoch}"
+            if not self.job.exists(f"{key}/failed"):
+                self._stop.wait(0.01)
+                continue
+            verdict = self.job.get(f"{key}/failed")
+            event = {"epoch": epoch, "failed": verdict["failed"], "seen_at": time.time()}
+            for name in verdict["failed"]:
+                fence(self.net, name)
+                self.fenced.add(name)
+            if self.policy == "shrink":
+                decision = self.job.get(f"{key}/members", timeout=30)
+            else:
+                try:
+                    decision = {**verdict, **self._replace(epoch, verdict, event)}
+                except spares.SpareError as exc:
+                    decision = {**verdict, "error": f"{self.policy}: {exc}"}
+                self.job.set(f"{key}/members", decision)
+                event["members_at"] = time.time()
+            self.events.append(event)
+            if "error" in decision:
+                return
+            self.members = decision["members"]
+            epoch += 1
+
+    def _replace(self, epoch: int, verdict: dict, event: dict) -> dict:
+        """The new membership with spares in the failed ranks' places; starts their processes first, so
+        that they load while the spares are re-cabled."""
+        members = [dict(m) for m in self.members]
+        failed = set(verdict["failed"])
+        places: dict[int, object] = {}                       # slot -> the spare host taking it
+        if self.policy == "spare":
+            for server in {m["server"] for m in members if m["name"] in failed}:
+                if all(m["name"] in failed for m in members if m["server"] == server):
+                    raise spares.SpareError(f"every GPU of server {server} failed: the server is down and its "
+                                            f"spare GPUs with it (recovery migrate moves to a spare server)")
+            for slot, m in enumerate(members):
+                if m["name"] in failed:
+                    places[slot] = self._idle_spare_gpu(m, taken={h.name for h in places.values()})
+        else:
+            taken: set[int] = set()
+            for server in sorted({m["server"] for m in members if m["name"] in failed}):
+                target = self._idle_spare_server(server, taken)
+                taken.add(target)
+                for slot, m in enumerate(members):
+                    if m["server"] == server:
+                        places[slot] = self.fabric.hosts[f"s{target}g{m['local_rank']}"]
+        replaced, moved = {}, {}
+        for slot, host in places.items():
+            old = members[slot]
+            members[slot] = member(host, old["local_rank"])
+            self.used.add(host.name)
+            replaced[old["name"]] = host.name
+            if old["name"] not in failed:
+                moved[old["name"]] = f"migrated to {host.name} with its server"
+            self._launch(host.name, members[slot], slot, epoch)
+        t0 = time.monotonic()
+        for slot, host in places.items():
+            spares.activate(self.net, host.name, spares.leaf_of(self.fabric, host.server, members[slot]["local_rank"]))
+            self.activated.append(host.name)
+        event.update(replaced=replaced, activation_s=round(time.monotonic() - t0, 4))
+        return {"members": members, "replaced": replaced, "moved": moved}
+
+    def _idle_spare_gpu(self, failed: dict, taken: set):
+        for host in self.fabric.spares():
+            if host.server == failed["server"] and host.rank is None and host.name not in self.used | taken:
+                return host
+        total = sum(1 for h in self.fabric.spares() if h.server == failed["server"] and h.rank is None)
+        raise spares.SpareError(f"no idle spare GPU left in {failed['name']}'s HB domain (server "
+                                f"{failed['server']} has {total}, all in use)")
+
+    def _idle_spare_server(self, failed_server: int, taken: set) -> int:
+        servers = sorted({h.server for h in self.fabric.spares() if h.rank is not None})
+        for s in servers:
+            if s not in taken and not any(h.server == s and h.name in self.used for h in self.fabric.spares()):
+                return s
+        raise spares.SpareError(f"no idle spare server left to migrate server {failed_server} to "
+                                f"({len(servers)} spare servers, all in use)")
+
+    def _launch(self, host: str, me: dict, slot: int, epoch: int) -> None:
+        path = os.path.join(self.store, f"spare-{host}-epoch{epoch}.json")
+        with open(path, "w") as f:
+            json.dump({**self.base_spec, "rank": slot, "join": {"epoch": epoch, "me": me}}, f)
+
+        def run() -> None:
+            out, errors = run_on_hosts(self.net, {host: [RANK_MODULE, path]},
+                                       timeout=max(5.0, self.deadline - time.monotonic()), partial=True)
+            self.outputs.update(out)
+            self.errors += errors
+        t = threading.Thread(target=run, daemon=True, name=f"tb-spare-{host}")
+        t.start()
+        self._threads.append(t)

@@ -1,0 +1,233 @@
+"""Docker hosts: the host image built without a registry, fabrics whose hosts are containers (bring-up,
+connectivity, a collective checked against numpy, a killed container), the same results as on
+namespaces, `testbed clean`, and the provisioning path the Vagrant VM shares with CI.
+
+Integration tests need root, Open vSwitch and a Docker engine (`make test` starts one with
+scripts/dockerd-start); they skip with the reason where there is none.
+"""
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from testbed import runner
+from testbed.fabric.hosts import image
+from testbed.fabric.network import Network
+from testbed.fabric.topo import build
+from testbed.workloads import collective, connectivity
+from tests.paths import ROOT
+
+pytestmark = [pytest.mark.docker]
+root = pytest.mark.root
+
+
+@pytest.fixture(scope="module")
+def client():
+    from testbed.fabric.hosts.dockerhost import DockerUnavailable, engine
+    try:
+        return engine()
+    except DockerUnavailable as exc:
+        pytest.skip(f"no Docker engine can run here: {exc}")
+
+
+@pytest.fixture(scope="module")
+def host_image(client):
+    return image.ensure(client)
+
+
+def our_containers(client) -> list:
+    return [c for c in client.containers.list(all=True, filters={"label": "testbed"}) if c.name.startswith("tb-")]
+
+
+@root
+@pytest.mark.slow
+def test_image_builds_without_a_registry(client):
+    """debootstrap + docker import as the base, then the Dockerfile: no registry involved. Built under
+    test tags so that the image runs use is not touched; the base is made afresh."""
+    tag, base = "tb-host:test", "tb-base:test"
+    for name in (tag, base):
+        try:
+            client.images.remove(name, force=True)
+        except Exception:
+            pass
+    t0 = time.monotonic()
+    try:
+        built = image.build(client, base="debootstrap", tag=tag, base_tag=base)
+        seconds = time.monotonic() - t0
+        img = client.images.get(built)
+        assert img.labels["testbed.base"] == base and img.labels["testbed.inputs"] == image.inputs_digest()
+        root_layer = client.images.get(base)
+        assert root_layer.attrs["Parent"] == "" and len(root_layer.history()) == 1     # imported, not pulled
+        out = client.containers.run(tag, ["python3", "-c", "import numpy, pyverbs, hosts.rdma, hosts.collectives.run,"
+                                          " hosts.flows, hosts.probe; print(numpy.__version__)"],
+                                    network_mode="none", remove=True).decode().strip()
+        assert re.fullmatch(r"\d+\.\d+\.\d+", out), out
+        # incremental: unchanged inputs, nothing rebuilt
+        assert image.up_to_date(client, tag)
+        p = subprocess.run([os.path.join(ROOT, "scripts", "docker-image"), "--tag", tag], capture_output=True,
+                           text=True, timeout=120)
+        assert p.returncode == 0 and "is up to date" in p.stdout, p.stdout + p.stderr
+        print(f"host image without a registry: {img.attrs['Size'] / 1e6:.0f} MB, built in {seconds:.1f} s "
+              f"(debootstrap base included)")
+    finally:
+        for name in (tag, base):
+            try:
+                client.images.remove(name, force=True)
+            except Exception:
+                pass
+
+
+def test_image_inputs_digest_follows_the_hosts_code(tmp_path, monkeypatch):
+    before = image.inputs_digest()
+    shutil.copytree(os.path.join(ROOT, "hosts"), tmp_path / "hosts", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(os.path.join(ROOT, "docker"), tmp_path / "docker")
+    monkeypatch.setattr(image, "PROJECT_ROOT", str(tmp_path))
+    monkeypatch.setattr(image, "DOCKER_DIR", str(tmp_path / "docker"))
+    assert image.inputs_digest() == before
+    (tmp_path / "hosts" / "probe.py").write_text((tmp_path / "hosts" / "probe.py").read_text() + "\n# changed\n")
+    assert image.inputs_digest() != before
+    names = {m.name for m in __import__("tarfile").open(fileobj=image.context()).getmembers()}
+    assert {"Dockerfile", "packages", "hosts/probe.py"} <= names and not any("__pycache__" in n for n in names)
+
+
+@root
+@pytest.mark.slow
+def test_bring_up_connectivity_limits_and_processes_inside_containers(client, host_image):
+    fabric = build("rail-optimized", 2, 2, spines=2, nic_mbps=10)
+    with Network(fabric, hosts="docker", host_limits={"cpus": 0.5, "memory": 256 << 20}) as net:
+        names = sorted(c.name for c in our_containers(client) if c.labels.get("testbed.run") == net.run_dir)
+        assert names == sorted(n for h in fabric.hosts for n in (f"tb-{h}", f"tb-{h}-net"))
+        c, holder = client.containers.get("tb-s1g0"), client.containers.get("tb-s1g0-net")
+        assert holder.attrs["HostConfig"]["NetworkMode"] == "none"
+        assert c.attrs["HostConfig"]["NetworkMode"] == f"container:{holder.id}"
+        assert c.attrs["HostConfig"]["NanoCpus"] == 500_000_000 and c.attrs["HostConfig"]["Memory"] == 256 << 20
+        result = connectivity.run(net, {})
+        assert result["ok"], result["checks"]
+        # a process of the host runs in the container: its hostname, cgroup, interpreter and NIC
+        probe = ("import json, os, socket, sys\n"
+                 "print(json.dumps({'host': socket.gethostname(), 'python': sys.executable,\n"
+                 "  'cgroup': open('/proc/self/cgroup').read(), 'mac': open('/sys/class/net/eth0/address').read().strip()}))")
+        node = net.host("s1g0")
+        out = json.loads(node.popen([node.python, "-c", probe], text=True).communicate()[0])
+        assert out["host"] == "s1g0" and out["python"] == "/usr/bin/python3"
+        assert c.id in out["cgroup"] and out["mac"] == fabric.hosts["s1g0"].mac
+        # the CPU limit holds for it: a busy loop of 1.5 s wall time gets at most ~0.5 core
+        busy = "import os, time\nt = time.time()\nwhile time.time() - t < 1.5: pass\nprint(sum(os.times()[:2]))"
+        cpu_s = float(node.popen([node.python, "-c", busy], text=True).communicate()[0])
+        assert cpu_s < 0.5 * 1.5 * 1.3, cpu_s
+        print(f"docker hosts 2x2: bring-up {net.timings['bring_up_s']:.2f} s (image check {net.timings['image_s']:.2f} s),"
+              f" busy loop got {cpu_s / 1.5:.2f} core under a 0.5 limit")
+    assert not [c for c in our_containers(client) if c.labels.get("testbed.run") == net.run_dir]
+
+
+@root
+def test_collective_is_correct_and_a_killed_container_is_detected(client, host_image):
+    fabric = build("rail-optimized", 2, 2, spines=2, nic_mbps=10)
+    with Network(fabric, hosts="docker") as net:
+        ok = collective.run(net, {"op": "allreduce", "algo": "ring", "sizes": ["256KiB"], "iterations": 2})
+        assert ok["ok"], ok["checks"]
+        assert ok["rows"][0]["correct"] and ok["rows"][0]["ranks"] == 4
+
+        from testbed.runtime import faults
+        hit = []
+        killer = threading.Timer(2.5, lambda: hit.append(faults.signal_gpus(net, ["s1g1"], signal.SIGKILL)))
+        killer.start()
+        t0 = time.monotonic()
+        failed = collective.run(net, {"op": "allreduce", "algo": "ring", "sizes": ["4MiB"], "iterations": 3,
+                                      "timeout_s": 8})
+        took = time.monotonic() - t0
+        killer.join()
+        victim = client.containers.get("tb-s1g1")
+        assert victim.status == "exited" and victim.attrs["State"]["ExitCode"] == 137    # docker kill
+        assert hit == [1]                                    # its rank process was the one hit
+        assert not failed["ok"]
+        detail = failed["checks"][0]["detail"]
+        # the survivors name the operation and the dead peer (by missed heartbeats or lack of progress)
+        assert re.search(r"rank \d \(s[01]g[01]\): allreduce/ring: .*s1g1", detail), detail
+        assert took < 60
+        # the next workload finds the host again, as on namespaces: its container restarts in the same cabling
+        again = collective.run(net, {"op": "allreduce", "algo": "ring", "sizes": ["256KiB"], "iterations": 1})
+        assert again["ok"], again["checks"]
+        assert client.containers.get("tb-s1g1").status == "running"
+        print(f"killed container detected by its peers; collective failed after {took:.1f} s: {detail[:160]}")
+
+
+SCENARIO = {"name": "docker-vs-netns",
+            "fabric": {"kind": "rail-optimized", "servers": 2, "gpus_per_server": 2, "spines": 2, "nic_mbps": 10},
+            "workloads": [{"type": "connectivity"},
+                          {"type": "collective", "op": "allreduce", "algo": "hierarchical", "sizes": ["256KiB"],
+                           "iterations": 1},
+                          {"type": "collective", "op": "alltoall", "algo": "direct", "sizes": ["128KiB"],
+                           "iterations": 1}]}
+
+
+@root
+@pytest.mark.slow
+def test_a_scenario_gives_the_same_results_on_docker_hosts_as_on_namespaces(client, host_image, tmp_path):
+    results = {}
+    for backend in ("netns", "docker"):
+        results[backend] = runner.run({**SCENARIO, "hosts": backend}, str(tmp_path / backend), echo=lambda *a: None)
+    for backend, r in results.items():
+        assert r["ok"], (backend, [c for c in r["checks"] if not c["ok"]])
+        assert r["fabric"]["host_backend"] == backend
+    same = lambda r: [(w["type"], w.get("reachable_ok"), w.get("leaked"),
+                       [(x["op"], x["ranks"], x["bytes"], x["count"], x["correct"]) for x in w.get("rows", [])])
+                      for w in r["workloads"]]
+    assert same(results["docker"]) == same(results["netns"])
+    print("bring-up netns {:.2f} s, docker {:.2f} s".format(results["netns"]["timings"]["bring_up_s"],
+                                                          results["docker"]["timings"]["bring_up_s"]))
+
+
+@root
+def test_clean_removes_the_containers_a_killed_run_left(client, host_image):
+    script = ("from testbed.fabric.topo import build; from testbed.fabric.network import Network; import os, signal\n"
+              "net = Network(build('rail-only', 2, 2), hosts='docker'); net.start()\n"
+              "print(net.run_dir, flush=True)\n"
+              "os.kill(os.getpid(), signal.SIGKILL)\n")
+    env = dict(os.environ, TESTBED_WAIT_FOR_FABRIC=os.environ.get("TESTBED_WAIT_FOR_FABRIC", "900"))
+    p = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
+    run_dir = p.stdout.strip()
+    left = [c.name for c in our_containers(client) if c.labels.get("testbed.run") == run_dir]
+    assert sorted(left) == sorted(n for h in ("s0g0", "s0g1", "s1g0", "s1g1") for n in (f"tb-{h}", f"tb-{h}-net")), \
+        p.stderr
+    cli = subprocess.run([sys.executable, "-m", "testbed.cli", "clean"], cwd=ROOT, capture_output=True, text=True)
+    assert cli.returncode == 0 and re.search(r"[1-9]\d* containers", cli.stdout), cli.stdout + cli.stderr
+    assert not [c for c in our_containers(client) if c.labels.get("testbed.run") == run_dir]
+
+
+@root
+def test_docker_hosts_without_an_engine_is_a_clear_error(tmp_path):
+    env = dict(os.environ, DOCKER_HOST=f"unix://{tmp_path}/no-such.sock")
+    p = subprocess.run([sys.executable, "-m", "testbed.cli", "run", "tests/fixtures/scenarios/hosts.yaml"],
+                       cwd=ROOT, capture_output=True, text=True, env=env, timeout=60)
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert p.stderr.count("\n") == 1 and "hosts: docker needs a running Docker engine" in p.stderr, p.stderr
+
+
+def test_vagrant_and_ci_provision_with_the_same_script():
+    with open(os.path.join(ROOT, "Vagrantfile")) as f:
+        vagrantfile = f.read()
+    provisioned = re.findall(r'inline:\s*"cd /vagrant && (scripts/[\w-]+)"', vagrantfile)
+    assert provisioned == ["scripts/setup", "scripts/provision-kernel"]
+    with open(os.path.join(ROOT, "Makefile")) as f:
+        makefile = f.read()
+    assert re.search(r"^setup:\n\t@scripts/setup$", makefile, re.M)
+    assert re.search(r"^test: setup$", makefile, re.M) and "scripts/dockerd-start" in makefile
+    with open(os.path.join(ROOT, ".ci", "run")) as f:
+        assert "make test" in f.read()
+    for script in ("setup", "provision-kernel", "dockerd-start", "dockerd-stop", "docker-image"):
+        path = os.path.join(ROOT, "scripts", script)
+        assert os.access(path, os.X_OK), script
+        assert subprocess.run(["bash", "-n", path]).returncode == 0, script
+    if shutil.which("ruby") is None:
+        print("ruby not installed: Vagrantfile syntax not checked")
+    else:
+        p = subprocess.run(["ruby", "-c", os.path.join(ROOT, "Vagrantfile")], capture_output=True, text=True)
+        assert p.returncode == 0 and "Syntax OK" in p.stdout, p.stderr

@@ -1,0 +1,188 @@
+"""GPU-failure detection by communicator heartbeats and recovery (shrink, spare, migrate).
+
+Integration tests (root) run real collectives on real fabrics, fail a GPU mid-run (its rank process is
+killed or stopped) and check that the job finishes with numpy's result and that results.json's
+`faults` entry reports detection and recovery times. The fabric-model and validation tests need no root.
+"""
+import pytest
+
+from testbed import runner
+from testbed.fabric import spares
+from testbed.fabric.network import Network
+from testbed.fabric.topo import build
+from testbed.scenario import ScenarioError
+from testbed.workloads import connectivity
+
+
+def scenario(name, recovery, fault=None, fabric=None, iterations=5, size="1MiB", **extra):
+    return {"name": name, "fabric": fabric or {"kind": "rail-only", "servers": 2, "gpus_per_server": 2},
+            "workloads": [{"type": "collective", "op": "allreduce", "algo": "ring", "sizes": [size],
+                           "iterations": iterations, "timeout_s": 20, "recovery": recovery, **extra}],
+            "faults": [fault] if fault else []}
+
+
+def run(tmp_path, doc):
+    runner.check(doc, runner.fabric_of(doc))
+    return runner.run(doc, str(tmp_path / doc["name"]), echo=lambda *a: None)
+
+
+def outcome(r) -> tuple[dict, dict, dict]:
+    """(the collective's row, its workload, the one fault)"""
+    w = r["workloads"][0]
+    row, = w["rows"]
+    fault, = r["faults"]
+    return row, w, fault
+
+
+DETECT_WITHIN_S = REFORM_WITHIN_S = 3.0     # measured ~1.0 / 1.15-1.6 s (README); 2x margin for a loaded machine
+
+
+def report(label, fault):
+    """Assert the headline recovery times (generous bounds), then print them."""
+    assert fault["detected_s"] - fault["at_s"] <= DETECT_WITHIN_S, fault
+    assert fault["recovered_s"] - fault["at_s"] <= REFORM_WITHIN_S, fault
+    print(f"{label}: detected {fault['detected_s'] - fault['at_s']:.2f} s, re-formed "
+          f"{fault['recovered_s'] - fault['at_s']:.2f} s, first success {fault['first_success_s'] - fault['at_s']:.2f} s "
+          f"after the failure; {fault['lost_steps']} step(s) lost")
+
+
+# -- no root ------------------------------------------------------------------------------------
+
+def test_spares_are_cabled_last_and_disabled():
+    plain, fabric = build("rail-only", 2, 4), build("rail-only", 2, 4, spares_per_server=1, spare_servers=1)
+    ports = {(l.a, l.b): (l.a_port, l.b_port) for l in plain.links}
+    assert all(ports[(l.a, l.b)] == (l.a_port, l.b_port) for l in fabric.links if (l.a, l.b) in ports)
+    assert [h.name for h in fabric.spares()] == ["s0spare0", "s1spare0"] + [f"s2g{j}" for j in range(4)]
+    assert fabric.gpus() == plain.gpus()
+    # a spare GPU has a reserved port on every rail; a spare server's GPUs are cabled to their rails
+    assert [c.b for c in fabric.circuits["s1spare0"]] == ["rail0", "rail1", "rail2", "rail3"]
+    assert fabric.hosts["s1spare0"].ip == "10.11.1.129" and fabric.hosts["s1spare0"].hb_ip == "10.12.1.129"
+    assert fabric.attachment("s2g3").b == "rail3" and fabric.attachment("s2g3").standby
+    down = [l for l in fabric.to_controller()["links"] if l.get("down")]
+    assert len(down) == 2 * 4 + 4                   # every circuit and every spare-server NIC starts down
+    assert not fabric.nic_reachable(fabric.hosts["s0g0"], fabric.hosts["s1spare0"])
+
+
+@pytest.mark.parametrize("change,message", [
+    ({"recovery": "spare"}, "recovery spare needs spare GPUs in the HB domains: set fabric.spares_per_server"),
+    ({"recovery": "migrate"}, "recovery migrate needs spare servers: set fabric.spare_servers"),
+    ({"heartbeat": {"period_s": 1, "timeout_s": 0.5}}, "heartbeat period_s 1 must be shorter than its timeout_s 0.5"),
+])
+def test_recovery_that_the_fabric_cannot_serve_is_refused(change, message):
+    doc = scenario("bad", "abort")
+    doc["workloads"][0].update(change)
+    with pytest.raises(ScenarioError) as exc:
+        runner.check(doc, runner.fabric_of(doc))
+    assert message in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_a_fault_timed_from_an_unknown_workload_is_refused():
+    doc = scenario("anchor", "spare", {"workload": "allreduce", "at": 1.0, "kind": "gpu-crash", "target": "s1g1"},
+                   fabric={"kind": "rail-only", "servers": 2, "gpus_per_server": 2, "spares_per_server": 1})
+    with pytest.raises(ScenarioError, match=r"faults.0.workload: no workload named 'allreduce'; workloads are "
+                                            r"collective#0"):
+        runner.check(doc, runner.fabric_of(doc))
+    doc["workloads"][0]["name"] = "allreduce"
+    runner.check(doc, runner.fabric_of(doc))
+
+
+# -- root: real fabrics -------------------------------------------------------------------------
+
+@pytest.mark.root
+def test_idle_spares_are_cut_off_until_brought_onto_a_rail():
+    fabric = build("rail-only", 2, 2, spares_per_server=1)
+    with Network(fabric, routing="ecmp") as net:
+        before = connectivity.run(net, {"timeout_s": 2})
+        assert before["ok"], before["checks"]           # spares unreachable by NIC, reachable in their HB domain
+        spares.activate(net, "s1spare0", "rail1")        # parked on rail0: re-cabled to rail1
+        assert "1 received" in net.host("s0g1").cmd("ping -c1 -W2 10.11.1.129")
+        assert "0 received" in net.host("s0g0").cmd("ping -c1 -W1 10.11.1.129")       # rail-only: other rail
+        assert ["rail1", 4] not in net.controller_view()["down"]
+        spares.park(net, "s1spare0")
+        assert "0 received" in net.host("s0g1").cmd("ping -c1 -W1 10.11.1.129")
+
+
+@pytest.mark.root
+@pytest.mark.parametrize("kind", ["gpu-crash", "gpu-hang"])
+@pytest.mark.slow
+def test_crash_and_hang_are_detected_by_heartbeats_and_the_job_shrinks(kind, tmp_path):
+    doc = scenario(f"shrink-{kind}", "shrink", {"at": 4.0, "kind": kind, "target": "s1g1", "duration": 60},
+                   fabric={"kind": "rail-optimized", "servers": 2, "gpus_per_server": 2})
+    r = run(tmp_path, doc)
+    assert r["ok"], r["checks"]
+    row, w, fault = outcome(r)
+    assert row["ranks"] == 3 and row["correct"]
+    rec, = w["recoveries"]
+    assert rec["failed"] == ["s1g1"]
+    assert "missed its heartbeats" in rec["error"]         # found by the heartbeats, not the transport
+    assert fault["recovery"] == "shrink" and fault["first_success_s"] >= fault["recovered_s"] >= fault["detected_s"]
+    report(kind, fault)
+
+
+@pytest.mark.root
+@pytest.mark.slow
+def test_a_declared_failure_is_reported_at_once_and_the_job_shrinks(tmp_path):
+    doc = scenario("declared", "shrink", {"at": 4.0, "kind": "gpu-declared", "target": "s1g1"},
+                   fabric={"kind": "rail-optimized", "servers": 2, "gpus_per_server": 2})
+    r = run(tmp_path, doc)
+    assert r["ok"], r["checks"]
+    row, w, fault = outcome(r)
+    assert row["ranks"] == 3 and row["correct"]
+    rec, = w["recoveries"]
+    assert rec["failed"] == ["s1g1"] and "(s1g1) was declared failed" in rec["error"]
+    report("gpu-declared", fault)
+
+
+@pytest.mark.root
+@pytest.mark.slow
+def test_spare_gpu_takes_over_on_the_failed_gpus_rail(tmp_path):
+    doc = scenario("spare", "spare", {"workload": "collective#0", "at": 4.0, "kind": "gpu-crash", "target": "s1g1"},
+                   fabric={"kind": "rail-only", "servers": 2, "gpus_per_server": 2, "spares_per_server": 1})
+    r = run(tmp_path, doc)
+    assert r["ok"], r["checks"]
+    row, w, fault = outcome(r)
+    assert row["ranks"] == 4 and row["correct"]           # the world is whole again, the result exact
+    rec, = w["recoveries"]
+    assert rec["failed"] == ["s1g1"] and rec["replaced"] == {"s1g1": "s1spare0"}
+    assert fault["recovery"] == "spare" and fault["replaced_by"] == {"s1g1": "s1spare0"}
+    assert fault["first_success_s"] >= fault["recovered_s"] >= fault["detected_s"] > fault["at_s"]
+    assert fault["lost_steps"] in (0, 1)
+    # the spare was re-cabled onto rail1 (rail-only: the only way it reaches s0g1) and carried traffic
+    assert r["links"]["rail1:4"]["rx_bytes"] > 0
+    report("spare", fault)
+
+
+@pytest.mark.root
+@pytest.mark.parametrize("kind,target", [("server-down", "s1"), ("gpu-crash", "s1g0")])
+@pytest.mark.slow
+def test_migrate_moves_the_servers_ranks_to_a_spare_server(kind, target, tmp_path):
+    doc = scenario(f"migrate-{kind}", "migrate", {"at": 4.0, "kind": kind, "target": target},
+                   fabric={"kind": "rail-only", "servers": 2, "gpus_per_server": 2, "spare_servers": 1})
+    r = run(tmp_path, doc)
+    assert r["ok"], r["checks"]
+    row, w, fault = outcome(r)
+    assert row["ranks"] == 4 and row["correct"]
+    rec, = w["recoveries"]
+    assert rec["replaced"] == {"s1g0": "s2g0", "s1g1": "s2g1"}      # the whole server moved, GPU j to GPU j
+    assert fault["recovery"] == "migrate"
+    assert fault["first_success_s"] >= fault["recovered_s"] >= fault["detected_s"] > fault["at_s"]
+    report(f"migrate after {kind}", fault)
+
+
+@pytest.mark.root
+@pytest.mark.slow
+def test_no_false_detection_in_a_normal_run(tmp_path):
+    """8 ranks at full load (both networks, 2 cores) with heartbeats every 0.15 s and a 1 s timeout:
+    nobody is declared failed; the margin (longest silence of a live peer) is printed."""
+    doc = scenario("normal", "shrink", None, iterations=4, size="2MiB",
+                   fabric={"kind": "rail-optimized", "servers": 2, "gpus_per_server": 4})
+    doc["workloads"][0]["algo"] = "hierarchical"
+    r = run(tmp_path, doc)
+    assert r["ok"], r["checks"]
+    w = r["workloads"][0]
+    assert w["recoveries"] == [] and w["rows"][0]["ranks"] == 8
+    hb = w["heartbeat"]
+    assert hb["max_peer_silence_s"] < hb["timeout_s"]
+    print(f"no false positive: longest silence of a live peer {hb['max_peer_silence_s']:.3f} s, longest own beat "
+          f"gap {hb['max_own_gap_s']:.3f} s (period {hb['period_s']} s, timeout {hb['timeout_s']} s), "
+          f"CPU idle {w['cpu_idle_mean_pct']}%")

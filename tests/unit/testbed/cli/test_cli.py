@@ -1,0 +1,175 @@
+"""The CLI as a user runs it: JSON topologies without root, one-line errors with exit status 2."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.paths import ROOT
+
+FIXTURES = os.path.join(ROOT, "tests", "fixtures", "scenarios")
+
+
+def run_cli(*args):
+    return subprocess.run([sys.executable, "-m", "testbed.cli", *args], capture_output=True, text=True,
+                          cwd=ROOT, timeout=60)
+
+
+def test_topo_json():
+    p = run_cli("topo", "rail-optimized", "--servers", "4", "--gpus", "8", "--spines", "2", "--json")
+    assert p.returncode == 0, p.stderr
+    t = json.loads(p.stdout)
+    assert t["kind"] == "rail-optimized"
+    assert len([h for h in t["hosts"] if h.startswith("s")]) == 32
+    assert sum(1 for s in t["switches"] if s.startswith("rail")) == 8
+    uplinks = [l for l in t["links"] if l[0].startswith("rail") and l[1].startswith("spine")]
+    assert len(uplinks) == 16 and all(l[2]["mbps"] == 4 * 5 / 2 for l in uplinks)
+
+
+def test_topo_text():
+    p = run_cli("topo", "clos", "--servers", "2", "--gpus", "2")
+    assert p.returncode == 0 and "clos: 2 servers x 2 GPUs" in p.stdout
+
+
+@pytest.mark.parametrize("args,message", [
+    (["topo", "ring", "--servers", "2", "--gpus", "2"], "unknown fabric kind 'ring'"),
+    (["topo", "rail-only", "--servers", "0", "--gpus", "2"], "servers must be between 1"),
+    (["topo", "rail-only", "--servers", "two", "--gpus", "2"], "invalid int value"),
+    (["run", os.path.join(FIXTURES, "yaml_error.yaml")], "malformed YAML"),
+    (["run", os.path.join(FIXTURES, "gpus_error.yaml")], "gpus_per_server must be between"),
+    (["run", os.path.join(FIXTURES, "kind.yaml"), "--set", "fabric.kind=mesh"], "'mesh' is not one of"),
+    (["frobnicate"], "invalid choice"),
+])
+def test_bad_input_is_one_line_exit_2(args, message):
+    p = run_cli(*args)
+    assert p.returncode == 2
+    assert message in p.stderr
+    assert "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) <= 3
+
+
+def test_every_workload_is_validated_before_bring_up(tmp_path):
+    """An offload without CPU hosts is refused with exit status 2 before anything is brought up (it used to
+    fail after bring-up with exit 1): the runner validates every workload type through the registry."""
+    path = tmp_path / "scenario.yaml"
+    path.write_text("name: f\nfabric: {kind: rail-optimized, servers: 1, gpus_per_server: 2}\n"
+                    "workloads: [{type: offload}]\n")
+    p = run_cli("run", str(path))
+    assert p.returncode == 2 and "workloads.0: offload needs CPU hosts" in p.stderr, p.stderr
+    from testbed.workloads import REGISTRY
+    for name, module in REGISTRY.items():          # every type has the whole interface
+        for fn in ("validate", "warnings", "run", "summary", "tables"):
+            assert callable(getattr(module, fn, None)), (name, fn)
+
+
+def test_binary_scenario_file_is_one_line_exit_2(tmp_path):
+    path = tmp_path / "scenario.yaml"
+    path.write_bytes(b"name: x\n\xff\xfe\x00\x91 binary")
+    p = run_cli("run", str(path))
+    assert p.returncode == 2 and "not a text file (byte 8 is not UTF-8)" in p.stderr, p.stderr
+    assert "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1
+
+
+def run_with_extra(tmp_path, extra: str):
+    """`testbed run` on a minimal clos scenario with one more top-level section."""
+    path = tmp_path / "scenario.yaml"
+    path.write_text(f"name: f\nfabric: {{kind: clos}}\nworkloads: [{{type: connectivity}}]\n{extra}\n")
+    return run_cli("run", str(path))
+
+
+@pytest.mark.parametrize("point,message", [
+    ("s9g0/nic", "capture.0: unknown capture point 's9g0/nic'"),
+    ("tor0:3", "capture.0: tor0:3 is an OVS patch port"),
+    ("tor0:9", "capture.0: switch tor0 has no port 9"),
+])
+def test_bad_capture_points_are_named(point, message, tmp_path):
+    p = run_with_extra(tmp_path, f"capture: [{{point: '{point}'}}]")
+    assert p.returncode == 2 and message in p.stderr, p.stderr
+
+
+def test_pcap_summarize_reads_real_rxe_captures():
+    p = run_cli("pcap", "summarize", os.path.join(ROOT, "tests", "data", "rxe", "rc_read.pcap"), "--json")
+    assert p.returncode == 0, p.stderr
+    s = json.loads(p.stdout)
+    assert s["packets"] == s["roce_packets"] == 100 and s["bad_icrc"] == 0 and s["retransmissions"] == 0
+    assert set(s["opcodes"]) == {"RC_RDMA_READ_REQUEST", "RC_RDMA_READ_RESPONSE_FIRST",
+                                 "RC_RDMA_READ_RESPONSE_MIDDLE", "RC_RDMA_READ_RESPONSE_LAST"}
+    p = run_cli("pcap", "summarize", os.path.join(ROOT, "README.md"))
+    assert p.returncode == 2 and "not a pcap" in p.stderr and "Traceback" not in p.stderr
+
+
+def _rewrite_pcap(src, dst, change):
+    """Write dst with change(frame bytes) -> (kept bytes, wire length) applied to every frame of src."""
+    from scapy.layers.l2 import Ether
+    from scapy.utils import rdpcap, wrpcap
+    out = []
+    for i, frame in enumerate(rdpcap(src)):
+        kept, wire = change(i, bytes(frame))
+        pkt = Ether(kept)
+        pkt.wirelen = wire
+        out.append(pkt)
+    wrpcap(dst, out)
+    return [len(bytes(f)) for f in rdpcap(src)]
+
+
+def test_pcap_summarize_counts_truncated_packets_apart_from_bad_icrc(tmp_path):
+    """A capture cut at 128 bytes: the cut RoCE packets are 'truncated', never 'bad ICRC' or 'malformed'."""
+    src, cut = os.path.join(ROOT, "tests", "data", "rxe", "rc_read.pcap"), str(tmp_path / "cut.pcap")
+    lengths = _rewrite_pcap(src, cut, lambda i, b: (b[:128], len(b)))
+    longer = sum(n > 128 for n in lengths)
+    assert 0 < longer < len(lengths)            # the file mixes cut data packets with whole short ones
+    p = run_cli("pcap", "summarize", cut, "--json")
+    assert p.returncode == 0, p.stderr
+    s = json.loads(p.stdout)
+    assert s["truncated"] == longer and s["bad_icrc"] == 0 and s["malformed"] == 0, s
+    assert s["icrc_checked"] == len(lengths) - longer
+    assert s["bytes"] == sum(lengths)           # bytes on the wire, not what the snaplen kept
+    p = run_cli("pcap", "summarize", cut)
+    assert f"{longer} truncated (ICRC not checkable), 0 bad ICRC, 0 malformed" in p.stdout, p.stdout
+
+
+def test_pcap_summarize_finds_corrupted_icrcs(tmp_path):
+    """Whole packets with a flipped payload bit fail the ICRC check, one count each."""
+    src, bad = os.path.join(ROOT, "tests", "data", "rxe", "rc_read.pcap"), str(tmp_path / "bad.pcap")
+    flip = lambda b: b[:-5] + bytes([b[-5] ^ 0x01]) + b[-4:]
+    lengths = _rewrite_pcap(src, bad, lambda i, b: ((flip(b) if i % 3 == 0 else b), len(b)))
+    s = json.loads(run_cli("pcap", "summarize", bad, "--json").stdout)
+    assert s["bad_icrc"] == len(range(0, len(lengths), 3)) and s["truncated"] == 0, s
+
+
+def test_snaplen_that_cuts_roce_is_warned_about_at_validation():
+    from testbed.fabric.topo import build
+    from testbed.monitor import capture
+    fabric = build("rail-only", 2, 2)
+    warnings = capture.snaplen_warnings(fabric, [{"point": "s0g0/nic", "snaplen": 128},
+                                                 {"point": "s0g0/nic"},
+                                                 {"point": "s0g0/hb", "snaplen": 1514},
+                                                 {"point": "rail0:1", "snaplen": 1514}])
+    assert len(warnings) == 2, warnings
+    assert warnings[0].startswith("capture.0: snaplen 128 cuts frames at s0g0/nic (up to 1514 bytes)")
+    assert "ICRCs in that pcap will not be checkable" in warnings[0]
+    assert warnings[1].startswith("capture.2: snaplen 1514 cuts frames at s0g0/hb (up to 9014 bytes)")
+
+
+def test_shipped_scenarios_capture_whole_packets():
+    import glob
+
+    import yaml
+
+    from testbed import runner
+    from testbed.monitor import capture
+    for path in glob.glob(os.path.join(ROOT, "scenarios", "*.yaml")):
+        with open(path) as f:
+            doc = yaml.safe_load(f)
+        if doc.get("capture"):
+            assert capture.snaplen_warnings(runner.fabric_of(doc), doc["capture"]) == [], path
+
+
+@pytest.mark.parametrize("fault,message", [
+    ("{at: 1, kind: link-down, target: rail7-spine0}", "faults.0: unknown fault target 'rail7-spine0'"),
+    ("{at: 1, kind: gpu-melt, target: s0g0}", "faults.0.kind: 'gpu-melt' is not one of"),
+    ("{at: -1, kind: link-down, target: tor0-spine0}", "faults.0.at: -1 is less than the minimum"),
+])
+def test_bad_faults_are_named(fault, message, tmp_path):
+    p = run_with_extra(tmp_path, f"faults: [{fault}]")
+    assert p.returncode == 2 and message in p.stderr, p.stderr

@@ -1,0 +1,101 @@
+"""Scenario validation: every *_error fixture fails with one line naming the problem; its good twin loads."""
+import glob
+import os
+
+import pytest
+
+from testbed import runner
+from testbed.fabric.topo import TopologyError
+from testbed.scenario import ScenarioError, apply_set, load, parse_size
+from tests import paths
+
+FIXTURES = os.path.join(paths.FIXTURES, "scenarios")
+SCENARIOS = paths.SCENARIOS
+
+ERRORS = {
+    "kind": "'torus' is not one of",
+    "servers": "fabric.servers: 0 is less than the minimum of 1",
+    "gpus": "gpus_per_server must be between 1 and 64, got 65",
+    "unknown_key": "routing: Additional properties are not allowed ('hashing' was unexpected)",
+    "yaml": "malformed YAML at line 4",
+    "size": "size '12 parsecs' is not a size",
+    "workload": "workloads.0.type: 'allreduce' is not one of",
+    "mode": "routing.mode: 'split:1' is not a routing mode; choose single, ecmp, spray, rr or split:K",
+    "notmapping": "a scenario must be a YAML mapping",
+    "training_plan": "workloads.0: plan tp 2 x pp 2 x dp 4 = 16 is not the 8 GPUs of the fabric",
+    "training_tp": "plan tp 8 does not divide the 4 GPUs per server: a TP group must stay inside one HB domain",
+    "training_rail": "on rail-only, pipeline neighbours tp x dp = 2 ranks apart cross rails between servers",
+    "training_size": "the scaled activations are 16777216 B per micro-batch, outside 1024 B..256 KiB; lower scale",
+    "training_model": "workloads.0.model.bytes_per_param: 3 is not one of [2, 4]",
+    "hosts": "hosts: 'kubernetes' is not one of ['netns', 'docker']",
+    "host_limits": "host_limits.memory: size '1MiB' must be between 32 MiB and 64 GiB",
+}
+
+
+def load_and_build(path, overrides=()):
+    doc = load(path, list(overrides))
+    runner.check(doc, runner.fabric_of(doc))          # the checks that need the fabric, as `testbed run` does
+    return doc
+
+
+def test_every_error_fixture_has_an_expected_message():
+    names = {os.path.basename(p)[:-len("_error.yaml")] for p in glob.glob(os.path.join(FIXTURES, "*_error.yaml"))}
+    assert names == set(ERRORS)
+
+
+@pytest.mark.parametrize("name", sorted(ERRORS))
+def test_error_fixture_names_the_problem(name):
+    with pytest.raises((ScenarioError, TopologyError)) as exc:
+        load_and_build(os.path.join(FIXTURES, f"{name}_error.yaml"))
+    message = str(exc.value)
+    assert ERRORS[name] in message
+    assert "\n" not in message
+
+
+@pytest.mark.parametrize("name", sorted(n for n in ERRORS if n != "notmapping"))
+def test_good_twin_loads(name):
+    doc = load_and_build(os.path.join(FIXTURES, f"{name}.yaml"))
+    assert doc["name"] == name
+
+
+@pytest.mark.parametrize("path", sorted(glob.glob(os.path.join(SCENARIOS, "*.yaml"))))
+def test_shipped_scenarios_are_valid(path):
+    load_and_build(path)
+
+
+def test_set_overrides_values_and_lists():
+    doc = load(os.path.join(FIXTURES, "unknown_key.yaml"),
+               ["fabric.servers=4", "routing.mode=ecmp", "workloads.0.size=2MiB"])
+    assert doc["fabric"]["servers"] == 4 and doc["routing"]["mode"] == "ecmp"
+    assert doc["workloads"][0]["size"] == "2MiB"
+    with pytest.raises(ScenarioError, match="expected key=value"):
+        apply_set(doc, "fabric.servers")
+    with pytest.raises(ScenarioError, match=r"workloads.0: Additional properties .*bogus"):
+        load(os.path.join(FIXTURES, "unknown_key.yaml"), ["workloads.0.bogus=1"])
+
+
+def test_missing_file():
+    with pytest.raises(ScenarioError, match="No such file"):
+        load("/nonexistent/scenario.yaml")
+
+
+@pytest.mark.parametrize("text,size", [(4096, 4096), ("64KiB", 65536), ("1MiB", 1 << 20), ("10MB", 10**7),
+                                       ("1.5 MiB", 1572864), ("512B", 512)])
+def test_parse_size(text, size):
+    assert parse_size(text) == size
+
+
+@pytest.mark.parametrize("text", ["0", "2GiB", "-1", "ten", "1 TB"])
+def test_parse_size_rejects(text):
+    with pytest.raises(ScenarioError):
+        parse_size(text)
+
+
+def test_hosts_backend_and_limits():
+    doc = load(os.path.join(FIXTURES, "mode.yaml"), ["hosts=docker", "host_limits.cpus=0.25", "host_limits.memory=512MiB"])
+    assert doc["hosts"] == "docker"
+    from testbed.scenario import host_limits
+    assert host_limits(doc) == {"cpus": 0.25, "memory": 512 * 2**20}
+    with pytest.raises(ScenarioError, match="^host_limits: CPU and memory limits are for Docker hosts; set hosts: docker$"):
+        from testbed.scenario import validate
+        validate({**doc, "hosts": "netns"})

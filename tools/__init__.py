@@ -1,0 +1,1 @@
+"""Tooling used by tests and benchmarks only (not by a run): kernel-rxe QEMU guests, perftest interop."""
