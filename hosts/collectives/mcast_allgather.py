@@ -24,6 +24,7 @@ import zlib
 
 import numpy as np
 
+from hosts.collectives import groups
 from hosts.rdma import GRH_LEN, Access, AddressHandle, QPInfo, QPType, RecvWR, SendWR, WCOpcode, WROpcode
 
 CHUNK = 1024                 # UD payload: the RoCE MTU of the NICs
@@ -282,7 +283,6 @@ def gather_group(comm, group: list[int], shard: np.ndarray) -> np.ndarray:
 
 def allgather(comm, shard: np.ndarray, scope: str = "fabric") -> np.ndarray:
     """scope "fabric": one group over comm.ring; "rail": multicast per rail, then the HB ring."""
-    from hosts.collectives import algorithms as alg
     shard = np.ascontiguousarray(shard)
     n, m = comm.world, len(shard)
     out = np.empty(n * m, dtype=shard.dtype)
@@ -295,18 +295,10 @@ def allgather(comm, shard: np.ndarray, scope: str = "fabric") -> np.ndarray:
         for i, rank in enumerate(ring):
             out[rank * m:(rank + 1) * m] = blocks[i]
         return out
-    servers, per = alg._check_grid(comm)
-    rail, hb = alg.rail_group(comm), alg.hb_group(comm)
+    servers, per = groups.check_grid(comm)
+    rail = groups.rail_group(comm)
     mid = gather_group(comm, rail, shard) if len(rail) > 1 else shard.copy()
-    full = np.empty(per * servers * m, dtype=shard.dtype)
-    j = hb.index(comm.rank)
-    full[j * servers * m:(j + 1) * servers * m] = mid
-    alg.ring_allgather(comm, hb, full, [(q * servers * m, (q + 1) * servers * m) for q in range(per)])
-    blocks = full.reshape(per, servers, m)
-    for j2, rank_row in enumerate(alg.hb_rows(comm, per, servers)):
-        for i2, rank in enumerate(rank_row):
-            out[rank * m:(rank + 1) * m] = blocks[j2, i2]
-    return out
+    return groups.gather_hb_stage(comm, mid, out, servers, per, m)
 
 
 def broadcast(comm, x: np.ndarray, root: int = 0) -> np.ndarray:
