@@ -35,6 +35,7 @@ import numpy as np
 from hosts.collectives import algorithms, mcast_allgather
 from hosts.collectives.comm import CollectiveError, Communicator, Peer
 from hosts.collectives.heartbeat import Heartbeat
+from hosts.collectives.membership import Membership, epoch_dir
 from hosts.collectives.store import FileStore, StoreTimeout
 from hosts.rdma import open_device
 
@@ -102,7 +103,7 @@ def build_comm(spec: dict, peers: list[Peer], me: Peer, store: FileStore, heartb
 MAX_RETRIES = 2       # re-formations in a row with every rank alive
 
 
-def agree(spec: dict, job: FileStore, hb, epoch: int, members: list[dict], me: str, step: int,
+def agree(spec: dict, job: Membership, hb, epoch: int, members: list[dict], me: str, step: int,
           in_op: bool) -> dict:
     """Survivors of a failure agree on who failed and where the job resumes; returns the new epoch's
     membership {"members", "step", "failed", "lost_steps", ...} or {"error"}.
@@ -113,14 +114,14 @@ def agree(spec: dict, job: FileStore, hb, epoch: int, members: list[dict], me: s
     step to resume from (the earliest one a survivor had not completed; it is run again) and how many
     started steps are lost. With `shrink` it writes the new membership too; with `spare` and `migrate`
     the testbed's job manager writes it, with spares in the failed ranks' places."""
-    key, names = f"epoch{epoch}", [m["name"] for m in members]
-    job.set(f"{key}/alive/{me}", {"at": time.time(), "step": step, "in_op": in_op})
+    names = [m["name"] for m in members]
+    job.announce(epoch, me, {"at": time.time(), "step": step, "in_op": in_op})
     grace = spec.get("timeout_s", 60) + 2.0
     wait = grace + spec.get("timeout_s", 60) + 30
     deadline = time.monotonic() + wait
-    while not job.exists(f"{key}/members"):
-        if not job.exists(f"{key}/failed"):
-            announced = {n: job.get(f"{key}/alive/{n}") for n in names if job.exists(f"{key}/alive/{n}")}
+    while not job.has_members(epoch):
+        if not job.has_verdict(epoch):
+            announced = job.announced(epoch, names)
             if hb is not None:
                 gone = set(hb.failed())
             else:
@@ -132,13 +133,13 @@ def agree(spec: dict, job: FileStore, hb, epoch: int, members: list[dict], me: s
                            "decided_at": time.time(), "policy": spec.get("recovery", "abort")}
                 last_started = max(a["step"] if a["in_op"] else a["step"] - 1 for a in announced.values())
                 verdict["lost_steps"] = max(0, last_started - verdict["step"] + 1)
-                job.set(f"{key}/failed", verdict)
+                job.set_verdict(epoch, verdict)
                 if spec.get("recovery") == "shrink":
-                    job.set(f"{key}/members", {**verdict, "members": [m for m in members if m["name"] in announced]})
+                    job.set_members(epoch, {**verdict, "members": [m for m in members if m["name"] in announced]})
         if time.monotonic() > deadline:
             return {"error": f"no membership decision for epoch {epoch} within {wait:.0f} s"}
         time.sleep(0.01)
-    return job.get(f"{key}/members")
+    return job.members(epoch)
 
 
 def start_heartbeat(spec: dict, me: str):
@@ -174,7 +175,7 @@ def main() -> None:
     with open(sys.argv[1]) as f:
         spec = json.load(f)
     policy, timeout = spec.get("recovery", "abort"), spec.get("timeout_s", 60)
-    job = FileStore(spec["store"], timeout=timeout)      # the job's rendezvous, across epochs
+    job = Membership(FileStore(spec["store"], timeout=timeout))      # the job's rendezvous, across epochs
     join = spec.get("join")
     me = join["me"]["name"] if join else spec["peers"][spec["rank"]]["name"]
     hb = start_heartbeat(spec, me)
@@ -186,7 +187,7 @@ def main() -> None:
     result = {"rank": spec["rank"], "host": me, "recoveries": [], "lost_steps": 0}
     if join:        # a spare taking over a failed rank: the manager's membership says where and from which step
         epoch = join["epoch"]
-        decision = job.get(f"epoch{epoch}/members", timeout=timeout + 30, what="the job's new membership")
+        decision = job.members(epoch, timeout=timeout + 30, what="the job's new membership")
         if "error" in decision:
             result["left"] = f"not needed: {decision['error']}"
             print(json.dumps(result), flush=True)
@@ -201,7 +202,7 @@ def main() -> None:
         # ranks are numbered 0..n-1 in the epoch's membership; each epoch has its own rendezvous
         peers = [Peer(rank=k, **m) for k, m in enumerate(members)]
         rank, world = next(p.rank for p in peers if p.name == me), len(peers)
-        store = FileStore(os.path.join(spec["store"], f"epoch{epoch}"), timeout=timeout)
+        store = FileStore(epoch_dir(spec["store"], epoch), timeout=timeout)
         count = elements(spec["op"], spec["bytes"], dtype.itemsize, world)
         comm = build_comm(spec, peers, peers[rank], store, hb)
         store.interrupt = comm.peer_failure
