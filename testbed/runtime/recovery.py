@@ -30,7 +30,7 @@ from testbed.runtime import faults
 from testbed.fabric import spares
 from testbed.runtime.launch import run_on_hosts
 
-RANK_MODULE = "hosts.collectives.run"
+RANK_MODULE = "hosts.agents.collective_rank"
 
 
 def rank_processes(net, host: str) -> list[int]:

@@ -11,7 +11,7 @@ import os
 import shutil
 import time
 
-from hosts.collectives.run import elements
+from hosts.collectives.benchmark import elements
 from testbed.results import models
 from testbed.fabric import ovs
 from testbed.runtime import recovery
@@ -187,7 +187,7 @@ def _run(net, spec: dict, hosts: list) -> dict:
             path = os.path.join(store, f"rank{r}.json")
             with open(path, "w") as f:
                 json.dump({**base, "rank": r}, f)
-            commands[h.name] = ["hosts.collectives.run", path]
+            commands[h.name] = ["hosts.agents.collective_rank", path]
         # Worst case: every iteration at 1/4 of the bound, plus start-up and the collective's own timeout.
         budget = (spec.get("iterations", 3) + spec.get("warmup", 1)) * \
             4 * models.time_model(spec["op"], model_algo(fabric, spec), size, cluster(fabric)) + spec.get("timeout_s", 60) + 30

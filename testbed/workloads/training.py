@@ -3,7 +3,7 @@ the analytical model T = Tcomp + Ttp + Tpp + Tdp + Tbubble.
 
 Ranks sit as hosts.collectives.layout says (Megatron's order on GPUs filled server by server: TP groups inside an
 HB domain; DP groups and pipeline neighbours on one rail of other servers when K divides t*d). Every GPU host runs
-hosts.collectives.training: a 1F1B or GPipe schedule whose passes sleep the GPU model's compute time and run the
+hosts.agents.training_rank: a 1F1B or GPipe schedule whose passes sleep the GPU model's compute time and run the
 TP AllReduces of the activations, pipeline sends of activations and gradients, and a DP AllReduce of the gradients.
 
 Scaling: the model (testbed.planning.prediction, the same formulas as `testbed plan --predict`) first predicts the
@@ -156,7 +156,7 @@ def phases(pred: Prediction) -> dict:
 
 
 def rank_spec(plan: Plan, s: dict, fabric, routing: str) -> dict:
-    """What every rank of hosts.collectives.training is told (besides its rank, the peers and the store)."""
+    """What every rank of hosts.agents.training_rank is told (besides its rank, the peers and the store)."""
     return {"plan": s["plan"], "micro_batches": plan.m, "schedule": s["schedule"],
             "layers": s["model"]["layers"] // plan.layout.pp, "recompute": s["model"]["recompute"],
             "activation_count": plan.activation_count, "gradient_count": plan.gradient_count,
@@ -184,7 +184,7 @@ def run(net, spec: dict) -> dict:
         path = os.path.join(store, f"rank{r}.json")
         with open(path, "w") as f:
             json.dump({"rank": r, "peers": peers, "store": store, **common}, f)
-        commands[h.name] = ["hosts.collectives.training", path]
+        commands[h.name] = ["hosts.agents.training_rank", path]
     budget = 4 * plan.emulated.iteration * s["iterations"] + s["timeout_s"] + 30
     before = net.counters()
     try:

@@ -1,6 +1,6 @@
 """One rank of a collective benchmark, run inside an emulated GPU host by the testbed's launcher.
 
-    python -m hosts.collectives.run SPEC.json
+    python -m hosts.agents.collective_rank SPEC.json
 
 SPEC: {"rank": r, "peers": [{"rank", "name", "ip", "hb_ip", "server", "local_rank"}], "store": DIR,
        "op": "allreduce", "algo": "ring", "bytes": N, "dtype": "float32", "reduce": "sum",
@@ -15,7 +15,7 @@ Inputs are integer-valued, drawn from a seed per rank, so every rank can compute
 result with numpy. Prints {"rank", "host", "times": [s per measured step], "correct", "counters",
 "recoveries", "heartbeat"}, or {"rank", "host", "error"}, or {"rank", "host", "left"} (a rank moved away).
 
-A failed peer (heartbeats, heartbeat.py; or the transport) fails the collective. With `abort` the rank
+A failed peer (heartbeats, hosts/collectives/heartbeat.py; or the transport) fails the collective. With `abort` the rank
 reports the error. Otherwise the survivors agree on who failed and where to resume (agree()), and the job
 re-forms as a new epoch with its own rendezvous; the step in progress is run again. `shrink`: the
 survivors go on alone, renumbered. `spare` / `migrate`: the testbed's job manager (testbed/runtime/recovery.py)
@@ -32,72 +32,12 @@ import time
 
 import numpy as np
 
-from hosts.collectives import algorithms, mcast_allgather
-from hosts.collectives.comm import CollectiveError, Communicator, Peer
-from hosts.collectives.heartbeat import Heartbeat
+from hosts.collectives import mcast_allgather
+from hosts.collectives.benchmark import elements, expected, make_input, run_op
+from hosts.collectives.comm import CollectiveError, Peer
 from hosts.collectives.membership import Membership, epoch_dir
+from hosts.collectives.rank import build_comm, finish, start_heartbeat
 from hosts.collectives.store import FileStore, StoreTimeout
-from hosts.rdma import open_device
-
-
-def elements(op: str, nbytes: int, itemsize: int, world: int) -> int:
-    """Element count per rank for a message of nbytes (nccl-tests: the op's total size)."""
-    count = max(1, nbytes // itemsize)
-    if op in ("allgather", "alltoall"):
-        count = max(1, count // world) * (1 if op == "allgather" else world)
-    return count
-
-
-def make_input(rank: int, count: int, dtype) -> np.ndarray:
-    return np.random.default_rng(1000 + rank).integers(-8, 8, count).astype(dtype)
-
-
-def run_op(comm, spec: dict, x: np.ndarray) -> np.ndarray:
-    op, algo = spec["op"], spec["algo"]
-    if op == "allreduce":
-        return algorithms.allreduce(comm, x, spec.get("reduce", "sum"), algo)
-    if op == "allgather":
-        return algorithms.allgather(comm, x, algo)
-    if op == "reduce_scatter":
-        return algorithms.reduce_scatter(comm, x, spec.get("reduce", "sum"), algo)
-    if op == "broadcast":
-        return algorithms.broadcast(comm, x, spec.get("root", 0), algo)
-    if op == "alltoall":
-        return algorithms.alltoall(comm, x, algo)
-    raise ValueError(f"unknown operation {op!r}")
-
-
-def expected(spec: dict, world: int, rank: int, count: int, dtype) -> np.ndarray:
-    inputs = [make_input(r, count, dtype) for r in range(world)]
-    op = spec["op"]
-    if op in ("allreduce", "reduce_scatter"):
-        total = (np.max if spec.get("reduce") == "max" else np.sum)(np.stack(inputs), axis=0).astype(dtype)
-        if op == "allreduce":
-            return total
-        lo, hi = algorithms.bounds(count, world)[rank]
-        return total[lo:hi]
-    if op == "allgather":
-        return np.concatenate(inputs)
-    if op == "broadcast":
-        return inputs[spec.get("root", 0)]
-    m = count // world
-    return np.concatenate([inputs[src][rank * m:(rank + 1) * m] for src in range(world)])
-
-
-def build_comm(spec: dict, peers: list[Peer], me: Peer, store: FileStore, heartbeat=None) -> Communicator:
-    # RoCE MTU 1024 on the NIC (its link MTU is 1500) and 4096 in the HB domain (link MTU 9000)
-    mtu = {me.ip: 1024, me.hb_ip: 4096}
-    # multicast needs uroce (pyverbs does not expose multicast attach); everything else takes rxe where it exists
-    backend = "uroce" if spec.get("algo") == "multicast" else "auto"
-    comm = Communicator(me, peers, store, lambda ip: open_device(ip, backend=backend, mtu=mtu.get(ip, 1024)),
-                        timeout=spec.get("timeout_s", 60), chunk=spec.get("chunk", 64 * 1024),
-                        rate_limit_bps=spec.get("rate_limit_bps"), sport_mode=spec.get("sport_mode", "qp"),
-                        split=spec.get("split", 1),
-                        ring=list(range(len(peers))) if spec.get("ring") == "rank" else None,
-                        rc_timeout=spec.get("rc_timeout", 0.05), heartbeat=heartbeat)
-    comm.multicast_scope = spec.get("multicast_scope", "fabric")
-    comm.congestion = spec.get("congestion")
-    return comm
 
 
 MAX_RETRIES = 2       # re-formations in a row with every rank alive
@@ -140,27 +80,6 @@ def agree(spec: dict, job: Membership, hb, epoch: int, members: list[dict], me: 
             return {"error": f"no membership decision for epoch {epoch} within {wait:.0f} s"}
         time.sleep(0.01)
     return job.members(epoch)
-
-
-def start_heartbeat(spec: dict, me: str):
-    """This rank's heartbeats (None if the spec turns them off)."""
-    options = spec.get("heartbeat", {})
-    if options is False:
-        return None
-    return Heartbeat(os.path.join(spec["store"], "heartbeats"), me, period=options.get("period_s", 0.15),
-                     timeout=options.get("timeout_s", 1.0), join_grace=spec.get("timeout_s", 60)).start()
-
-
-def finish(comm: Communicator, store: FileStore, rank: int, world: int) -> None:
-    """Tear down only once every rank's last work request has completed: a rank that left early
-    could not re-ACK a peer's retransmission after a lost final ACK (that peer would then fail
-    with RETRY_EXC_ERR although its data had arrived). The results are complete by now, so a
-    peer that never arrives (it failed at the very end) only delays the teardown."""
-    try:
-        store.barrier("done", rank, world, timeout=10)
-    except StoreTimeout:
-        pass
-    comm.close()
 
 
 def declared_failed(hb) -> None:
