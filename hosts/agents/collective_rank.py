@@ -90,98 +90,129 @@ def declared_failed(hb) -> None:
     os._exit(3)
 
 
+class CollectiveRank:
+    """One rank's run of the benchmark across epochs: its measured steps, and re-forming the job after a failure."""
+
+    def __init__(self, spec: dict):
+        self.spec = spec
+        self.policy, self.timeout = spec.get("recovery", "abort"), spec.get("timeout_s", 60)
+        self.job = Membership(FileStore(spec["store"], timeout=self.timeout))   # the job's rendezvous, across epochs
+        join = spec.get("join")
+        self.me = join["me"]["name"] if join else spec["peers"][spec["rank"]]["name"]
+        self.hb = start_heartbeat(spec, self.me)
+        signal.signal(signal.SIGUSR1, lambda *_: declared_failed(self.hb))
+        self.dtype = np.dtype(spec.get("dtype", "float32"))
+        self.warmup = spec.get("warmup", 1)
+        self.steps = self.warmup + spec.get("iterations", 5)
+        self.times: list[float | None] = [None] * (self.steps - self.warmup)
+        self.result = {"rank": spec["rank"], "host": self.me, "recoveries": [], "lost_steps": 0}
+        self.correct, self.retries, self.in_op = True, 0, False
+
+    def start(self) -> bool:
+        """Where this rank begins: epoch 0 with the spec's peers or, for a spare taking over a failed rank, the
+        epoch it joins, where and from which step the manager's membership says. False: not needed."""
+        join = self.spec.get("join")
+        if not join:
+            self.epoch, self.step, self.forming = 0, 0, None
+            self.members = [{k: v for k, v in p.items() if k != "rank"} for p in self.spec["peers"]]
+            return True
+        self.epoch = join["epoch"]
+        decision = self.job.members(self.epoch, timeout=self.timeout + 30, what="the job's new membership")
+        if "error" in decision:
+            self.result["left"] = f"not needed: {decision['error']}"
+            return False
+        self.members, self.step = decision["members"], decision["step"]
+        self.forming = self.result["joined"] = {"epoch": self.epoch, "at": time.time()}
+        return True
+
+    def run_epoch(self) -> bool:
+        """The remaining steps in the current epoch's membership; True when the job goes on in a new epoch."""
+        # ranks are numbered 0..n-1 in the epoch's membership; each epoch has its own rendezvous
+        spec = self.spec
+        peers = [Peer(rank=k, **m) for k, m in enumerate(self.members)]
+        rank, world = next(p.rank for p in peers if p.name == self.me), len(peers)
+        store = FileStore(epoch_dir(spec["store"], self.epoch), timeout=self.timeout)
+        count = elements(spec["op"], spec["bytes"], self.dtype.itemsize, world)
+        comm = build_comm(spec, peers, peers[rank], store, self.hb)
+        store.interrupt = comm.peer_failure
+        self.in_op = False
+        try:
+            want = expected(spec, world, rank, count, self.dtype) if spec.get("check", True) else None
+            self._run_steps(comm, store, rank, world, count, want)
+            if self.hb is not None:
+                self.hb.watch(())                 # done: peers that leave from now on have not failed
+            self.result.update(count=count, times=self.times, correct=self.correct if want is not None else None,
+                               counters=comm.counters(), world=world, epoch=self.epoch,
+                               recovered_chunks=mcast_allgather.stats(comm).get("recovered_chunks", 0))
+            finish(comm, store, rank, world)
+            return False
+        except (CollectiveError, StoreTimeout) as exc:
+            return self._recover(exc, comm)
+
+    def _run_steps(self, comm, store: FileStore, rank: int, world: int, count: int, want) -> None:
+        while self.step < self.steps:
+            x = make_input(rank, count, self.dtype)
+            formed = store.barrier(f"it{self.step}", rank, world)
+            if self.forming is not None and "reformed_at" not in self.forming:
+                self.forming["reformed_at"] = formed          # every member of the new epoch is in
+            self.in_op, t0 = True, time.monotonic()
+            out = run_op(comm, self.spec, x)
+            self.in_op = False
+            if self.step >= self.warmup:
+                self.times[self.step - self.warmup] = time.monotonic() - t0
+            if want is not None:
+                self.correct = self.correct and bool(np.array_equal(out, want))
+            if self.forming is not None and "first_success_at" not in self.forming:
+                self.forming["first_success_at"] = time.time()
+            self.step += 1
+
+    def _recover(self, exc: Exception, comm) -> bool:
+        """After a failed step: abort, or agree on a new epoch's membership; True when this rank goes on in it."""
+        hb, result = self.hb, self.result
+        detected = min([time.time()] + [at for _, at in (hb.failed().values() if hb else [])])
+        comm.close(linger=0)
+        if self.policy == "abort":
+            result.update(error=str(exc), error_at=detected)
+            return False
+        self.epoch += 1
+        self.forming = {"epoch": self.epoch, "policy": self.policy, "error": str(exc), "detected_at": detected}
+        result["recoveries"].append(self.forming)
+        decision = agree(self.spec, self.job, hb, self.epoch, self.members, self.me, self.step, self.in_op)
+        if "error" in decision:
+            result.update(error=f"{self.policy} recovery after [{exc}] failed: {decision['error']}", error_at=detected)
+            return False
+        self.forming.update({k: decision.get(k) for k in ("decided_at", "failed", "replaced", "lost_steps")},
+                            world=len(decision["members"]))
+        self.members, self.step = decision["members"], decision["step"]
+        if not any(m["name"] == self.me for m in self.members):
+            result["left"] = decision.get("moved", {}).get(self.me, "left the job, declared failed by its peers")
+            return False
+        if len(self.members) < 2:
+            result.update(error=f"cannot shrink further: {exc}", error_at=detected)
+            return False
+        # every rank alive: a network failure, not a GPU's; the step is retried, but not forever
+        self.retries = self.retries + 1 if not decision["failed"] else 0
+        if self.retries > MAX_RETRIES:
+            result.update(error=f"no rank failed but the step failed {self.retries} times: {exc}", error_at=detected)
+            return False
+        result["lost_steps"] += decision["lost_steps"]
+        return True
+
+    def stop_heartbeat(self) -> None:
+        if self.hb is not None:
+            self.result["heartbeat"] = self.hb.stats()
+            self.hb.stop(left="error" not in self.result)
+
+
 def main() -> None:
     with open(sys.argv[1]) as f:
         spec = json.load(f)
-    policy, timeout = spec.get("recovery", "abort"), spec.get("timeout_s", 60)
-    job = Membership(FileStore(spec["store"], timeout=timeout))      # the job's rendezvous, across epochs
-    join = spec.get("join")
-    me = join["me"]["name"] if join else spec["peers"][spec["rank"]]["name"]
-    hb = start_heartbeat(spec, me)
-    signal.signal(signal.SIGUSR1, lambda *_: declared_failed(hb))
-    dtype = np.dtype(spec.get("dtype", "float32"))
-    warmup = spec.get("warmup", 1)
-    steps = warmup + spec.get("iterations", 5)
-    times: list[float | None] = [None] * (steps - warmup)
-    result = {"rank": spec["rank"], "host": me, "recoveries": [], "lost_steps": 0}
-    if join:        # a spare taking over a failed rank: the manager's membership says where and from which step
-        epoch = join["epoch"]
-        decision = job.members(epoch, timeout=timeout + 30, what="the job's new membership")
-        if "error" in decision:
-            result["left"] = f"not needed: {decision['error']}"
-            print(json.dumps(result), flush=True)
-            return
-        members, step = decision["members"], decision["step"]
-        forming = result["joined"] = {"epoch": epoch, "at": time.time()}
-    else:
-        epoch, step, forming = 0, 0, None
-        members = [{k: v for k, v in p.items() if k != "rank"} for p in spec["peers"]]
-    correct, retries = True, 0
-    while True:
-        # ranks are numbered 0..n-1 in the epoch's membership; each epoch has its own rendezvous
-        peers = [Peer(rank=k, **m) for k, m in enumerate(members)]
-        rank, world = next(p.rank for p in peers if p.name == me), len(peers)
-        store = FileStore(epoch_dir(spec["store"], epoch), timeout=timeout)
-        count = elements(spec["op"], spec["bytes"], dtype.itemsize, world)
-        comm = build_comm(spec, peers, peers[rank], store, hb)
-        store.interrupt = comm.peer_failure
-        in_op = False
-        try:
-            want = expected(spec, world, rank, count, dtype) if spec.get("check", True) else None
-            while step < steps:
-                x = make_input(rank, count, dtype)
-                formed = store.barrier(f"it{step}", rank, world)
-                if forming is not None and "reformed_at" not in forming:
-                    forming["reformed_at"] = formed          # every member of the new epoch is in
-                in_op, t0 = True, time.monotonic()
-                out = run_op(comm, spec, x)
-                in_op = False
-                if step >= warmup:
-                    times[step - warmup] = time.monotonic() - t0
-                if want is not None:
-                    correct = correct and bool(np.array_equal(out, want))
-                if forming is not None and "first_success_at" not in forming:
-                    forming["first_success_at"] = time.time()
-                step += 1
-            if hb is not None:
-                hb.watch(())                 # done: peers that leave from now on have not failed
-            result.update(count=count, times=times, correct=correct if want is not None else None,
-                          counters=comm.counters(), world=world, epoch=epoch,
-                          recovered_chunks=mcast_allgather.stats(comm).get("recovered_chunks", 0))
-            finish(comm, store, rank, world)
-            break
-        except (CollectiveError, StoreTimeout) as exc:
-            detected = min([time.time()] + [at for _, at in (hb.failed().values() if hb else [])])
-            comm.close(linger=0)
-            if policy == "abort":
-                result.update(error=str(exc), error_at=detected)
-                break
-            epoch += 1
-            forming = {"epoch": epoch, "policy": policy, "error": str(exc), "detected_at": detected}
-            result["recoveries"].append(forming)
-            decision = agree(spec, job, hb, epoch, members, me, step, in_op)
-            if "error" in decision:
-                result.update(error=f"{policy} recovery after [{exc}] failed: {decision['error']}", error_at=detected)
-                break
-            forming.update({k: decision.get(k) for k in ("decided_at", "failed", "replaced", "lost_steps")},
-                           world=len(decision["members"]))
-            members, step = decision["members"], decision["step"]
-            if not any(m["name"] == me for m in members):
-                result["left"] = decision.get("moved", {}).get(me, "left the job, declared failed by its peers")
-                break
-            if len(members) < 2:
-                result.update(error=f"cannot shrink further: {exc}", error_at=detected)
-                break
-            # every rank alive: a network failure, not a GPU's; the step is retried, but not forever
-            retries = retries + 1 if not decision["failed"] else 0
-            if retries > MAX_RETRIES:
-                result.update(error=f"no rank failed but the step failed {retries} times: {exc}", error_at=detected)
-                break
-            result["lost_steps"] += decision["lost_steps"]
-    if hb is not None:
-        result["heartbeat"] = hb.stats()
-        hb.stop(left="error" not in result)
-    print(json.dumps(result), flush=True)
+    rank = CollectiveRank(spec)
+    if rank.start():
+        while rank.run_epoch():
+            pass
+        rank.stop_heartbeat()
+    print(json.dumps(rank.result), flush=True)
 
 
 if __name__ == "__main__":
