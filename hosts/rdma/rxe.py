@@ -333,7 +333,9 @@ class RxeDevice:
             wc.src_ip = socket.inet_ntoa(hdr[20 + 12:20 + 16])
         return wc
 
-    def close(self):
+    def close(self, linger: Optional[float] = None):
+        """Close the device. `linger` is for the Device interface: the kernel answers late retransmissions
+        for its QPs itself, so there is nothing to wait for here."""
         self._ctx.close()
 
     def __enter__(self):
