@@ -11,8 +11,23 @@ spare-{host}-epoch{E}.json (the spec of a spare's rank joining epoch E).
 from __future__ import annotations
 
 import os
+from dataclasses import asdict
 
+from hosts.collectives.comm import Peer
 from hosts.collectives.store import FileStore
+
+
+def peer_entry(rank: int, name: str, ip: str, hb_ip: str | None, server: int | None,
+               local_rank: int | None) -> dict:
+    """A rank's entry in a job spec's "peers" (what the rank programs make a comm.Peer of)."""
+    return asdict(Peer(rank=rank, name=name, ip=ip, hb_ip=hb_ip, server=server, local_rank=local_rank))
+
+
+def member_entry(name: str, ip: str, hb_ip: str | None, server: int | None, local_rank: int | None) -> dict:
+    """A rank's entry in an epoch's membership: where it runs (its number is its position)."""
+    entry = peer_entry(0, name, ip, hb_ip, server, local_rank)
+    del entry["rank"]
+    return entry
 
 
 def epoch_dir(job_dir: str, epoch: int) -> str:

@@ -36,13 +36,15 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Optional
 
+from .headers import IB_MTU_ENUM as MTU_ENUM
+from .headers import gid_to_ipv4, ipv4_to_gid  # noqa: F401  (part of this module's API)
+
 DEFAULT_PORT = 18515
 PP_MSG_LEN = 52          # "%04x:%06x:%06x:" + 32 hex digits + NUL
 PT_MSG_LEN_GID = 108     # perftest keys message with GID
 PT_MSG_LEN = 59          # perftest keys message without GID
 PT_VERSION = "6.06"      # perftest version we announce (the Debian 12 tools report 6.06)
 PT_VERSION_LEN = 16
-MTU_ENUM = {256: 1, 512: 2, 1024: 3, 2048: 4, 4096: 5}
 MTU_BYTES = {v: k for k, v in MTU_ENUM.items()}
 DONE = b"done\0"
 
@@ -52,18 +54,6 @@ class OobError(RuntimeError):
 
 
 # ---------------------------------------------------------------------------------------------------- GIDs
-def ipv4_to_gid(ip: str) -> bytes:
-    """RoCE v2 GID of an IPv4 address (IPv4-mapped IPv6, ::ffff:a.b.c.d)."""
-    return bytes(10) + b"\xff\xff" + socket.inet_aton(ip)
-
-
-def gid_to_ipv4(gid: bytes) -> str:
-    """IPv4 address of an IPv4-mapped RoCE v2 GID; ValueError for other GIDs."""
-    if len(gid) != 16 or gid[:12] != bytes(10) + b"\xff\xff":
-        raise ValueError(f"not an IPv4-mapped GID: {gid.hex()}")
-    return socket.inet_ntoa(gid[12:])
-
-
 def gid_str(gid: bytes) -> str:
     a = ipaddress.IPv6Address(gid)
     return f"::ffff:{a.ipv4_mapped}" if a.ipv4_mapped else str(a)

@@ -11,6 +11,7 @@ import os
 import shutil
 import time
 
+from hosts.collectives.algorithms import ALGOS
 from hosts.collectives.benchmark import elements
 from testbed.results import models
 from testbed.fabric import ovs
@@ -20,8 +21,6 @@ from testbed.fabric.network import transport_options, worst_queueing_delay
 from testbed.scenario import ScenarioError, parse_size
 from testbed.workloads import traffic
 
-ALGOS = {"allreduce": ("ring", "rhd", "hierarchical"), "allgather": ("ring", "rd", "hierarchical", "multicast"),
-         "reduce_scatter": ("ring",), "broadcast": ("chain", "multicast"), "alltoall": ("direct", "two-step")}
 PACE = 0.97
 ALL_PAIRS = {"rhd", "rd", "direct"}            # algorithms that may pair any two ranks
 

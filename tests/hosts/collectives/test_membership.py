@@ -4,7 +4,8 @@ import os
 
 import pytest
 
-from hosts.collectives.membership import Membership, epoch_dir, spare_spec_path
+from hosts.collectives.comm import Peer
+from hosts.collectives.membership import Membership, epoch_dir, member_entry, peer_entry, spare_spec_path
 from hosts.collectives.store import FileStore, StoreTimeout
 
 
@@ -42,3 +43,13 @@ def test_waiting_for_members_times_out_naming_what_it_waited_for(tmp_path):
     job = Membership(FileStore(str(tmp_path), timeout=5))
     with pytest.raises(StoreTimeout, match="the new membership"):
         job.members(1, timeout=0.05, what="the new membership")
+
+
+def test_peer_and_member_entries_are_what_the_rank_programs_read():
+    peer = peer_entry(2, "s1g0", "10.11.1.1", "10.12.1.1", 1, 0)
+    assert peer == {"rank": 2, "name": "s1g0", "ip": "10.11.1.1", "hb_ip": "10.12.1.1", "server": 1, "local_rank": 0}
+    assert list(peer) == ["rank", "name", "ip", "hb_ip", "server", "local_rank"]
+    assert Peer(**peer).local_rank == 0
+    member = member_entry("s1g0", "10.11.1.1", "10.12.1.1", 1, 0)
+    assert member == {k: v for k, v in peer.items() if k != "rank"}
+    assert Peer(rank=5, **member).name == "s1g0"
