@@ -258,6 +258,7 @@ class Communicator:
             ch.set_rate(per_path[ch.path])
 
     # -- the progress engine ------------------------------------------------------------------
+    # Long on purpose: the per-chunk progress loop of every collective; absorb/drain close over its queues.
     def exchange(self, sends=(), recvs=()) -> None:
         """Send each (peer, array) and fill each (peer, array) concurrently; returns when all are done.
 

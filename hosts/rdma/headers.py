@@ -225,6 +225,7 @@ def compute_icrc(pkt) -> int:
     return zlib.crc32(mv[ihl + 8 + BTH_LEN:len(mv) - ICRC_LEN], crc)
 
 
+# Long on purpose: a straight-line parse of one packet, header after header, each check with its reason.
 def decode(pkt, verify_icrc: bool = True) -> Packet:
     """Parse a whole IPv4 packet. Raises DecodeError(reason) for anything that is not valid RoCEv2."""
     mv = memoryview(pkt)
