@@ -1,5 +1,5 @@
 """uroce protection domains and queue pairs: the state a QP keeps as requester and as responder.
-The protocol that drives this state is in rc.py (RC) and uroce.py (engine, UD)."""
+The protocol that drives this state is in rc.py (RC) and engine.py (the engine thread, UD)."""
 import bisect
 import random
 import socket
