@@ -9,7 +9,9 @@ import os
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import hosts
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(hosts.__file__)))     # the repository
 
 
 def modules(package: str) -> dict[str, str]:

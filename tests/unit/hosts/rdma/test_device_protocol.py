@@ -1,6 +1,6 @@
 """Both backends satisfy the Device protocol of hosts.rdma (what open_device returns): the user-space engine
 for real (an instance on the in-memory fabric), the kernel rxe backend by its class (an instance needs a kernel
-RDMA device; tests/test_rdma_rxe.py opens one)."""
+RDMA device; the integration test test_rdma_rxe.py opens one)."""
 import ast
 import inspect
 

@@ -1,6 +1,6 @@
 """The tools' sides (hosts/rdma/interop.py) against each other, in-process: two uroce devices on the transport's
 in-memory fabric, the tools' TCP exchange over loopback. Against the real tools on kernel rxe:
-tests/test_rxe_interop.py (root, QEMU)."""
+the integration test test_rxe_interop.py (root, QEMU)."""
 import threading
 
 import pytest

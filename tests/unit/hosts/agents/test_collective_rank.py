@@ -1,6 +1,6 @@
 """The collective rank program's run across epochs, in-process: ranks are threads, their devices joined by the
-transport's in-memory fabric (as in tests/hosts/collectives/test_algorithms.py), heartbeats off. The fabric
-tests run it for real in emulated hosts (tests/test_collective_fabric.py, tests/test_recovery.py)."""
+transport's in-memory fabric (as in the collectives' test_algorithms.py), heartbeats off. The integration tests
+run it for real in emulated hosts (test_collective_fabric.py, test_recovery.py)."""
 import threading
 
 import pytest
