@@ -18,7 +18,7 @@ Failures: with data-plane failover (TESTBED_FAILOVER=1) select-group buckets wat
 single-path routes become fast-failover groups over the equal-cost ports, so a switch moves traffic
 off a dead port by itself. In every case the controller recomputes the routes on each PORT_STATUS and
 updates the switches whose routes changed; on link up it restores them.
-Installed state is written to TESTBED_STATE (JSON) so the testbed knows when routing is ready.
+Installed state is written to TESTBED_STATE (controllers/state.py) so the testbed knows when routing is ready.
 """
 from __future__ import annotations
 
@@ -40,6 +40,7 @@ except ImportError:  # pragma: no cover - exercised only under ryu-manager
     from ryu.ofproto import ofproto_v1_5
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from controllers import state  # noqa: E402
 from controllers.ofport import port_change  # noqa: E402
 from controllers.routes import Topology  # noqa: E402
 
@@ -69,7 +70,7 @@ class FabricRouting(app_manager.OSKenApp if hasattr(app_manager, "OSKenApp") els
         if self.mode not in ("single", "ecmp", "rr"):
             raise ValueError(f"unknown routing mode {self.mode!r}; choose single, ecmp or rr")
         self.rr_next: dict[tuple[str, str], int] = {}     # round robin position per (switch, dst IP)
-        self.state_path = os.environ.get("TESTBED_STATE")
+        self.state_path = os.environ.get(state.ENV)
         self.dps: dict[str, object] = {}
         self.groups: dict[str, dict[tuple, int]] = {}     # switch -> {(type, ports): group id}
         self.current: dict[str, dict[str, tuple]] = {}    # switch -> {dst IP: (type, ports)}
@@ -272,8 +273,6 @@ class FabricRouting(app_manager.OSKenApp if hasattr(app_manager, "OSKenApp") els
     def save_state(self) -> None:
         if not self.state_path:
             return
-        tmp = self.state_path + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump({"mode": self.mode, "failover": self.failover, "switches": self.installed,
-                       "down": sorted(self.topo.down), "port_events": self.port_events, "errors": self.errors}, f)
-        os.replace(tmp, self.state_path)
+        state.write(self.state_path, {"mode": self.mode, "failover": self.failover, "switches": self.installed,
+                                      "down": sorted(self.topo.down), "port_events": self.port_events,
+                                      "errors": self.errors})

@@ -7,7 +7,7 @@ recomputed on every join, leave and PORT_STATUS. Traffic to a group without memb
 off the tree, hits fabric_app's lowest-priority drop.
 
 Coexistence with fabric_app: this app's flows carry COOKIE and are deleted by cookie mask only; its
-group ids start at GROUP_BASE. State goes to TESTBED_STATE + ".mcast" (JSON): groups, members,
+group ids start at GROUP_BASE. State goes to TESTBED_STATE + ".mcast" (controllers/state.py): groups, members,
 trees, members they cannot reach, events and errors.
 """
 from __future__ import annotations
@@ -32,7 +32,7 @@ except ImportError:  # pragma: no cover - exercised only under ryu-manager
     from ryu.ofproto import ofproto_v1_5
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from controllers import mcast_trees  # noqa: E402
+from controllers import mcast_trees, state  # noqa: E402
 from controllers.ofport import port_change  # noqa: E402
 from controllers.routes import Topology  # noqa: E402
 
@@ -71,8 +71,8 @@ class MulticastTrees(app_manager.OSKenApp if hasattr(app_manager, "OSKenApp") el
         super().__init__(*args, **kwargs)
         with open(os.environ["TESTBED_TOPOLOGY"]) as f:
             self.topo = Topology(json.load(f))      # our own copy: fabric_app's is its business
-        state = os.environ.get("TESTBED_STATE")
-        self.state_path = state + ".mcast" if state else None
+        routing_state = os.environ.get(state.ENV)
+        self.state_path = state.multicast_path(routing_state) if routing_state else None
         self.dps: dict[str, object] = {}
         self.members: dict[str, set[str]] = {}              # group -> hosts
         self.installed: dict[str, dict[tuple[str, int], tuple[int, ...]]] = {}   # switch -> {(group, in_port): outs}
@@ -232,9 +232,6 @@ class MulticastTrees(app_manager.OSKenApp if hasattr(app_manager, "OSKenApp") el
                 "trees": [{sw: sorted(ports) for sw, ports in sorted(t.items())}
                           for t in mcast_trees.trees(self.topo, members)],
                 "unreachable": mcast_trees.unreachable(self.topo, members)}
-        tmp = self.state_path + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump({"groups": groups, "installed": not self.awaiting,
-                       "rules": sum(len(r) for r in self.installed.values()),
-                       "events": self.history[-1000:], "errors": self.errors}, f)
-        os.replace(tmp, self.state_path)
+        state.write(self.state_path, {"groups": groups, "installed": not self.awaiting,
+                                      "rules": sum(len(r) for r in self.installed.values()),
+                                      "events": self.history[-1000:], "errors": self.errors})

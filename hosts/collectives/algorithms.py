@@ -17,59 +17,12 @@ from __future__ import annotations
 import numpy as np
 
 from hosts.collectives import mcast_allgather
+from hosts.collectives.groups import (bounds, check_grid, gather_hb_stage, hb_group, hb_rows, rail_group,
+                                      ring_allgather, ring_reduce_scatter)
 
 OPS = {"sum": np.add, "max": np.maximum}
 ALGOS = {"allreduce": ("ring", "rhd", "hierarchical"), "allgather": ("ring", "rd", "hierarchical", "multicast"),
          "reduce_scatter": ("ring",), "broadcast": ("chain", "multicast"), "alltoall": ("direct", "two-step")}
-
-
-def bounds(count: int, parts: int) -> list[tuple[int, int]]:
-    edges = np.cumsum([0] + [len(a) for a in np.array_split(np.empty(count, dtype=np.uint8), parts)])
-    return [(int(edges[i]), int(edges[i + 1])) for i in range(parts)]
-
-
-# -- rings over any group of ranks -----------------------------------------------------------
-
-def ring_reduce_scatter(comm, group: list[int], x: np.ndarray, segs, op) -> int:
-    """Reduce x over the group in place; afterwards this rank's position i holds segment i reduced."""
-    g, i = len(group), group.index(comm.rank)
-    nxt, prv = group[(i + 1) % g], group[(i - 1) % g]
-    tmp = np.empty_like(x)
-    for s in range(g - 1):
-        lo, hi = segs[(i - s - 1) % g]
-        rlo, rhi = segs[(i - s - 2) % g]
-        comm.exchange(sends=[(nxt, x[lo:hi])], recvs=[(prv, tmp[rlo:rhi])])
-        op(x[rlo:rhi], tmp[rlo:rhi], out=x[rlo:rhi])
-    return i
-
-
-def ring_allgather(comm, group: list[int], x: np.ndarray, segs) -> None:
-    """Each position i of the group owns segment i of x; afterwards every rank has all of x."""
-    g, i = len(group), group.index(comm.rank)
-    nxt, prv = group[(i + 1) % g], group[(i - 1) % g]
-    for s in range(g - 1):
-        lo, hi = segs[(i - s) % g]
-        rlo, rhi = segs[(i - s - 1) % g]
-        comm.exchange(sends=[(nxt, x[lo:hi])], recvs=[(prv, x[rlo:rhi])])
-
-
-def rail_group(comm) -> list[int]:
-    me = comm.me
-    return sorted((p.rank for p in comm.peers if p.local_rank == me.local_rank), key=lambda r: comm.peers[r].server)
-
-
-def hb_group(comm) -> list[int]:
-    me = comm.me
-    return sorted((p.rank for p in comm.peers if p.server == me.server), key=lambda r: comm.peers[r].local_rank)
-
-
-def _check_grid(comm) -> tuple[int, int]:
-    """(servers, GPUs per server) for hierarchical algorithms, which need a full grid."""
-    servers = sorted({p.server for p in comm.peers})
-    per = {s: sum(p.server == s for p in comm.peers) for s in servers}
-    if None in servers or len(set(per.values())) != 1:
-        raise ValueError("hierarchical algorithms need every rank's server, and the same GPU count per server")
-    return len(servers), per[servers[0]]
 
 
 # -- operations ------------------------------------------------------------------------------
@@ -86,7 +39,7 @@ def allreduce(comm, x: np.ndarray, op: str = "sum", algo: str = "ring") -> np.nd
     elif algo == "rhd":
         _rhd_allreduce(comm, x, fn)
     elif algo == "hierarchical":
-        _check_grid(comm)
+        check_grid(comm)
         hb, rail = hb_group(comm), rail_group(comm)
         segs = bounds(len(x), len(hb))
         mine = ring_reduce_scatter(comm, hb, x, segs, fn)       # HB: each GPU reduces 1/K of x
@@ -154,31 +107,14 @@ def allgather(comm, shard: np.ndarray, algo: str = "ring") -> np.ndarray:
     if algo == "multicast":   # comm.multicast_scope "rail": the fabric replicates only inside a rail
         return mcast_allgather.allgather(comm, shard, getattr(comm, "multicast_scope", "fabric"))
     if algo == "hierarchical":
-        servers, per = _check_grid(comm)
-        rail, hb = rail_group(comm), hb_group(comm)
+        servers, per = check_grid(comm)
+        rail = rail_group(comm)
         mid = np.empty(servers * m, dtype=shard.dtype)            # rail stage: this rail's shards
         i = rail.index(comm.rank)
         mid[i * m:(i + 1) * m] = shard
         ring_allgather(comm, rail, mid, [(q * m, (q + 1) * m) for q in range(servers)])
-        full = np.empty(per * servers * m, dtype=shard.dtype)     # HB stage: every rail's shards
-        j = hb.index(comm.rank)
-        full[j * servers * m:(j + 1) * servers * m] = mid
-        ring_allgather(comm, hb, full, [(q * servers * m, (q + 1) * servers * m) for q in range(per)])
-        blocks = full.reshape(per, servers, m)                    # [local rank][server] -> rank order
-        for j2, rank_row in enumerate(hb_rows(comm, per, servers)):
-            for i2, rank in enumerate(rank_row):
-                out[rank * m:(rank + 1) * m] = blocks[j2, i2]
-        return out
+        return gather_hb_stage(comm, mid, out, servers, per, m)   # HB stage: every rail's shards
     raise ValueError(f"unknown allgather algorithm {algo!r}")
-
-
-def hb_rows(comm, per: int, servers: int) -> list[list[int]]:
-    """rows[local rank][server index] = rank."""
-    srv = sorted({p.server for p in comm.peers})
-    rows = [[0] * servers for _ in range(per)]
-    for p in comm.peers:
-        rows[p.local_rank][srv.index(p.server)] = p.rank
-    return rows
 
 
 def _bruck_allgather(comm, shard: np.ndarray) -> np.ndarray:
@@ -253,7 +189,7 @@ def alltoall(comm, x: np.ndarray, algo: str = "direct") -> np.ndarray:
         return out
     if algo != "two-step":
         raise ValueError(f"unknown alltoall algorithm {algo!r}")
-    servers, per = _check_grid(comm)
+    servers, per = check_grid(comm)
     rows = hb_rows(comm, per, servers)               # rows[local rank][server index] = rank
     srv = sorted({p.server for p in comm.peers})
     si, lj = srv.index(comm.me.server), comm.me.local_rank

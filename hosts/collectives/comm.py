@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import queue
 import threading
-import time
 from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
 
 from hosts.collectives.store import StoreTimeout
-from hosts.rdma import Access, QPInfo, QPType, RecvWR, SendWR, WCOpcode, WROpcode
+from hosts.rdma import Access, QPInfo, QPType, RecvWR, SendWR, WROpcode
 
 CHUNK = 64 * 1024
 SLOTS = 16
@@ -44,21 +43,29 @@ class Peer:
     local_rank: int | None = None
 
 
-def rail_ring(peers: list[Peer]) -> list[int]:
-    """A cycle through all ranks whose NIC hops stay inside a rail, as rail-aware NCCL rings do:
-    down rail 0 across the servers, over the HB domain to rail 1, back up, and so on. With an odd
-    number of rails the closing hop crosses rails (it has no path on a rail-only fabric)."""
-    if any(p.server is None or p.local_rank is None for p in peers):
-        return [p.rank for p in peers]
-    servers = sorted({p.server for p in peers})
-    rails = sorted({p.local_rank for p in peers})
-    at = {(p.server, p.local_rank): p.rank for p in peers}
-    ring = []
+def rail_order(places: list[tuple]) -> list[int] | None:
+    """The rail-ring order of GPUs at `places` ((server, rail) each), as indices into `places`: down rail 0
+    across the servers, over the HB domain to rail 1, back up, and so on, as rail-aware NCCL rings go. With an
+    odd number of rails the closing hop crosses rails (it has no path on a rail-only fabric). None when a
+    place is unknown or two GPUs share one."""
+    if any(server is None or rail is None for server, rail in places):
+        return None
+    servers = sorted({server for server, _ in places})
+    rails = sorted({rail for _, rail in places})
+    at = {place: i for i, place in enumerate(places)}
+    order = []
     for k, j in enumerate(rails):
         for i in (servers if k % 2 == 0 else reversed(servers)):
             if (i, j) in at:
-                ring.append(at[(i, j)])
-    return ring if len(ring) == len(peers) else [p.rank for p in peers]
+                order.append(at[(i, j)])
+    return order if len(order) == len(places) else None
+
+
+def rail_ring(peers: list[Peer]) -> list[int]:
+    """A cycle through all ranks whose NIC hops stay inside a rail (rail_order); rank order where the
+    peers' places are not all known."""
+    order = rail_order([(p.server, p.local_rank) for p in peers])
+    return [peers[i].rank for i in order] if order is not None else [p.rank for p in peers]
 
 
 class Channel:
@@ -251,6 +258,7 @@ class Communicator:
             ch.set_rate(per_path[ch.path])
 
     # -- the progress engine ------------------------------------------------------------------
+    # Long on purpose: the per-chunk progress loop of every collective; absorb/drain close over its queues.
     def exchange(self, sends=(), recvs=()) -> None:
         """Send each (peer, array) and fill each (peer, array) concurrently; returns when all are done.
 

@@ -24,6 +24,7 @@ import zlib
 
 import numpy as np
 
+from hosts.collectives import groups
 from hosts.rdma import GRH_LEN, Access, AddressHandle, QPInfo, QPType, RecvWR, SendWR, WCOpcode, WROpcode
 
 CHUNK = 1024                 # UD payload: the RoCE MTU of the NICs
@@ -127,129 +128,170 @@ class Multicast:
         """shards[i] = (owner position in the group, lo, hi) bytes of the buffer; afterwards every
         rank's buffer holds every shard. Shard i's sender follows shard i-1's in its chain."""
         self.epoch = (self.epoch + 1) & 15
-        comm, buf = self.comm, self.buf
-        n = len(shards)
-        counts = [max(1, -(-(hi - lo) // CHUNK)) for _, lo, hi in shards]
-        have = [np.full(c, owner == self.pos) for (owner, _, _), c in zip(shards, counts)]
-        missing = sum(int((~h).sum()) for h in have)
-        done_sending = [owner == self.pos for owner, _, _ in shards]    # the sender of the shard is done
-        right_has: set[int] = set()          # shards the right neighbour said it has (COMPLETE)
-        requested = [np.zeros(c, bool) for c in counts]
-        chain_next = {}
-        chains = chains_of(n, self.chains)
-        if self.rate:          # a receiver hears at most one sender per chain, never itself
-            self.ud.set_rate_limit(self.rate / max(1, min(len(chains), len(self.group) - 1)))
+        op = _Operation(self, shards)
+        while True:
+            op.send_chunks()
+            op.read_gaps()
+            if op.finished():
+                return
+            for wc in op.poll():
+                op.completed(wc)
+
+
+class _Operation:
+    """The state of one Multicast.run: which chunks this rank has, what it sends and reads, the chains'
+    activations and the FIN handshake with both neighbours."""
+
+    def __init__(self, mc: Multicast, shards: list[tuple[int, int, int]]):
+        self.mc, self.shards = mc, shards
+        self.n = n = len(shards)
+        self.counts = counts = [max(1, -(-(hi - lo) // CHUNK)) for _, lo, hi in shards]
+        self.have = [np.full(c, owner == mc.pos) for (owner, _, _), c in zip(shards, counts)]
+        self.missing = sum(int((~h).sum()) for h in self.have)
+        self.done_sending = [owner == mc.pos for owner, _, _ in shards]    # the sender of the shard is done
+        self.right_has: set[int] = set()          # shards the right neighbour said it has (COMPLETE)
+        self.requested = [np.zeros(c, bool) for c in counts]
+        self.chain_next: dict[int, int] = {}
+        chains = chains_of(n, mc.chains)
+        if mc.rate:          # a receiver hears at most one sender per chain, never itself
+            mc.ud.set_rate_limit(mc.rate / max(1, min(len(chains), len(mc.group) - 1)))
         for chain in chains:
             for a, b in zip(chain, chain[1:]):
-                chain_next[a] = b
-        chain_prev = {b: a for a, b in chain_next.items()}
-        mine = [i for i, (owner, _, _) in enumerate(shards) if owner == self.pos]
-        to_send = [] if not mine or mine[0] in chain_prev else [(i, c) for i in mine for c in range(counts[i])]
-        active = bool(to_send)
-        sends_out = reads_out = 0
-        fin_from_left, fin_sent = False, False
+                self.chain_next[a] = b
+        self.chain_prev = {b: a for a, b in self.chain_next.items()}
+        self.mine = mine = [i for i, (owner, _, _) in enumerate(shards) if owner == mc.pos]
+        self.to_send = [] if not mine or mine[0] in self.chain_prev else self._all_my_chunks()
+        self.active = bool(self.to_send)
+        self.sends_out = self.reads_out = 0
+        self.fin_from_left, self.fin_sent = False, False
         started = time.monotonic()
-        late = started + deadline_s(sum(hi - lo for _, lo, hi in shards), self.rate)
-        last_progress = started
+        self.late = started + deadline_s(sum(hi - lo for _, lo, hi in shards), mc.rate)
+        self.last_progress = started
         for i in mine:
-            self.ctrl(self.to_left, COMPLETE, i)
-        pending_ctrl, self.stash = self.stash, []
-
-        def on_ctrl(imm: int, from_left: bool) -> None:
-            nonlocal to_send, active, fin_from_left
-            kind, epoch, value = imm >> 30, imm >> 26 & 15, imm & ((1 << 26) - 1)
-            if epoch != self.epoch:
-                if 0 < (epoch - self.epoch) & 15 < 8:          # a neighbour already in the next operation
-                    self.stash.append((imm, from_left))
-            elif kind == ACTIVATE:
-                to_send = [(i, c) for i in mine for c in range(counts[i])]
-                active = True
-            elif kind == COMPLETE:
-                right_has.add(value)
-            elif kind == FIN:
-                fin_from_left = True
-
+            mc.ctrl(mc.to_left, COMPLETE, i)
+        pending_ctrl, mc.stash = mc.stash, []
         for imm, from_left in pending_ctrl:
-            on_ctrl(imm, from_left)
-        while True:
-            while to_send and sends_out < SEND_DEPTH:
-                i, c = to_send.pop(0)
-                _, lo, hi = shards[i]
-                off = lo + c * CHUNK
-                self.ud.post_send(SendWR(WROpcode.SEND_WITH_IMM, [self.mr.sge(off, min(CHUNK, hi - off))],
-                                         wr_id=K_DATA << 61, imm=data_imm(self.epoch, i, c), ah=self.ah))
-                sends_out += 1
-            if active and not to_send and not sends_out:
-                active = False
-                if mine[-1] in chain_next:
-                    self.ctrl(self.to_right, ACTIVATE)
-            now = time.monotonic()
-            for i in range(n):                  # recovery: one READ per gap, from the right neighbour
-                if (done_sending[i] or now > late) and i in right_has and not have[i].all():
-                    for lo, hi in gaps(have[i] | requested[i]):
-                        _, slo, shi = shards[i]
-                        off = slo + lo * CHUNK
-                        length = min(shi, slo + hi * CHUNK) - off
-                        self.to_right.post_send(SendWR(WROpcode.RDMA_READ, [self.mr.sge(off, length)],
-                                                       wr_id=K_READ << 61 | i << 40 | lo << 20 | hi, remote_addr=self.peer_mr[0] + off,
-                                                       rkey=self.peer_mr[1]))
-                        requested[i][lo:hi] = True
-                        reads_out += 1
-                        self.stats["reads"] += 1
-            if not missing and not fin_sent:
-                self.ctrl(self.to_right, FIN)
-                fin_sent = True
-            if fin_sent and fin_from_left and not sends_out and not reads_out and not active:
-                return
-            wcs = self.cq.poll(256) or self.cq.wait(1, timeout=0.05)
-            if wcs:
-                last_progress = time.monotonic()
-            else:
-                comm.check_peers()                   # a member whose heartbeats stopped
-            if not wcs and time.monotonic() - last_progress > comm.timeout:
-                raise comm.fail(f"multicast {self.address}: no progress for {comm.timeout:.0f} s "
-                                f"({missing} chunks missing, FIN from left: {fin_from_left})")
-            for wc in wcs:
-                if not wc.ok:
-                    raise comm.fail(f"multicast {self.address}: {wc.opcode.name} failed: {wc.status.name}")
-                kind = wc.wr_id >> 61
-                if wc.qp_num == self.ud.qpn and wc.opcode == WCOpcode.RECV:
-                    self.ud.post_recv(RecvWR([self.rmr.sge(wc.wr_id * self.slot, self.slot)], wr_id=wc.wr_id))
-                    imm = wc.imm or 0
-                    i, c = imm >> 18 & 1023, imm & ((1 << 18) - 1)
-                    if imm >> 28 != self.epoch or i >= n or c >= counts[i]:
-                        self.stats["dropped_chunks"] += 1
-                        continue
-                    if c == counts[i] - 1:
-                        done_sending[i] = True
-                    if i in chain_prev:
-                        done_sending[chain_prev[i]] = True
-                    if have[i][c]:
-                        continue                                   # a duplicate: never copied twice
-                    _, lo, hi = shards[i]
-                    off = lo + c * CHUNK
-                    length = wc.byte_len - GRH_LEN
-                    buf[off: off + length] = self.rbuf[wc.wr_id * self.slot + GRH_LEN: wc.wr_id * self.slot + GRH_LEN + length]
-                    have[i][c] = True
-                    missing -= 1
-                    self.stats["multicast_chunks"] += 1
-                    if have[i].all():
-                        self.ctrl(self.to_left, COMPLETE, i)
-                elif wc.opcode in (WCOpcode.RECV, WCOpcode.RECV_RDMA_WITH_IMM):
-                    qp = self.to_left if wc.qp_num == self.to_left.qpn else self.to_right
-                    qp.post_recv(RecvWR([self.cmr.sge(0, 4)], wr_id=wc.wr_id))
-                    on_ctrl(wc.imm or 0, qp is self.to_left)
-                elif kind == K_DATA:
-                    sends_out -= 1
-                elif kind == K_READ:
-                    reads_out -= 1
-                    i, lo, hi = wc.wr_id >> 40 & 1023, wc.wr_id >> 20 & 0xFFFFF, wc.wr_id & 0xFFFFF
-                    got = int((~have[i][lo:hi]).sum())
-                    have[i][lo:hi] = True
-                    missing -= got
-                    self.stats["recovered_chunks"] += got
-                    if have[i].all():
-                        self.ctrl(self.to_left, COMPLETE, i)
+            self.on_ctrl(imm, from_left)
+
+    def _all_my_chunks(self) -> list[tuple[int, int]]:
+        return [(i, c) for i in self.mine for c in range(self.counts[i])]
+
+    def on_ctrl(self, imm: int, from_left: bool) -> None:
+        mc = self.mc
+        kind, epoch, value = imm >> 30, imm >> 26 & 15, imm & ((1 << 26) - 1)
+        if epoch != mc.epoch:
+            if 0 < (epoch - mc.epoch) & 15 < 8:          # a neighbour already in the next operation
+                mc.stash.append((imm, from_left))
+        elif kind == ACTIVATE:
+            self.to_send = self._all_my_chunks()
+            self.active = True
+        elif kind == COMPLETE:
+            self.right_has.add(value)
+        elif kind == FIN:
+            self.fin_from_left = True
+
+    def send_chunks(self) -> None:
+        """Multicast this rank's chunks, SEND_DEPTH in flight; once all are out, activate the chain's next sender."""
+        mc = self.mc
+        while self.to_send and self.sends_out < SEND_DEPTH:
+            i, c = self.to_send.pop(0)
+            _, lo, hi = self.shards[i]
+            off = lo + c * CHUNK
+            mc.ud.post_send(SendWR(WROpcode.SEND_WITH_IMM, [mc.mr.sge(off, min(CHUNK, hi - off))],
+                                   wr_id=K_DATA << 61, imm=data_imm(mc.epoch, i, c), ah=mc.ah))
+            self.sends_out += 1
+        if self.active and not self.to_send and not self.sends_out:
+            self.active = False
+            if self.mine[-1] in self.chain_next:
+                mc.ctrl(mc.to_right, ACTIVATE)
+
+    def read_gaps(self) -> None:
+        """Recovery: one READ per gap, from the right neighbour, of shards it has and we still miss."""
+        mc = self.mc
+        now = time.monotonic()
+        for i in range(self.n):
+            if (self.done_sending[i] or now > self.late) and i in self.right_has and not self.have[i].all():
+                for lo, hi in gaps(self.have[i] | self.requested[i]):
+                    _, slo, shi = self.shards[i]
+                    off = slo + lo * CHUNK
+                    length = min(shi, slo + hi * CHUNK) - off
+                    mc.to_right.post_send(SendWR(WROpcode.RDMA_READ, [mc.mr.sge(off, length)],
+                                                 wr_id=K_READ << 61 | i << 40 | lo << 20 | hi,
+                                                 remote_addr=mc.peer_mr[0] + off, rkey=mc.peer_mr[1]))
+                    self.requested[i][lo:hi] = True
+                    self.reads_out += 1
+                    mc.stats["reads"] += 1
+
+    def finished(self) -> bool:
+        """Tell the right neighbour FIN once nothing is missing; done when the left one's FIN came too
+        and nothing of ours is in flight."""
+        if not self.missing and not self.fin_sent:
+            self.mc.ctrl(self.mc.to_right, FIN)
+            self.fin_sent = True
+        return (self.fin_sent and self.fin_from_left and not self.sends_out and not self.reads_out
+                and not self.active)
+
+    def poll(self) -> list:
+        """The completions now (waiting up to 50 ms); fails the collective after comm.timeout without any."""
+        mc, comm = self.mc, self.mc.comm
+        wcs = mc.cq.poll(256) or mc.cq.wait(1, timeout=0.05)
+        if wcs:
+            self.last_progress = time.monotonic()
+        else:
+            comm.check_peers()                   # a member whose heartbeats stopped
+        if not wcs and time.monotonic() - self.last_progress > comm.timeout:
+            raise comm.fail(f"multicast {mc.address}: no progress for {comm.timeout:.0f} s "
+                            f"({self.missing} chunks missing, FIN from left: {self.fin_from_left})")
+        return wcs
+
+    def completed(self, wc) -> None:
+        mc = self.mc
+        if not wc.ok:
+            raise mc.comm.fail(f"multicast {mc.address}: {wc.opcode.name} failed: {wc.status.name}")
+        kind = wc.wr_id >> 61
+        if wc.qp_num == mc.ud.qpn and wc.opcode == WCOpcode.RECV:
+            self.on_chunk(wc)
+        elif wc.opcode in (WCOpcode.RECV, WCOpcode.RECV_RDMA_WITH_IMM):
+            qp = mc.to_left if wc.qp_num == mc.to_left.qpn else mc.to_right
+            qp.post_recv(RecvWR([mc.cmr.sge(0, 4)], wr_id=wc.wr_id))
+            self.on_ctrl(wc.imm or 0, qp is mc.to_left)
+        elif kind == K_DATA:
+            self.sends_out -= 1
+        elif kind == K_READ:
+            self.reads_out -= 1
+            i, lo, hi = wc.wr_id >> 40 & 1023, wc.wr_id >> 20 & 0xFFFFF, wc.wr_id & 0xFFFFF
+            got = int((~self.have[i][lo:hi]).sum())
+            self.have[i][lo:hi] = True
+            self.missing -= got
+            mc.stats["recovered_chunks"] += got
+            if self.have[i].all():
+                mc.ctrl(mc.to_left, COMPLETE, i)
+
+    def on_chunk(self, wc) -> None:
+        """A multicast chunk: repost its receive slot, copy it in unless stale or a duplicate."""
+        mc = self.mc
+        mc.ud.post_recv(RecvWR([mc.rmr.sge(wc.wr_id * mc.slot, mc.slot)], wr_id=wc.wr_id))
+        imm = wc.imm or 0
+        i, c = imm >> 18 & 1023, imm & ((1 << 18) - 1)
+        if imm >> 28 != mc.epoch or i >= self.n or c >= self.counts[i]:
+            mc.stats["dropped_chunks"] += 1
+            return
+        if c == self.counts[i] - 1:
+            self.done_sending[i] = True
+        if i in self.chain_prev:
+            self.done_sending[self.chain_prev[i]] = True
+        if self.have[i][c]:
+            return                                   # a duplicate: never copied twice
+        _, lo, hi = self.shards[i]
+        off = lo + c * CHUNK
+        length = wc.byte_len - GRH_LEN
+        src = wc.wr_id * mc.slot + GRH_LEN
+        mc.buf[off: off + length] = mc.rbuf[src: src + length]
+        self.have[i][c] = True
+        self.missing -= 1
+        mc.stats["multicast_chunks"] += 1
+        if self.have[i].all():
+            mc.ctrl(mc.to_left, COMPLETE, i)
 
 
 def context(comm, group: list[int], op: str) -> Multicast:
@@ -282,7 +324,6 @@ def gather_group(comm, group: list[int], shard: np.ndarray) -> np.ndarray:
 
 def allgather(comm, shard: np.ndarray, scope: str = "fabric") -> np.ndarray:
     """scope "fabric": one group over comm.ring; "rail": multicast per rail, then the HB ring."""
-    from hosts.collectives import algorithms as alg
     shard = np.ascontiguousarray(shard)
     n, m = comm.world, len(shard)
     out = np.empty(n * m, dtype=shard.dtype)
@@ -295,18 +336,10 @@ def allgather(comm, shard: np.ndarray, scope: str = "fabric") -> np.ndarray:
         for i, rank in enumerate(ring):
             out[rank * m:(rank + 1) * m] = blocks[i]
         return out
-    servers, per = alg._check_grid(comm)
-    rail, hb = alg.rail_group(comm), alg.hb_group(comm)
+    servers, per = groups.check_grid(comm)
+    rail = groups.rail_group(comm)
     mid = gather_group(comm, rail, shard) if len(rail) > 1 else shard.copy()
-    full = np.empty(per * servers * m, dtype=shard.dtype)
-    j = hb.index(comm.rank)
-    full[j * servers * m:(j + 1) * servers * m] = mid
-    alg.ring_allgather(comm, hb, full, [(q * servers * m, (q + 1) * servers * m) for q in range(per)])
-    blocks = full.reshape(per, servers, m)
-    for j2, rank_row in enumerate(alg.hb_rows(comm, per, servers)):
-        for i2, rank in enumerate(rank_row):
-            out[rank * m:(rank + 1) * m] = blocks[j2, i2]
-    return out
+    return groups.gather_hb_stage(comm, mid, out, servers, per, m)
 
 
 def broadcast(comm, x: np.ndarray, root: int = 0) -> np.ndarray:

@@ -1,15 +1,4 @@
-"""One rank of a training iteration, run inside an emulated GPU host by the testbed's `training_iteration` workload.
-
-    python -m hosts.collectives.training SPEC.json
-
-SPEC: {"rank", "peers", "store",                        (as for hosts.collectives.run; rank = GPU order)
-       "plan": {"tp", "pp", "dp"}, "micro_batches": m, "schedule": "1f1b" | "gpipe",
-       "layers": layers of this stage, "recompute": true,
-       "activation_count": elements of one micro-batch's activations (b s h, scaled),
-       "gradient_count": elements of this rank's gradients (params / (p t), scaled), "dtype": "float16",
-       "compute_s": emulated GPU time of one micro-batch (forward, recomputation and backward),
-       "tp_algo": "ring", "dp_algo": "ring" | "hierarchical", "iterations": 1, "check": true,
-       "timeout_s", "chunk", "rate_limit_bps", "sport_mode", "split", "rc_timeout"}   (transport, as for run.py)
+"""One rank of a training iteration, as a library; its program is hosts/agents/training_rank.py (with the SPEC).
 
 The rank joins three groups (hosts.collectives.layout): its TP group in the HB domain, its DP group and its
 pipeline neighbours. Each micro-batch pass of the schedule receives its input from the neighbouring stage, then
@@ -27,18 +16,15 @@ or {"rank", "error"}.
 """
 from __future__ import annotations
 
-import json
-import sys
 import time
 import zlib
 
 import numpy as np
 
 from hosts.collectives import algorithms
-from hosts.collectives.comm import CollectiveError, Peer
 from hosts.collectives.layout import Layout
 from hosts.collectives.schedule import SCHEDULES
-from hosts.collectives.store import FileStore, StoreTimeout
+from hosts.collectives.store import FileStore
 from hosts.collectives.subcomm import SubComm
 
 SPREAD = 4096          # payloads are windows into one random array, at offsets derived from their key
@@ -191,25 +177,3 @@ def run_rank(spec: dict, comm, store: FileStore) -> dict:
         out.append(rank.iteration(it))
     return {"rank": comm.rank, "stage": rank.stage, "iterations": out, "correct": rank.correct,
             "sent": rank.sent, "wire_sent": rank.wire_sent(), "counters": comm.counters()}
-
-
-def main() -> None:
-    from hosts.collectives.run import build_comm, finish      # one way to build a rank's transport
-    with open(sys.argv[1]) as f:
-        spec = json.load(f)
-    peers = [Peer(**p) for p in spec["peers"]]
-    me = spec["rank"]
-    store = FileStore(spec["store"], timeout=spec.get("timeout_s", 60))
-    comm = build_comm(spec, peers, peers[me], store)
-    try:
-        result = run_rank(spec, comm, store)
-    except (CollectiveError, StoreTimeout) as exc:
-        comm.close(linger=0)
-        result = {"rank": me, "error": str(exc), "error_at": time.time()}
-    else:
-        finish(comm, store, me, len(peers))
-    print(json.dumps(result), flush=True)
-
-
-if __name__ == "__main__":
-    main()

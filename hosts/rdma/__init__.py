@@ -60,15 +60,39 @@ truncated, malformed, bad_opcode, unknown_qp, bad_qkey, not_member, ...) and QP.
 duplicates). Loss injection for tests: Device.tx_drop_hook / rx_drop_hook = callable(pkt) -> bool.
 """
 import os
+from typing import Any, Mapping, Optional, Protocol, runtime_checkable
 
 from .verbs import (GRH_LEN, SGE, WC, Access, AddressHandle, CompletionQueue, MemoryRegion, QPInfo,
                     QPState, QPType, RdmaError, RecvWR, SendWR, WCOpcode, WCStatus, WROpcode)
 
-__all__ = ["open_device", "rdma_devices", "GRH_LEN", "SGE", "WC", "Access", "AddressHandle",
+__all__ = ["open_device", "rdma_devices", "Device", "GRH_LEN", "SGE", "WC", "Access", "AddressHandle",
            "CompletionQueue", "MemoryRegion", "QPInfo", "QPState", "QPType", "RdmaError", "RecvWR",
            "SendWR", "WCOpcode", "WCStatus", "WROpcode"]
 
 _IB_SYSFS = "/sys/class/infiniband"
+
+
+@runtime_checkable
+class Device(Protocol):
+    """What both backends' devices offer (uroce.Device and rxe.RxeDevice; open_device returns one of them)."""
+
+    backend: str                      # "uroce" or "rxe"
+    ip: str
+    mtu: int                          # IB MTU of new queue pairs
+    name: str
+    counters: Mapping[str, int]       # device counters (uroce: its own; rxe: the kernel's hw_counters)
+
+    def alloc_pd(self) -> Any: ...
+
+    def create_cq(self, depth: int = 4096) -> Any: ...
+
+    def create_qp(self, pd, qp_type, send_cq, recv_cq=None, **options) -> Any: ...
+
+    def close(self, linger: Optional[float] = None) -> None: ...
+
+    def __enter__(self) -> "Device": ...
+
+    def __exit__(self, *exc) -> None: ...
 
 
 def rdma_devices():
@@ -79,7 +103,7 @@ def rdma_devices():
         return []
 
 
-def open_device(ip: str, backend: str = "auto", mtu: int = 1024, **opts):
+def open_device(ip: str, backend: str = "auto", mtu: int = 1024, **opts) -> Device:
     """Open an RDMA device for local IPv4 address `ip`.
 
     backend: "auto" (rxe if a kernel RDMA device holds ip and pyverbs exists, else uroce), "uroce" or "rxe".

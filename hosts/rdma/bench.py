@@ -12,7 +12,7 @@ import time
 from . import Access, QPType, SendWR, WROpcode, open_device
 from .headers import BTH_LEN, ICRC_LEN, RETH_LEN
 from .netns import VethPair, netns
-from .uroce import ETH_OVERHEAD
+from .engine import ETH_OVERHEAD
 
 
 def _cpu_times():

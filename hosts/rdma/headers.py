@@ -14,7 +14,21 @@ ROCE_PORT = 4791
 DEFAULT_PKEY = 0xFFFF
 PSN_MASK = 0xFFFFFF
 MCAST_QPN = 0xFFFFFF
-IB_MTUS = (256, 512, 1024, 2048, 4096)
+IB_MTU_ENUM = {256: 1, 512: 2, 1024: 3, 2048: 4, 4096: 5}     # IB MTU -> its enum value (ibv_mtu, the tools' exchange)
+IB_MTUS = tuple(IB_MTU_ENUM)
+
+# --- RoCE v2 GIDs of IPv4 addresses (IPv4-mapped IPv6, ::ffff:a.b.c.d)
+def ipv4_to_gid(ip: str) -> bytes:
+    """RoCE v2 GID of an IPv4 address (IPv4-mapped IPv6, ::ffff:a.b.c.d)."""
+    return bytes(10) + b"\xff\xff" + socket.inet_aton(ip)
+
+
+def gid_to_ipv4(gid: bytes) -> str:
+    """IPv4 address of an IPv4-mapped RoCE v2 GID; ValueError for other GIDs."""
+    if len(gid) != 16 or gid[:12] != bytes(10) + b"\xff\xff":
+        raise ValueError(f"not an IPv4-mapped GID: {gid.hex()}")
+    return socket.inet_ntoa(gid[12:])
+
 
 # --- opcodes (IBTA vol.1 table 38; RC = 0x00.., UC = 0x20.., UD = 0x60..)
 SEND_FIRST, SEND_MIDDLE, SEND_LAST, SEND_LAST_IMM, SEND_ONLY, SEND_ONLY_IMM = 0x00, 0x01, 0x02, 0x03, 0x04, 0x05
@@ -211,6 +225,7 @@ def compute_icrc(pkt) -> int:
     return zlib.crc32(mv[ihl + 8 + BTH_LEN:len(mv) - ICRC_LEN], crc)
 
 
+# Long on purpose: a straight-line parse of one packet, header after header, each check with its reason.
 def decode(pkt, verify_icrc: bool = True) -> Packet:
     """Parse a whole IPv4 packet. Raises DecodeError(reason) for anything that is not valid RoCEv2."""
     mv = memoryview(pkt)

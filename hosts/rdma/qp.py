@@ -1,5 +1,5 @@
 """uroce protection domains and queue pairs: the state a QP keeps as requester and as responder.
-The protocol that drives this state is in rc.py (RC) and uroce.py (engine, UD)."""
+The protocol that drives this state is in rc.py (RC) and engine.py (the engine thread, UD)."""
 import bisect
 import random
 import socket
@@ -91,6 +91,7 @@ PACKET_OVERHEAD = 14 + 20 + 8 + H.BTH_LEN + H.ICRC_LEN
 class QueuePair:
     """An RC or UD queue pair of a uroce Device. Create with Device.create_qp()."""
 
+    # Long on purpose: the queue pair's whole state in one place (the options, then the requester's and responder's).
     def __init__(self, dev, pd, qp_type, send_cq, recv_cq, qpn, psn, *, max_send_wr, max_recv_wr, mtu,
                  timeout, retry_cnt, rnr_retry, min_rnr_timer, rate_limit_bps, sport_mode, retransmit,
                  reorder_window, reorder_timeout, ack_every, max_outstanding, qkey, cc=None):

@@ -14,18 +14,18 @@ import time
 from collections import Counter
 from typing import Optional
 
+from .headers import IB_MTU_ENUM, ipv4_to_gid
 from .verbs import (GRH_LEN, Access, AddressHandle, MemoryRegion, QPInfo, QPState, QPType, RdmaError,
                     RecvWR, SendWR, WC, WCOpcode, WCStatus, WROpcode)
 
 SYSFS = "/sys/class/infiniband"
-_MTU_ENUM = {256: 1, 512: 2, 1024: 3, 2048: 4, 4096: 5}
 IBV_SEND_SIGNALED, IBV_SEND_SOLICITED = 2, 4
 IBV_WC_WITH_IMM = 2
 
 
 def ipv4_gid(ip: str) -> str:
     """The IPv4-mapped GID of `ip` in sysfs/pyverbs notation (8 groups of 4 hex digits)."""
-    b = b"\0" * 10 + b"\xff\xff" + socket.inet_aton(ip)
+    b = ipv4_to_gid(ip)
     return ":".join(b[i:i + 2].hex() for i in range(0, 16, 2))
 
 
@@ -187,7 +187,7 @@ class RxeQP:
             raise RdmaError("connect() is for RC QPs; UD sends name the destination in SendWR.ah")
         if isinstance(remote, dict):
             remote = QPInfo.from_dict(remote)
-        attr = QPAttr(port_num=self.dev.port, path_mtu=_MTU_ENUM[self.mtu])
+        attr = QPAttr(port_num=self.dev.port, path_mtu=IB_MTU_ENUM[self.mtu])
         attr.qp_access_flags = int(Access.ALL)
         attr.dest_qp_num = remote.qpn
         attr.rq_psn = remote.psn
@@ -276,8 +276,8 @@ class RxeDevice:
             from pyverbs.pd import PD  # noqa: F401
         except ImportError as e:
             raise RdmaError(f"the rxe backend needs pyverbs (Debian: python3-pyverbs): {e}") from None
-        if mtu not in _MTU_ENUM:
-            raise RdmaError(f"mtu must be one of {sorted(_MTU_ENUM)}, not {mtu}")
+        if mtu not in IB_MTU_ENUM:
+            raise RdmaError(f"mtu must be one of {sorted(IB_MTU_ENUM)}, not {mtu}")
         found = find_gid(ip, sysfs, name)
         if found is None:
             raise RdmaError(f"no RDMA device has a RoCE v2 GID for {ip} (devices: {os.listdir(sysfs) if os.path.isdir(sysfs) else 'none'})")
@@ -333,7 +333,9 @@ class RxeDevice:
             wc.src_ip = socket.inet_ntoa(hdr[20 + 12:20 + 16])
         return wc
 
-    def close(self):
+    def close(self, linger: Optional[float] = None):
+        """Close the device. `linger` is for the Device interface: the kernel answers late retransmissions
+        for its QPs itself, so there is nothing to wait for here."""
         self._ctx.close()
 
     def __enter__(self):

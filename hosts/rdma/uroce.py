@@ -1,12 +1,12 @@
 """uroce: RoCEv2 from user space. One engine thread per device does RX, timers and paced TX.
 
 The engine blocks in select() on the receive socket and an eventfd that post_send() signals; it never
-busy-polls. RC reliability is in rc.py, per-QP state in qp.py, packet codec in headers.py, sockets
-in transport.py.
+busy-polls. This module is the device's verbs (resources, posting, closing); the engine thread is in
+engine.py, RC reliability in rc.py, per-QP state in qp.py, the packet codec in headers.py, sockets in
+transport.py.
 """
 import os
 import random
-import select
 import socket
 import threading
 import time
@@ -14,15 +14,14 @@ from collections import Counter
 from typing import Optional
 
 from . import headers as H
-from .qp import ProtectionDomain, QueuePair, _gather, _is_mcast, _scatter, _SendWQE
-from .rc import _RESP_OPS, ReliableConnection
-from .verbs import (GRH_LEN, Access, AddressHandle, CompletionQueue, MemoryRegion, QPState, QPType, RdmaError,
-                    RecvWR, SendWR, WC, WCOpcode, WCStatus, WROpcode)
+from .engine import Engine
+from .qp import ProtectionDomain, QueuePair, _is_mcast, _SendWQE
+from .rc import ReliableConnection
+from .verbs import (Access, AddressHandle, CompletionQueue, MemoryRegion, QPState, QPType, RdmaError, RecvWR,
+                    SendWR, WROpcode)
 
-ETH_OVERHEAD = 14        # bytes a shaper (tbf) counts per packet on top of the IP packet
 
-
-class Device(ReliableConnection):
+class Device(Engine, ReliableConnection):
     """A uroce RDMA device bound to one IPv4 address. Create with open_device(ip, backend='uroce')."""
 
     backend = "uroce"
@@ -248,213 +247,3 @@ class Device(ReliableConnection):
 
     def __repr__(self):
         return f"<uroce Device {self.ip} mtu={self.mtu} qps={len(self._qps)}>"
-
-    # ---- the engine ---------------------------------------------------------------------------
-    def _run(self):
-        rx_fd, wfd = self.transport.fileno(), self._wfd
-        timeout = 0.0
-        while self._running:
-            try:
-                r, _, _ = select.select([rx_fd, wfd], [], [], timeout)
-            except (OSError, ValueError):
-                if not self._running:
-                    return
-                raise
-            with self._lock:
-                try:
-                    if wfd in r:
-                        try:
-                            os.eventfd_read(wfd)
-                        except BlockingIOError:
-                            pass
-                    backlog = False
-                    if rx_fd in r:
-                        batch = self.transport.recv_batch(64)
-                        for pkt in batch:
-                            self._rx(pkt)
-                        backlog = len(batch) == 64
-                    now = time.monotonic()
-                    for qp in list(self._qps.values()):
-                        if qp._ack_pending:
-                            self._send_ack(qp)
-                    timeout = 0.0 if backlog else self._service(now)
-                    if backlog:     # gaps are judged only once the receive queue is drained
-                        for qp in list(self._qps.values()):
-                            if qp.state != QPState.ERROR:
-                                self._pump(qp, now)
-                except Exception as e:   # keep the endpoint alive; record what happened
-                    self.counters["engine_errors"] += 1
-                    self.last_error = e
-                    timeout = 0.01
-
-    def _service(self, now):
-        """Timers and paced TX for all QPs; returns the select() timeout."""
-        nxt = 1.0
-        for qp in list(self._qps.values()):
-            if qp.state == QPState.ERROR:
-                continue
-            self._timers(qp, now)
-            t = self._pump(qp, now)
-            if t is not None:
-                nxt = min(nxt, t - now)
-            t = self._timers(qp, now)     # again: what was just sent arms the retransmission timer
-            if t is not None:
-                nxt = min(nxt, t - now)
-        return max(nxt, 0.0)
-
-    # ---- TX ------------------------------------------------------------------------------------
-    def _emit(self, qp, opcode, dst_b, dst_ip, dqpn, psn, hdrs=b"", payload=b"", ackreq=False, se=False):
-        self._ip_id = (self._ip_id + 1) & 0xFFFF or 1
-        pkt = H.encode(self._ip_b, dst_b, qp._sport_now(), self._ip_id, opcode, dqpn, psn, hdrs, payload,
-                       ackreq=ackreq, se=se, ttl=255 if dst_b[0] >= 224 and dst_b[0] <= 239 else 64)
-        n = len(pkt)
-        if qp._rate is not None:
-            qp._tokens -= n + ETH_OVERHEAD
-        self.counters["tx_packets"] += 1
-        self.counters["tx_bytes"] += n
-        qp.counters["tx_packets"] += 1
-        qp.counters["tx_bytes"] += n
-        if self.tap:
-            self.tap(bytes(pkt))
-        if self.tx_drop_hook and self.tx_drop_hook(pkt):
-            self.counters["drop_tx_hook"] += 1
-            return
-        if not self.transport.send(pkt, dst_ip):
-            self.counters["drop_tx_error"] += 1
-
-    def _tokens_ok(self, qp, now):
-        """None if the QP may send now, else the time it may."""
-        if qp._rate is None:
-            return None
-        qp._tokens = min(qp._burst, qp._tokens + (now - qp._tok_t) * qp._rate)
-        qp._tok_t = now
-        if qp._tokens > 0:
-            return None
-        return now + (-qp._tokens + 1) / qp._rate
-
-    def _pump(self, qp, now, budget=32):
-        """Send what the QP may send now; returns when it wants to be called again (or None)."""
-        while budget > 0:
-            wait = self._tokens_ok(qp, now)
-            if wait is not None:
-                return wait
-            if qp._resp:
-                self._send_read_resp(qp)
-            elif qp.qp_type == QPType.UD:
-                if qp._sq_head >= len(qp._sq):
-                    return None
-                self._send_ud(qp)
-            else:
-                if now < qp._rnr_until:
-                    return qp._rnr_until
-                if qp._retx:
-                    seq = qp._retx.popleft()
-                    if seq < qp._una():
-                        continue
-                    self._send_req(qp, seq, now)
-                elif qp._send_seq < qp._next_seq and qp._send_seq - qp._una() < qp.max_outstanding:
-                    qp._send_seq = self._send_req(qp, qp._send_seq, now)
-                else:
-                    return None
-            budget -= 1
-        return now
-
-    def _send_ud(self, qp):
-        w = qp._sq[qp._sq_head]
-        wr = w.wr
-        op = H.UD_SEND_ONLY_IMM if wr.opcode == WROpcode.SEND_WITH_IMM else H.UD_SEND_ONLY
-        hdrs = H.ext_headers(op, qkey=wr.ah.qkey, src_qp=qp.qpn, imm=wr.imm)
-        self._emit(qp, op, socket.inet_aton(wr.ah.ip), wr.ah.ip, wr.ah.qpn, qp._wire(w.first), hdrs,
-                   _gather(w.segs, 0, w.length), se=wr.solicited)
-        qp._send_seq = qp._acked = w.end
-        self._complete_head(qp, WCStatus.SUCCESS)
-
-
-
-
-
-
-
-
-
-    # ---- RX ------------------------------------------------------------------------------------
-    def _drop(self, reason, qp=None):
-        self.counters["drop_" + reason] += 1
-        self.counters["rx_dropped"] += 1
-        if qp is not None:
-            qp.counters["drop_" + reason] += 1
-
-    def _rx(self, raw):
-        self.counters["rx_packets"] += 1
-        self.counters["rx_bytes"] += len(raw)
-        if self.rx_drop_hook and self.rx_drop_hook(raw):
-            self._drop("rx_hook")
-            return
-        try:
-            p = H.decode(raw)
-        except H.DecodeError as e:
-            self._drop(e.reason)
-            return
-        if p.pkey != H.DEFAULT_PKEY:
-            return self._drop("bad_pkey")
-        if p.opcode >= H.UD_SEND_ONLY:
-            return self._rx_ud(p, raw)
-        if p.opcode > H.ACKNOWLEDGE:
-            return self._drop("unsupported_opcode")
-        qp = self._qps.get(p.dqpn)
-        if qp is None or qp.qp_type != QPType.RC:
-            return self._drop("unknown_qp")
-        if qp.state != QPState.RTS:
-            return self._drop("bad_state", qp)
-        if p.src_ip != qp.remote.ip:
-            return self._drop("bad_source", qp)
-        qp.counters["rx_packets"] += 1
-        qp.counters["rx_bytes"] += len(raw)
-        if p.opcode in _RESP_OPS:
-            self._rx_response(qp, p)
-        else:
-            self._rx_request(qp, p)
-
-
-
-
-
-
-
-    # -- UD
-    def _rx_ud(self, p, raw):
-        if p.opcode > H.UD_SEND_ONLY_IMM:
-            return self._drop("unsupported_opcode")
-        if p.dqpn == H.MCAST_QPN:
-            if not _is_mcast(p.dst_ip):
-                return self._drop("unknown_qp")
-            targets = [q for q in self._groups.get(p.dst_ip, ()) if q.state == QPState.RTS]
-            if not targets:
-                return self._drop("not_member")
-            if p.src_ip == self.ip and all(q.qpn == p.src_qp for q in targets):
-                return self._drop("own_multicast")
-        else:
-            q = self._qps.get(p.dqpn)
-            if q is None or q.qp_type != QPType.UD:
-                return self._drop("unknown_qp")
-            targets = [q]
-        for qp in targets:
-            if p.src_ip == self.ip and qp.qpn == p.src_qp:
-                continue        # our own multicast looped back
-            if p.qkey != qp.qkey:
-                self._drop("bad_qkey", qp)
-                continue
-            qp.counters["rx_packets"] += 1
-            qp.counters["rx_bytes"] += len(raw)
-            if not qp._rq:
-                self._drop("no_recv_wqe", qp)
-                continue
-            wr, segs = qp._rq.popleft()
-            total = sum(len(s) for s in segs)
-            if total < GRH_LEN + len(p.payload):
-                qp.recv_cq._push(WC(wr.wr_id, WCStatus.LOC_LEN_ERR, WCOpcode.RECV, 0, qp.qpn))
-                self._drop("recv_too_small", qp)
-                continue
-            _scatter(segs, 0, bytes(20) + bytes(raw[:20]) + bytes(p.payload))
-            qp.recv_cq._push(WC(wr.wr_id, WCStatus.SUCCESS, WCOpcode.RECV, GRH_LEN + len(p.payload), qp.qpn,
-                                imm=p.imm, src_qp=p.src_qp, src_ip=p.src_ip))

@@ -11,6 +11,7 @@ import time
 
 from mininet.node import RemoteController
 
+from controllers import state
 from testbed import PROJECT_ROOT
 from testbed.fabric.links import controller_mode
 
@@ -93,15 +94,15 @@ class Controller:
     # -- the read-only view ---------------------------------------------------------------------
     def view(self) -> dict:
         """The controller's state: installed switches, ports it saw down, route-update events ({} before any)."""
-        return _read_json(self.state_path) or {}
+        return state.read_routing(self.state_path)
 
     def multicast_groups(self) -> dict:
         """The multicast app's view: group -> {members, trees (switch -> tree ports), unreachable}."""
-        return (_read_json(self.state_path + ".mcast") or {}).get("groups", {})
+        return state.multicast_groups(self.state_path)
 
     def multicast_installed(self) -> bool:
         """Whether every switch has acknowledged (barrier reply) the multicast rules of the current groups."""
-        return bool((_read_json(self.state_path + ".mcast") or {}).get("installed", False))
+        return state.multicast_installed(self.state_path)
 
     def _check_alive(self) -> None:
         if self.proc is not None and self.proc.poll() is not None:
@@ -114,10 +115,3 @@ class Controller:
         except OSError:
             return "no controller log"
 
-
-def _read_json(path: str):
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return None

@@ -1,7 +1,8 @@
 """The job manager's side of GPU-failure recovery, for one collective job.
 
 The ranks detect a failed peer (heartbeats, or the transport) and agree among themselves on who failed
-and on the step to resume from: hosts/collectives/run.py writes `epoch{E}/failed` in the job's store.
+and on the step to resume from: the ranks write epoch E's verdict in the job's store (the keys:
+hosts/collectives/membership.py).
 This manager, a thread in the testbed, watches for that verdict and then
   - fences the failed ranks: whatever is left of their processes is killed, so that a hung rank cannot
     come back into a job that has moved on;
@@ -11,7 +12,7 @@ This manager, a thread in the testbed, watches for that verdict and then
     the launcher; it joins epoch E with the failed rank's number, and so its input;
   - `migrate`: moves every rank of a server that lost a GPU to an idle spare server (GPU j to GPU j,
     their rail ports enabled) and starts the rank processes there; the server's surviving ranks leave;
-and for `spare` / `migrate` writes the new membership `epoch{E}/members`, which the ranks wait for.
+and for `spare` / `migrate` writes epoch E's new membership, which the ranks wait for.
 When no spare is left, the membership carries an error and the ranks fail with it. Spares brought onto
 the network are parked again (ports disabled) when the job ends.
 """
@@ -23,12 +24,13 @@ import signal
 import threading
 import time
 
+from hosts.collectives.membership import Membership, member_entry, spare_spec_path
 from hosts.collectives.store import FileStore
 from testbed.fabric import spares
 from testbed.runtime import faults
 from testbed.runtime.launch import run_on_hosts
 
-RANK_MODULE = "hosts.collectives.run"
+RANK_MODULE = "hosts.agents.collective_rank"
 
 
 def rank_processes(net, host: str) -> list[int]:
@@ -61,7 +63,7 @@ def fence(net, host: str) -> int:
 
 def member(host, local_rank: int) -> dict:
     """A rank's entry in a membership: where it runs."""
-    return {"name": host.name, "ip": host.ip, "hb_ip": host.hb_ip, "server": host.server, "local_rank": local_rank}
+    return member_entry(host.name, host.ip, host.hb_ip, host.server, local_rank)
 
 
 class JobManager:
@@ -69,7 +71,7 @@ class JobManager:
         self.net, self.fabric = net, net.fabric
         self.policy = base_spec["recovery"]
         self.base_spec, self.store = base_spec, store
-        self.job = FileStore(store, timeout=base_spec.get("timeout_s", 60))
+        self.job = Membership(FileStore(store, timeout=base_spec.get("timeout_s", 60)))
         self.members = [dict(m) for m in members]
         self.deadline = time.monotonic() + budget
         self.used = {m["name"] for m in members}            # hosts that run, or ran, a rank of this job
@@ -102,23 +104,22 @@ class JobManager:
     def _run(self) -> None:
         epoch = 1
         while not self._stop.is_set():
-            key = f"epoch{epoch}"
-            if not self.job.exists(f"{key}/failed"):
+            if not self.job.has_verdict(epoch):
                 self._stop.wait(0.01)
                 continue
-            verdict = self.job.get(f"{key}/failed")
+            verdict = self.job.verdict(epoch)
             event = {"epoch": epoch, "failed": verdict["failed"], "seen_at": time.time()}
             for name in verdict["failed"]:
                 fence(self.net, name)
                 self.fenced.add(name)
             if self.policy == "shrink":
-                decision = self.job.get(f"{key}/members", timeout=30)
+                decision = self.job.members(epoch, timeout=30)
             else:
                 try:
                     decision = {**verdict, **self._replace(epoch, verdict, event)}
                 except spares.SpareError as exc:
                     decision = {**verdict, "error": f"{self.policy}: {exc}"}
-                self.job.set(f"{key}/members", decision)
+                self.job.set_members(epoch, decision)
                 event["members_at"] = time.time()
             self.events.append(event)
             if "error" in decision:
@@ -181,7 +182,7 @@ class JobManager:
                                 f"({len(servers)} spare servers, all in use)")
 
     def _launch(self, host: str, me: dict, slot: int, epoch: int) -> None:
-        path = os.path.join(self.store, f"spare-{host}-epoch{epoch}.json")
+        path = spare_spec_path(self.store, host, epoch)
         with open(path, "w") as f:
             json.dump({**self.base_spec, "rank": slot, "join": {"epoch": epoch, "me": me}}, f)
 

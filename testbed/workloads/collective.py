@@ -11,7 +11,10 @@ import os
 import shutil
 import time
 
-from hosts.collectives.run import elements
+from hosts.collectives.algorithms import ALGOS
+from hosts.collectives.benchmark import elements
+from hosts.collectives.comm import rail_order
+from hosts.collectives.membership import peer_entry
 from testbed.fabric import ovs
 from testbed.fabric.links import transport_options, worst_queueing_delay
 from testbed.results import models
@@ -20,15 +23,12 @@ from testbed.runtime.launch import run_on_hosts
 from testbed.schema import SIZE, ScenarioError, parse_size
 from testbed.workloads import traffic
 
-ALGOS = {"allreduce": ("ring", "rhd", "hierarchical"), "allgather": ("ring", "rd", "hierarchical", "multicast"),
-         "reduce_scatter": ("ring",), "broadcast": ("chain", "multicast"), "alltoall": ("direct", "two-step")}
-
 # This workload's part of the scenario schema (the scenario file's `workloads:` items of its type).
 SCHEMA = {
     "type": "object", "additionalProperties": False, "required": ["type", "op", "algo"],
     "properties": {
         "type": {"const": "collective"}, "name": {"type": "string"},
-        "op": {"enum": ["allreduce", "allgather", "reduce_scatter", "broadcast", "alltoall"]},
+        "op": {"enum": list(ALGOS)},
         "algo": {"type": "string"},
         "sizes": {"type": "array", "minItems": 1, "items": SIZE},
         "sweep": {"type": "object", "additionalProperties": False, "required": ["min", "max"],
@@ -53,7 +53,6 @@ SCHEMA = {
                    "properties": {"min_bus_ratio": {"type": "number", "minimum": 0}}},
     },
 }
-
 PACE = 0.97
 ALL_PAIRS = {"rhd", "rd", "direct"}            # algorithms that may pair any two ranks
 
@@ -77,14 +76,8 @@ def sizes(spec: dict) -> list[int]:
 
 
 def rail_ring(hosts) -> list:
-    """Mirror of hosts.collectives.comm.rail_ring on the fabric's hosts (for the path check)."""
-    servers = sorted({h.server for h in hosts})
-    rails = sorted({h.rank for h in hosts})
-    at = {(h.server, h.rank): h for h in hosts}
-    order = []
-    for k, j in enumerate(rails):
-        order += [at[(i, j)] for i in (servers if k % 2 == 0 else reversed(servers))]
-    return order
+    """The ranks' rail ring (hosts.collectives.comm.rail_order) on the fabric's hosts, for the path check."""
+    return [hosts[i] for i in rail_order([(h.server, h.rank) for h in hosts])]
 
 
 def check_paths(fabric, spec: dict) -> None:
@@ -192,8 +185,7 @@ def run(net, spec: dict) -> dict:
 
 def _run(net, spec: dict, hosts: list) -> dict:
     fabric = net.fabric
-    peers = [{"rank": r, "name": h.name, "ip": h.ip, "hb_ip": h.hb_ip, "server": h.server, "local_rank": h.rank}
-             for r, h in enumerate(hosts)]
+    peers = [peer_entry(r, h.name, h.ip, h.hb_ip, h.server, h.rank) for r, h in enumerate(hosts)]
     policy = spec.get("recovery", "abort")
     rows, errors, error_times, recoveries, beats = [], [], [], [], []
     for size in sizes(spec):
@@ -206,7 +198,7 @@ def _run(net, spec: dict, hosts: list) -> dict:
             path = os.path.join(store, f"rank{r}.json")
             with open(path, "w") as f:
                 json.dump({**base, "rank": r}, f)
-            commands[h.name] = ["hosts.collectives.run", path]
+            commands[h.name] = ["hosts.agents.collective_rank", path]
         # Worst case: every iteration at 1/4 of the bound, plus start-up and the collective's own timeout.
         budget = (spec.get("iterations", 3) + spec.get("warmup", 1)) * \
             4 * models.time_model(spec["op"], model_algo(fabric, spec), size, cluster(fabric)) + spec.get("timeout_s", 60) + 30

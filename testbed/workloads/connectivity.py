@@ -41,7 +41,7 @@ def run(net, spec: dict) -> dict:
     targets: dict[str, list[str]] = {h: [] for h in fabric.hosts}
     for (src, ip) in pairs:
         targets[src].append(ip)
-    out = run_on_hosts(net, {h: ["hosts.probe", "--targets", ",".join(ips), "--until", f"{until:.3f}"]
+    out = run_on_hosts(net, {h: ["hosts.agents.probe", "--targets", ",".join(ips), "--until", f"{until:.3f}"]
                              for h, ips in targets.items()}, timeout=until - time.time() + 15)
     missing, unexpected = [], []
     for (src, ip), should in sorted(pairs.items()):

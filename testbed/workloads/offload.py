@@ -80,7 +80,7 @@ class Servers:
 
     def _start(self, key: str, host: str, args: list[str]) -> None:
         err = self.logs[key] = tempfile.TemporaryFile(prefix="tb-tfdata-")   # TF logs a lot to stderr
-        self.procs[key] = self.net.host(host).popen([sys.executable, "-m", "hosts.tfdata.service", *args],
+        self.procs[key] = self.net.host(host).popen([sys.executable, "-m", "hosts.agents.tfdata_service", *args],
                                                     cwd=PROJECT_ROOT, stdout=subprocess.PIPE, stderr=err)
 
     def __enter__(self) -> "Servers":
@@ -135,7 +135,7 @@ def rx_bytes(net, host: str) -> int:
 def run_trainer(net, host: str, spec: dict, cores: float, timeout: float) -> dict:
     """The trainer process with its local CPU budget applied by PID right after it starts (before TF)."""
     group = f"{os.getpid()}-trainer-{host}"          # unique: other runs may be up at the same time
-    proc = net.host(host).popen([sys.executable, "-m", "hosts.tfdata.trainer", json.dumps(spec)], cwd=PROJECT_ROOT,
+    proc = net.host(host).popen([sys.executable, "-m", "hosts.agents.tfdata_trainer", json.dumps(spec)], cwd=PROJECT_ROOT,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         applied = budget.limit(group, proc.pid, cores)

@@ -116,7 +116,7 @@ def run(net, spec: dict) -> dict:
         path = os.path.join(net.run_dir, f"flows-{h}.json")
         with open(path, "w") as fh:
             json.dump(s, fh)
-        commands[h] = ["hosts.flows", path]
+        commands[h] = ["hosts.agents.flows", path]
 
     before = net.counters()
     out = run_on_hosts(net, commands, timeout=deadline - time.time() + 20)

@@ -3,7 +3,7 @@ the analytical model T = Tcomp + Ttp + Tpp + Tdp + Tbubble.
 
 Ranks sit as hosts.collectives.layout says (Megatron's order on GPUs filled server by server: TP groups inside an
 HB domain; DP groups and pipeline neighbours on one rail of other servers when K divides t*d). Every GPU host runs
-hosts.collectives.training: a 1F1B or GPipe schedule whose passes sleep the GPU model's compute time and run the
+hosts.agents.training_rank: a 1F1B or GPipe schedule whose passes sleep the GPU model's compute time and run the
 TP AllReduces of the activations, pipeline sends of activations and gradients, and a DP AllReduce of the gradients.
 
 Scaling: the model (testbed.planning.prediction, the same formulas as `testbed plan --predict`) first predicts the
@@ -28,6 +28,7 @@ from dataclasses import dataclass, replace
 
 from hosts.collectives.comm import CHUNK, SLOTS
 from hosts.collectives.layout import Layout, gpu_of
+from hosts.collectives.membership import peer_entry
 from testbed.fabric import ovs
 from testbed.fabric.links import transport_options, worst_queueing_delay
 from testbed.fabric.topo import gpu_host
@@ -189,7 +190,7 @@ def phases(pred: Prediction) -> dict:
 
 
 def rank_spec(plan: Plan, s: dict, fabric, routing: str) -> dict:
-    """What every rank of hosts.collectives.training is told (besides its rank, the peers and the store)."""
+    """What every rank of hosts.agents.training_rank is told (besides its rank, the peers and the store)."""
     return {"plan": s["plan"], "micro_batches": plan.m, "schedule": s["schedule"],
             "layers": s["model"]["layers"] // plan.layout.pp, "recompute": s["model"]["recompute"],
             "activation_count": plan.activation_count, "gradient_count": plan.gradient_count,
@@ -207,8 +208,7 @@ def run(net, spec: dict) -> dict:
     plan = make_plan(fabric, spec)
     s = settings(spec)
     hosts = collective.ranks(fabric)
-    peers = [{"rank": r, "name": h.name, "ip": h.ip, "hb_ip": h.hb_ip, "server": h.server, "local_rank": h.rank}
-             for r, h in enumerate(hosts)]
+    peers = [peer_entry(r, h.name, h.ip, h.hb_ip, h.server, h.rank) for r, h in enumerate(hosts)]
     store = os.path.join(net.run_dir, "store", f"training-{time.monotonic_ns()}")
     os.makedirs(store)
     commands = {}
@@ -217,7 +217,7 @@ def run(net, spec: dict) -> dict:
         path = os.path.join(store, f"rank{r}.json")
         with open(path, "w") as f:
             json.dump({"rank": r, "peers": peers, "store": store, **common}, f)
-        commands[h.name] = ["hosts.collectives.training", path]
+        commands[h.name] = ["hosts.agents.training_rank", path]
     budget = 4 * plan.emulated.iteration * s["iterations"] + s["timeout_s"] + 30
     before = net.counters()
     try:

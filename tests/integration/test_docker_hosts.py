@@ -65,8 +65,8 @@ def test_image_builds_without_a_registry(client):
         assert img.labels["testbed.base"] == base and img.labels["testbed.inputs"] == image.inputs_digest()
         root_layer = client.images.get(base)
         assert root_layer.attrs["Parent"] == "" and len(root_layer.history()) == 1     # imported, not pulled
-        out = client.containers.run(tag, ["python3", "-c", "import numpy, pyverbs, hosts.rdma, hosts.collectives.run,"
-                                          " hosts.flows, hosts.probe; print(numpy.__version__)"],
+        out = client.containers.run(tag, ["python3", "-c", "import numpy, pyverbs, hosts.rdma, hosts.agents.collective_rank,"
+                                          " hosts.agents.flows, hosts.agents.probe; print(numpy.__version__)"],
                                     network_mode="none", remove=True).decode().strip()
         assert re.fullmatch(r"\d+\.\d+\.\d+", out), out
         # incremental: unchanged inputs, nothing rebuilt
@@ -91,10 +91,11 @@ def test_image_inputs_digest_follows_the_hosts_code(tmp_path, monkeypatch):
     monkeypatch.setattr(image, "PROJECT_ROOT", str(tmp_path))
     monkeypatch.setattr(image, "DOCKER_DIR", str(tmp_path / "docker"))
     assert image.inputs_digest() == before
-    (tmp_path / "hosts" / "probe.py").write_text((tmp_path / "hosts" / "probe.py").read_text() + "\n# changed\n")
+    probe = tmp_path / "hosts" / "agents" / "probe.py"
+    probe.write_text(probe.read_text() + "\n# changed\n")
     assert image.inputs_digest() != before
     names = {m.name for m in __import__("tarfile").open(fileobj=image.context()).getmembers()}
-    assert {"Dockerfile", "packages", "hosts/probe.py"} <= names and not any("__pycache__" in n for n in names)
+    assert {"Dockerfile", "packages", "hosts/agents/probe.py"} <= names and not any("__pycache__" in n for n in names)
 
 
 @root

@@ -2,9 +2,9 @@
 
 A QEMU/TCG guest runs the stock Debian kernel with rdma_rxe and rdma-core's real tools; a uroce endpoint
 in a network namespace on the same bridge is their peer, speaking the tools' TCP connection set-up
-(hosts/rdma/oob.py). Every combination of tool and role must complete with the expected byte counts;
-the traffic is captured on the bridge, every packet must carry a valid ICRC and tshark must decode all of
-it as InfiniBand/RoCE with no malformed packet.
+(hosts/rdma/interop.py, hosts/rdma/oob.py). Every combination of tool and role must complete with the expected
+byte counts; the traffic is captured on the bridge, every packet must carry a valid ICRC and tshark must decode
+all of it as InfiniBand/RoCE with no malformed packet.
 
 Needs root, qemu-system-x86, tcpdump, tshark and the guest image (scripts/rxe-guest-build).
 """
@@ -128,9 +128,9 @@ def lab():
             print(f"SKIP: {tool} not installed")
             pytest.skip(f"{tool} not installed")
     try:
-        import hosts.rdma.oob
+        import hosts.rdma.interop
         import hosts.rdma.uroce
-        ok = all(hasattr(hosts.rdma.oob, f) for f in ("rc_pingpong", "perftest_bw")) and \
+        ok = all(hasattr(hosts.rdma.interop, f) for f in ("rc_pingpong", "perftest_bw")) and \
             hasattr(hosts.rdma.uroce, "Device")
     except ImportError as e:
         ok, why = False, f"hosts.rdma (uroce) not importable: {e}"
@@ -175,7 +175,7 @@ def test_uroce_with_kernel_rxe(lab, tool, uroce_role, tmp_path):
     iters, size = ITERS[tool], SIZE[tool]
     uroce_ip = lan.addr(UROCE_IP_N)
     gcmd = GUEST_CMD[tool].format(gidx=g.gid_index, iters=iters, size=size)
-    ucmd = ["ip", "netns", "exec", ns, sys.executable, "-m", "hosts.rdma.oob", tool, "--ip", uroce_ip,
+    ucmd = ["ip", "netns", "exec", ns, sys.executable, "-m", "hosts.rdma.interop", tool, "--ip", uroce_ip,
             "-n", str(iters), "-s", str(size), "--timeout", "40"]
     pcap = tmp_path / f"{tool}-{uroce_role}.pcap"
     cap = lan.capture(pcap)

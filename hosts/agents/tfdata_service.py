@@ -1,7 +1,7 @@
 """tf.data.service servers in an emulated host.
 
-    python -m hosts.tfdata.service dispatcher --port 5050
-    python -m hosts.tfdata.service worker --dispatcher 10.11.250.1:5050 --ip 10.11.250.2 --port 5051
+    python -m hosts.agents.tfdata_service dispatcher --port 5050
+    python -m hosts.agents.tfdata_service worker --dispatcher 10.11.250.1:5050 --ip 10.11.250.2 --port 5051
 
 A worker must advertise the host's own address (worker_address): the default, localhost, makes clients in
 other hosts hang silently. Prints one JSON line when serving, then serves until killed. The launcher

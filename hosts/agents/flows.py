@@ -1,6 +1,6 @@
 """Concurrent UDP and TCP flows run inside an emulated host, measured per flow.
 
-    python -m hosts.flows SPEC.json
+    python -m hosts.agents.flows SPEC.json
 
 SPEC: {"start_at": epoch, "deadline": epoch,
        "listen": [{"flow": 3, "proto": "udp", "port": 6001, "bytes": N}],

@@ -1,6 +1,6 @@
 """Reachability probe run inside an emulated host: answers probes and probes a list of targets.
 
-    python -m hosts.probe --targets 10.11.0.2,10.12.0.2 --until EPOCH [--port 7000]
+    python -m hosts.agents.probe --targets 10.11.0.2,10.12.0.2 --until EPOCH [--port 7000]
 
 Every host of a fabric runs one at the same time; each answers the others' PINGs with a PONG and
 retries its own PINGs until the shared deadline, so start-up skew between hosts costs nothing.

@@ -1,6 +1,6 @@
 """The trainer in a GPU host: input from local preprocessing and/or tf.data.service, an emulated GPU.
 
-    python -m hosts.tfdata.trainer '{"pipeline": "compute", "policy": "fastflow", "service": "grpc://IP:PORT",
+    python -m hosts.agents.tfdata_trainer '{"pipeline": "compute", "policy": "fastflow", "service": "grpc://IP:PORT",
                                       "gpu_steps_per_s": 20, "seconds": 8}'
 
 policy "profile" profiles Gthp, Lthp/Pcycle and Rthp/Ocycle of each candidate pipeline and decides with

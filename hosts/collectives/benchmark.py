@@ -1,0 +1,53 @@
+"""The collective benchmark's arithmetic, shared by its rank program (hosts/agents/collective_rank.py) and the
+testbed's collective workload: the element count a message size means, each rank's seeded input, the
+operation by name, and the exact result numpy expects.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from hosts.collectives import algorithms
+
+
+def elements(op: str, nbytes: int, itemsize: int, world: int) -> int:
+    """Element count per rank for a message of nbytes (nccl-tests: the op's total size)."""
+    count = max(1, nbytes // itemsize)
+    if op in ("allgather", "alltoall"):
+        count = max(1, count // world) * (1 if op == "allgather" else world)
+    return count
+
+
+def make_input(rank: int, count: int, dtype) -> np.ndarray:
+    return np.random.default_rng(1000 + rank).integers(-8, 8, count).astype(dtype)
+
+
+def run_op(comm, spec: dict, x: np.ndarray) -> np.ndarray:
+    op, algo = spec["op"], spec["algo"]
+    if op == "allreduce":
+        return algorithms.allreduce(comm, x, spec.get("reduce", "sum"), algo)
+    if op == "allgather":
+        return algorithms.allgather(comm, x, algo)
+    if op == "reduce_scatter":
+        return algorithms.reduce_scatter(comm, x, spec.get("reduce", "sum"), algo)
+    if op == "broadcast":
+        return algorithms.broadcast(comm, x, spec.get("root", 0), algo)
+    if op == "alltoall":
+        return algorithms.alltoall(comm, x, algo)
+    raise ValueError(f"unknown operation {op!r}")
+
+
+def expected(spec: dict, world: int, rank: int, count: int, dtype) -> np.ndarray:
+    inputs = [make_input(r, count, dtype) for r in range(world)]
+    op = spec["op"]
+    if op in ("allreduce", "reduce_scatter"):
+        total = (np.max if spec.get("reduce") == "max" else np.sum)(np.stack(inputs), axis=0).astype(dtype)
+        if op == "allreduce":
+            return total
+        lo, hi = algorithms.bounds(count, world)[rank]
+        return total[lo:hi]
+    if op == "allgather":
+        return np.concatenate(inputs)
+    if op == "broadcast":
+        return inputs[spec.get("root", 0)]
+    m = count // world
+    return np.concatenate([inputs[src][rank * m:(rank + 1) * m] for src in range(world)])

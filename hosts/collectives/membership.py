@@ -1,0 +1,81 @@
+"""The recovery membership of a collective job: the one module that knows its keys and files.
+
+In the job's store (a FileStore on the job's directory, shared by the ranks and the testbed's job manager),
+for each epoch E >= 1 that a failure starts:
+    epoch{E}/alive/{name}   a survivor's announcement {"at", "step", "in_op"}          (ranks)
+    epoch{E}/failed         the verdict {"failed", "step", "lost_steps", ...}          (the first survivor)
+    epoch{E}/members        the new membership {"members", "step", ...} or {"error"}   (a rank, or the manager)
+Beside them in the job's directory: epoch{E}/ (the epoch's own rendezvous store) and
+spare-{host}-epoch{E}.json (the spec of a spare's rank joining epoch E).
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import asdict
+
+from hosts.collectives.comm import Peer
+from hosts.collectives.store import FileStore
+
+
+def peer_entry(rank: int, name: str, ip: str, hb_ip: str | None, server: int | None,
+               local_rank: int | None) -> dict:
+    """A rank's entry in a job spec's "peers" (what the rank programs make a comm.Peer of)."""
+    return asdict(Peer(rank=rank, name=name, ip=ip, hb_ip=hb_ip, server=server, local_rank=local_rank))
+
+
+def member_entry(name: str, ip: str, hb_ip: str | None, server: int | None, local_rank: int | None) -> dict:
+    """A rank's entry in an epoch's membership: where it runs (its number is its position)."""
+    entry = peer_entry(0, name, ip, hb_ip, server, local_rank)
+    del entry["rank"]
+    return entry
+
+
+def epoch_dir(job_dir: str, epoch: int) -> str:
+    """The directory of an epoch's own rendezvous (its barriers and queue-pair exchange)."""
+    return os.path.join(job_dir, f"epoch{epoch}")
+
+
+def spare_spec_path(job_dir: str, host: str, epoch: int) -> str:
+    """Where the job manager writes the spec of the rank a spare host runs from epoch `epoch` on."""
+    return os.path.join(job_dir, f"spare-{host}-epoch{epoch}.json")
+
+
+class Membership:
+    """The membership keys of one job, over its FileStore."""
+
+    def __init__(self, store: FileStore):
+        self.store = store
+
+    @staticmethod
+    def _key(epoch: int, what: str) -> str:
+        return f"epoch{epoch}/{what}"
+
+    # a survivor's announcement
+    def announce(self, epoch: int, name: str, info: dict) -> None:
+        self.store.set(self._key(epoch, f"alive/{name}"), info)
+
+    def announced(self, epoch: int, names: list[str]) -> dict[str, dict]:
+        """The announcements made so far by `names`, in their order."""
+        return {n: self.store.get(self._key(epoch, f"alive/{n}")) for n in names
+                if self.store.exists(self._key(epoch, f"alive/{n}"))}
+
+    # the verdict: who failed, where to resume
+    def has_verdict(self, epoch: int) -> bool:
+        return self.store.exists(self._key(epoch, "failed"))
+
+    def verdict(self, epoch: int) -> dict:
+        return self.store.get(self._key(epoch, "failed"))
+
+    def set_verdict(self, epoch: int, verdict: dict) -> None:
+        self.store.set(self._key(epoch, "failed"), verdict)
+
+    # the new membership
+    def has_members(self, epoch: int) -> bool:
+        return self.store.exists(self._key(epoch, "members"))
+
+    def members(self, epoch: int, timeout: float | None = None, what: str | None = None) -> dict:
+        """Wait for epoch's membership (FileStore.get's timeout and `what`)."""
+        return self.store.get(self._key(epoch, "members"), timeout=timeout, what=what)
+
+    def set_members(self, epoch: int, decision: dict) -> None:
+        self.store.set(self._key(epoch, "members"), decision)

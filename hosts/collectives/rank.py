@@ -1,0 +1,49 @@
+"""What every rank program does to take part in a job: its transport (a Communicator over its NIC and HB
+devices), its heartbeats, and an orderly teardown. Used by hosts/agents/collective_rank.py and
+hosts/agents/training_rank.py.
+"""
+from __future__ import annotations
+
+import os
+
+from hosts.collectives.comm import Communicator, Peer
+from hosts.collectives.heartbeat import Heartbeat
+from hosts.collectives.store import FileStore, StoreTimeout
+from hosts.rdma import open_device
+
+
+def build_comm(spec: dict, peers: list[Peer], me: Peer, store: FileStore, heartbeat=None) -> Communicator:
+    # RoCE MTU 1024 on the NIC (its link MTU is 1500) and 4096 in the HB domain (link MTU 9000)
+    mtu = {me.ip: 1024, me.hb_ip: 4096}
+    # multicast needs uroce (pyverbs does not expose multicast attach); everything else takes rxe where it exists
+    backend = "uroce" if spec.get("algo") == "multicast" else "auto"
+    comm = Communicator(me, peers, store, lambda ip: open_device(ip, backend=backend, mtu=mtu.get(ip, 1024)),
+                        timeout=spec.get("timeout_s", 60), chunk=spec.get("chunk", 64 * 1024),
+                        rate_limit_bps=spec.get("rate_limit_bps"), sport_mode=spec.get("sport_mode", "qp"),
+                        split=spec.get("split", 1),
+                        ring=list(range(len(peers))) if spec.get("ring") == "rank" else None,
+                        rc_timeout=spec.get("rc_timeout", 0.05), heartbeat=heartbeat)
+    comm.multicast_scope = spec.get("multicast_scope", "fabric")
+    comm.congestion = spec.get("congestion")
+    return comm
+
+
+def start_heartbeat(spec: dict, me: str):
+    """This rank's heartbeats (None if the spec turns them off)."""
+    options = spec.get("heartbeat", {})
+    if options is False:
+        return None
+    return Heartbeat(os.path.join(spec["store"], "heartbeats"), me, period=options.get("period_s", 0.15),
+                     timeout=options.get("timeout_s", 1.0), join_grace=spec.get("timeout_s", 60)).start()
+
+
+def finish(comm: Communicator, store: FileStore, rank: int, world: int) -> None:
+    """Tear down only once every rank's last work request has completed: a rank that left early
+    could not re-ACK a peer's retransmission after a lost final ACK (that peer would then fail
+    with RETRY_EXC_ERR although its data had arrived). The results are complete by now, so a
+    peer that never arrives (it failed at the very end) only delays the teardown."""
+    try:
+        store.barrier("done", rank, world, timeout=10)
+    except StoreTimeout:
+        pass
+    comm.close()
