@@ -180,7 +180,7 @@ def ensure(client, echo=print) -> str:
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    from testbed.fabric.hosts import dockerhost
+    from testbed.fabric.hosts.engine import DockerUnavailable, engine
     p = argparse.ArgumentParser(prog="docker-image", description="build the emulated hosts' container image")
     p.add_argument("--base", choices=BASES, default="auto",
                    help="auto: a registry's debian:bookworm-slim if reachable, else debootstrap + docker import")
@@ -188,12 +188,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tag", default=IMAGE)
     args = p.parse_args(argv)
     try:
-        client = dockerhost.engine()
+        client = engine()
         if not args.force and up_to_date(client, args.tag):
             print(f"image: {args.tag} is up to date (inputs {inputs_digest()})")
             return 0
         build(client, args.base, args.tag)
-    except (ImageError, dockerhost.DockerUnavailable) as exc:
+    except (ImageError, DockerUnavailable) as exc:
         print(f"docker-image: error: {exc}")
         return 1
     return 0

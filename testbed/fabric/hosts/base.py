@@ -1,0 +1,68 @@
+"""The host backends' shared vocabulary: the HostNode and HostBackend interfaces, their error, and the
+namespace backend (Mininet's own hosts)."""
+from __future__ import annotations
+
+import sys
+from typing import Protocol
+
+from mininet.node import Host
+
+
+class BackendUnavailable(RuntimeError):
+    pass
+
+
+class HostNode(Protocol):
+    python: str
+
+    def cmd(self, *args, **kwargs) -> str: ...
+    def popen(self, *args, **kwargs): ...
+    def tool_popen(self, *args, **kwargs): ...
+    def fail(self, sig) -> int | None: ...
+
+
+class HostBackend(Protocol):
+    """What the network needs of a backend: its hosts' Mininet class and parameters, before and after."""
+
+    name: str
+    carries_tensorflow: bool        # whether programs in its hosts can import TensorFlow
+
+    @staticmethod
+    def require() -> None: ...
+    def start(self, hosts: list[str], record) -> dict: ...
+    def node_params(self, host: str) -> dict: ...
+    def stop(self) -> None: ...
+
+
+class NamespaceHost(Host):
+    """A Mininet host (its own network namespace, the machine's file system and interpreter)."""
+
+    python = sys.executable
+
+    def tool_popen(self, *args, **kwargs):
+        return self.popen(*args, **kwargs)
+
+    def fail(self, sig) -> int | None:
+        return None
+
+
+class Namespaces:
+    """Hosts as bare network namespaces: nothing to start or stop beyond what Mininet does."""
+
+    name, carries_tensorflow = "netns", True
+
+    def __init__(self, run_dir: str, **limits):
+        pass
+
+    @staticmethod
+    def require() -> None:
+        pass
+
+    def start(self, hosts: list[str], record) -> dict:
+        return {}
+
+    def node_params(self, host: str) -> dict:
+        return {"cls": NamespaceHost}
+
+    def stop(self) -> None:
+        pass
