@@ -1,7 +1,7 @@
 """Proactive L3 routing for the emulated GPU fabric, written against the Ryu API.
 
 Runs under os-ken (`python -m controllers.run`) or Ryu (`ryu-manager controllers/fabric_app.py` with
-TESTBED_TOPOLOGY, TESTBED_ROUTING and optionally TESTBED_FAILOVER=1 set). No flooding and no learning:
+its settings from controllers/settings.py). No flooding and no learning:
 the testbed hands over the topology, hosts use static neighbour entries, and every switch gets, as soon
 as it connects:
   - one flow per destination IPv4 address: output to a port (`single`) or to a select group over all
@@ -14,15 +14,14 @@ Mode `rr` instead sends multi-path traffic to the controller, which forwards pac
 round robin: exact per-packet spraying of UDP (and RoCEv2) for small demonstrations, a few thousand
 packets/s at most.
 
-Failures: with data-plane failover (TESTBED_FAILOVER=1) select-group buckets watch their port, and
+Failures: with data-plane failover (--failover) select-group buckets watch their port, and
 single-path routes become fast-failover groups over the equal-cost ports, so a switch moves traffic
 off a dead port by itself. In every case the controller recomputes the routes on each PORT_STATUS and
 updates the switches whose routes changed; on link up it restores them.
-Installed state is written to TESTBED_STATE (controllers/state.py) so the testbed knows when routing is ready.
+Installed state is written to the state file (controllers/state.py) so the testbed knows when routing is ready.
 """
 from __future__ import annotations
 
-import json
 import os
 import struct
 import sys
@@ -40,7 +39,7 @@ except ImportError:  # pragma: no cover - exercised only under ryu-manager
     from ryu.ofproto import ofproto_v1_5
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from controllers import state  # noqa: E402
+from controllers import settings, state  # noqa: E402
 from controllers.ofport import port_change  # noqa: E402
 from controllers.routes import Topology  # noqa: E402
 
@@ -63,14 +62,13 @@ class FabricRouting(app_manager.OSKenApp if hasattr(app_manager, "OSKenApp") els
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        with open(os.environ["TESTBED_TOPOLOGY"]) as f:
-            self.topo = Topology(json.load(f))
-        self.mode = os.environ.get("TESTBED_ROUTING", "ecmp")
-        self.failover = os.environ.get("TESTBED_FAILOVER", "0") == "1"
+        conf = settings.load()
+        self.topo = Topology(conf.topology)
+        self.mode, self.failover = conf.routing, conf.failover
         if self.mode not in ("single", "ecmp", "rr"):
             raise ValueError(f"unknown routing mode {self.mode!r}; choose single, ecmp or rr")
         self.rr_next: dict[tuple[str, str], int] = {}     # round robin position per (switch, dst IP)
-        self.state_path = os.environ.get(state.ENV)
+        self.state_path = conf.state_path
         self.dps: dict[str, object] = {}
         self.groups: dict[str, dict[tuple, int]] = {}     # switch -> {(type, ports): group id}
         self.current: dict[str, dict[str, tuple]] = {}    # switch -> {dst IP: (type, ports)}

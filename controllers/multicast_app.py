@@ -7,13 +7,12 @@ recomputed on every join, leave and PORT_STATUS. Traffic to a group without memb
 off the tree, hits fabric_app's lowest-priority drop.
 
 Coexistence with fabric_app: this app's flows carry COOKIE and are deleted by cookie mask only; its
-group ids start at GROUP_BASE. State goes to TESTBED_STATE + ".mcast" (controllers/state.py): groups, members,
+group ids start at GROUP_BASE. State goes to the state file + ".mcast" (controllers/state.py): groups, members,
 trees, members they cannot reach, events and errors.
 """
 from __future__ import annotations
 
 import ipaddress
-import json
 import os
 import sys
 import time
@@ -32,7 +31,7 @@ except ImportError:  # pragma: no cover - exercised only under ryu-manager
     from ryu.ofproto import ofproto_v1_5
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from controllers import mcast_trees, state  # noqa: E402
+from controllers import mcast_trees, settings, state  # noqa: E402
 from controllers.ofport import port_change  # noqa: E402
 from controllers.routes import Topology  # noqa: E402
 
@@ -69,9 +68,9 @@ class MulticastTrees(app_manager.OSKenApp if hasattr(app_manager, "OSKenApp") el
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        with open(os.environ["TESTBED_TOPOLOGY"]) as f:
-            self.topo = Topology(json.load(f))      # our own copy: fabric_app's is its business
-        routing_state = os.environ.get(state.ENV)
+        conf = settings.load()
+        self.topo = Topology(conf.topology)         # our own copy: fabric_app's is its business
+        routing_state = conf.state_path
         self.state_path = state.multicast_path(routing_state) if routing_state else None
         self.dps: dict[str, object] = {}
         self.members: dict[str, set[str]] = {}              # group -> hosts

@@ -7,7 +7,8 @@
 from __future__ import annotations
 
 import argparse
-import os
+
+from controllers import settings
 
 
 def main() -> None:
@@ -18,8 +19,7 @@ def main() -> None:
     ap.add_argument("--state", required=True)
     ap.add_argument("--failover", action="store_true", help="data-plane fast failover (watch ports)")
     args = ap.parse_args()
-    os.environ.update(TESTBED_TOPOLOGY=args.topology, TESTBED_ROUTING=args.mode, TESTBED_STATE=args.state,
-                      TESTBED_FAILOVER="1" if args.failover else "0")
+    settings.export(args.topology, args.mode, args.state, args.failover)
 
     from os_ken import cfg, log
     from os_ken.base import app_manager  # before os_ken.controller.controller, which needs its options

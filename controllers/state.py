@@ -1,8 +1,8 @@
 """The controller's state files: the one module that writes and reads them.
 
-    TESTBED_STATE            fabric_app: {"mode", "failover", "switches": installed routes per switch,
+    STATE                    fabric_app: {"mode", "failover", "switches": installed routes per switch,
                              "down": [[switch, port]], "port_events", "errors"}
-    TESTBED_STATE + ".mcast" multicast_app: {"groups": {group: {"members", "trees", "unreachable"}},
+    STATE + ".mcast"         multicast_app: {"groups": {group: {"members", "trees", "unreachable"}},
                              "installed", "rules", "events", "errors"}
 
 The apps write them atomically (a temporary file, then os.replace), so a reader never sees half a file;
@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 
-ENV = "TESTBED_STATE"          # the apps' environment variable naming the routing state file
 MCAST_SUFFIX = ".mcast"
 
 
