@@ -166,6 +166,9 @@ def perftest_bw(dev, verb: str, server: Optional[str] = None, *, port: int = DEF
     ``tx_depth`` outstanding, READs also at most the server's outstanding-read limit) and send the report
     the server prints. As server we expose a buffer with remote write/read access and wait for the client.
     """
+    # Long on purpose: the body is perftest's exchange, step by step in the tools' own order (versions, system
+    # data, MTU, three handshakes, the run, the report, the close); cut into pieces it would no longer read
+    # side by side with perftest's perftest_communication.c.
     if verb not in ("write", "read"):
         raise ValueError("verb must be 'write' or 'read'")
     deadline = time.monotonic() + timeout
