@@ -27,6 +27,8 @@ LOCAL_BASE = f"{PREFIX}base:bookworm"
 REGISTRY_BASE = "debian:bookworm-slim"
 SUITE = "bookworm"
 BASES = ("auto", "registry", "debootstrap")
+# debootstrap keeps the packages it downloaded here: a base remade later downloads only what changed.
+DEBOOTSTRAP_CACHE = f"/var/cache/{PREFIX}debootstrap"
 # What a base image does not need: documentation, locales, apt's caches.
 TRIM = ("usr/share/doc", "usr/share/man", "usr/share/info", "usr/share/locale", "var/cache/apt",
         "var/lib/apt/lists")
@@ -115,8 +117,10 @@ def debootstrap_base(client, tag: str = LOCAL_BASE, echo=print) -> str:
     with tempfile.TemporaryDirectory(prefix=f"{PREFIX}rootfs-", dir="/var/tmp") as tmp:
         root = os.path.join(tmp, "root")
         echo(f"image: debootstrap {SUITE} with {', '.join(packages())} ...")
-        run = subprocess.run(["debootstrap", "--variant=minbase", f"--include={','.join(packages())}", SUITE,
-                              root, mirror()], capture_output=True, text=True)
+        os.makedirs(DEBOOTSTRAP_CACHE, exist_ok=True)
+        run = subprocess.run(["debootstrap", "--variant=minbase", f"--cache-dir={DEBOOTSTRAP_CACHE}",
+                              f"--include={','.join(packages())}", SUITE, root, mirror()],
+                             capture_output=True, text=True)
         if run.returncode != 0:
             last = (run.stdout + run.stderr).strip().splitlines()[-1:] or ["no output"]
             raise ImageError(f"debootstrap failed: {last[0]}")
