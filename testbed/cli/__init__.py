@@ -8,6 +8,8 @@
     testbed clean
     testbed pcap summarize FILE [--json]
     testbed fault TARGET down|up|crash|hang|resume      (into the fabric a run has up)
+    testbed up SCENARIO | --topo KIND[,KEY=VALUE...] [--cli]   a fabric kept up (see testbed/cli/up.py)
+    testbed status [--json] | exec HOST -- CMD | shell HOST | cli | down      (on the fabric that is up)
     testbed plan --gpus G --hb-size K --radix R [--kind ...] [--predict] [--json]   (see testbed/cli/plan.py)
 
 Exit status: 0 success; 1 a check failed; 2 bad input (one line on stderr naming the problem);
@@ -18,11 +20,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from testbed.cli import clean, fault, pcap, plan, run, runs, topo
+from testbed.cli import clean, console, down, fault, pcap, plan, run, runs, shell, status, topo, up
 from testbed.cli.errors import EXIT_FAILED, EXIT_USAGE, Parser, UsageError
 from testbed.fabric.topo import TopologyError
 
-VERBS = (topo, run, runs, clean, fault, pcap, plan)      # each module adds its own subcommand(s)
+VERBS = (topo, run, runs, clean, fault, pcap, plan, up, status, shell, console, down)      # each module adds its own subcommand(s)
 
 
 def parser() -> argparse.ArgumentParser:

@@ -2,7 +2,8 @@
 
 Every live fabric has a run directory under RUN_ROOT holding `state.json`: who owns it (PID), which bridges,
 host and switch PIDs, containers and controller PID it made. `testbed clean` reads it after a crash to remove
-exactly those objects; `testbed fault` reads it to reach a running fabric's hosts.
+exactly those objects; `testbed fault`, `status`, `exec`, `shell`, `cli` and `down` read it to reach a running
+fabric. A fabric that `testbed up` keeps also records `live`: since when, from what, its routing.
 """
 from __future__ import annotations
 
@@ -52,6 +53,15 @@ def alive(state: dict) -> bool:
     """Whether the run's own process still exists (then its objects are in use, not left behind)."""
     pid = state.get("owner_pid")
     return bool(pid) and os.path.exists(f"/proc/{pid}")
+
+
+def live_fabric() -> tuple[str, dict] | None:
+    """(run directory, state) of the fabric up on this machine, whichever command brought it up (the lock
+    allows one), or None."""
+    for run_dir, state in all_runs().items():
+        if alive(state) and "fabric" in state:
+            return run_dir, state
+    return None
 
 
 def take_lock(wait_s: float = 0.0) -> int:

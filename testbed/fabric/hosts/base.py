@@ -32,6 +32,8 @@ class HostBackend(Protocol):
     def start(self, hosts: list[str], record) -> dict: ...
     def node_params(self, host: str) -> dict: ...
     def stop(self) -> None: ...
+    @staticmethod
+    def enter(host: str, pid: int, tty: bool) -> list[str]: ...
 
 
 class NamespaceHost(Host):
@@ -63,6 +65,12 @@ class Namespaces:
 
     def node_params(self, host: str) -> dict:
         return {"cls": NamespaceHost}
+
+    @staticmethod
+    def enter(host: str, pid: int, tty: bool) -> list[str]:
+        """The command prefix that runs a program in a live host from any process: its shell's network
+        namespace (pid: the shell's, as the run's state file records it)."""
+        return ["nsenter", "--target", str(pid), "--net", "--"]
 
     def stop(self) -> None:
         pass

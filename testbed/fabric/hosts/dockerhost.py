@@ -291,6 +291,11 @@ class Docker:
     def node_params(self, host: str) -> dict:
         return {"cls": DockerHost, "pod": self.containers[host], "containers": self.containers}
 
+    @staticmethod
+    def enter(host: str, pid: int, tty: bool) -> list[str]:
+        """The command prefix that runs a program in a live host from any process: inside its container."""
+        return ["docker", "exec", "-i", *(["-t"] if tty else []), container_name(host)]
+
     def stop(self) -> None:
         if self.containers is not None:
             self.containers.remove()

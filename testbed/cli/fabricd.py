@@ -1,0 +1,71 @@
+"""The process that keeps a fabric up for `testbed up` (`testbed up --foreground`): bring-up, then wait.
+
+It owns the Network (the fabric lock, Mininet's objects, the controller) and records `live` in the run's state
+file; SIGTERM (`testbed down`), SIGINT and SIGHUP end the wait and tear the fabric down. When started detached
+by `testbed up` it reports on a pipe (ready_fd): one JSON line, ready or the one-line reason it is not.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+class _Stop:
+    """Set by a stop signal; bring-up is finished (or abandoned by its own error) before the teardown."""
+
+    def __init__(self):
+        self.signal = None
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, self._set)
+
+    def _set(self, signum, frame) -> None:
+        self.signal = signum
+
+
+def serve(doc: dict, source: str, ready_fd: int | None) -> int:
+    from testbed import runner
+    from testbed.fabric import runstate
+    from testbed.fabric.network import Network
+    from testbed.scenario import host_limits
+    routing = doc.get("routing", {})
+    net = Network(runner.fabric_of(doc), routing=routing.get("mode", "ecmp"), failover=routing.get("failover", True),
+                  hosts=doc.get("hosts", "netns"), host_limits=host_limits(doc))
+    stop = _Stop()
+    try:
+        net.start()
+        runstate.record(net.run_dir, live={"since": time.time(), "source": source, "routing": net.routing,
+                                           "failover": net.failover, "transport": net.rdma["transport"],
+                                           "bring_up_s": round(net.timings["bring_up_s"], 3)})
+        _report(ready_fd, {"ok": True, "pid": os.getpid(), "run_dir": net.run_dir,
+                           "bring_up_s": net.timings["bring_up_s"]})
+        while stop.signal is None:
+            time.sleep(0.5)
+        print(f"signal {stop.signal}: tearing down", flush=True)
+    except Exception as exc:      # one line for `testbed up`; the details stay in the log
+        _report(ready_fd, {"ok": False, "error": f"{type(exc).__name__}: {exc}"})
+        import traceback
+        traceback.print_exc()
+        return 1
+    finally:
+        net.stop()
+    return 0
+
+
+def _report(ready_fd: int | None, message: dict) -> None:
+    if ready_fd is None:        # started by hand in the foreground: tell the terminal
+        if message["ok"]:
+            print(f"fabric up in {message['bring_up_s']:.1f} s (pid {message['pid']}); Ctrl-C or `testbed down` "
+                  "tears it down", flush=True)
+        else:
+            print(f"testbed up: error: {message['error']}", file=sys.stderr, flush=True)
+        return
+    try:
+        os.write(ready_fd, (json.dumps(message) + "\n").encode())
+        os.close(ready_fd)
+    except OSError:             # `testbed up` is gone (interrupted): nobody to tell
+        pass

@@ -1,0 +1,126 @@
+"""The fabric up on this machine, reached from any process: what `status`, `exec`, `shell`, `cli` and `down` share.
+
+The fabric is found through its run's state file (testbed.fabric.runstate) and rebuilt as the reattach path
+`testbed fault` uses (testbed.runtime.handfaults.RunningFabric); programs run in its hosts through the host
+backend's own way in (`enter`), so nothing here asks which backend it is.
+"""
+from __future__ import annotations
+
+import glob
+import os
+import re
+import subprocess
+
+from testbed import PREFIX, RUN_ROOT
+from testbed.cli.errors import UsageError
+from testbed.fabric import ovs, runstate
+from testbed.fabric.links import is_patch, switch_port, sysname
+
+MAX_NAMES = 24          # names listed in an error before "... (N in all)"
+
+
+def names(items) -> str:
+    items = list(items)
+    shown = ", ".join(items[:MAX_NAMES])
+    return shown + (f", ... ({len(items)} in all)" if len(items) > MAX_NAMES else "")
+
+
+class LiveFabric:
+    """A running fabric: its model, state, hosts' PIDs and the backend that entered its hosts."""
+
+    def __init__(self, run_dir: str, state: dict):
+        from testbed.fabric.hosts import backend_class
+        from testbed.runtime.handfaults import RunningFabric
+        self.run_dir, self.state = run_dir, state
+        self.net = RunningFabric(state, run_dir)         # what testbed.runtime.faults takes
+        self.fabric = self.net.fabric
+        self.backend = backend_class(state.get("hosts", "netns"))
+
+    @property
+    def owner_pid(self) -> int:
+        return self.state["owner_pid"]
+
+    def check_host(self, name: str) -> str:
+        if name in self.fabric.hosts:
+            return name
+        what = "a switch" if name in self.fabric.switches else "no host of this fabric"
+        raise UsageError(f"{name!r} is {what}; hosts: {names(self.fabric.hosts)}")
+
+    def enter(self, host: str, argv: list[str], tty: bool = False) -> list[str]:
+        """The command line that runs argv in the host."""
+        return self.backend.enter(self.check_host(host), self.state["host_pids"][host], tty) + argv
+
+    def run(self, host: str, command: str, timeout: float | None = None) -> subprocess.CompletedProcess:
+        """A shell command in the host, its output captured (stderr into stdout)."""
+        return subprocess.run(self.enter(host, ["sh", "-c", command]), stdin=subprocess.DEVNULL,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
+
+    def popen(self, host: str, command: str) -> subprocess.Popen:
+        return subprocess.Popen(self.enter(host, ["sh", "-c", command]), stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    def links(self) -> list[dict]:
+        """Every cable of the model with its state now (up, down) and its rate."""
+        ports = {br: _ofport_states(br) for br in (sysname(s.name) for s in self.fabric.sdn_switches())}
+        rows = []
+        for l in self.fabric.links:
+            ends = [(n, p) for n, p in ((l.a, l.a_port), (l.b, l.b_port)) if n in self.fabric.switches]
+            up = all(_switch_port_up(ports, n, p) for n, p in ends)
+            rows.append({"a": l.a, "b": l.b, "kind": l.kind, "mbps": l.mbps, "state": "up" if up else "down",
+                         "shaped": not is_patch(self.fabric, l), "standby": l.standby,
+                         "ends": [_end_name(self.fabric, n, p) for n, p in ((l.a, l.a_port), (l.b, l.b_port))]})
+        return rows
+
+
+def _end_name(fabric, node: str, port: int) -> str:
+    return f"{node}:eth{port}" if node in fabric.hosts else f"{node}:{port}"
+
+
+PORT_RE = re.compile(r"^\s*(\d+)\((\S+)\):.*?\n\s*config:\s*(\S.*?)\n\s*state:\s*(\S.*?)\n", re.M | re.S)
+
+
+def _ofport_states(bridge: str) -> dict[int, bool]:
+    """OpenFlow port -> up (configured up, with carrier) on one OVS bridge; a removed patch port is absent."""
+    proc = subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", "show", bridge], capture_output=True, text=True,
+                          timeout=10)
+    return {int(no): "PORT_DOWN" not in config and "LINK_DOWN" not in state
+            for no, _, config, state in PORT_RE.findall(proc.stdout)}
+
+
+def _switch_port_up(ports: dict, switch: str, port: int) -> bool:
+    br = sysname(switch)
+    if br in ports:
+        return ports[br].get(port, False)
+    try:      # a Linux bridge's (HB domain's) port in the root namespace
+        with open(f"/sys/class/net/{switch_port(switch, port)}/operstate") as f:
+            return f.read().strip() == "up"
+    except OSError:
+        return False
+
+
+def attach() -> LiveFabric:
+    found = runstate.live_fabric()
+    if found is None:
+        raise UsageError("no fabric is up on this machine (bring one up with `testbed up`)")
+    return LiveFabric(*found)
+
+
+def require_root(verb: str) -> None:
+    if os.geteuid() != 0:
+        raise UsageError(f"`testbed {verb}` needs root (namespaces, Open vSwitch); try sudo")
+
+
+def leftovers() -> dict[str, list[str]]:
+    """What `testbed clean` would remove now (runs no longer alive, objects of ours no live run uses); read only."""
+    states = runstate.all_runs()
+    live = {d for d, st in states.items() if runstate.alive(st)}
+    in_use = {br for d in live for br in states[d].get("bridges", [])}
+    found = {"run dirs": [os.path.basename(d) for d in glob.glob(os.path.join(RUN_ROOT, "run-*")) if d not in live],
+             "bridges": [b for b in ovs.our_bridges() if b not in in_use]}
+    out = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
+    devices = {m.split("@")[0] for m in re.findall(r"^\d+:\s+(\S+):", out, re.M)}
+    found["links"] = sorted(d for d in devices if d.startswith(PREFIX) and d not in in_use
+                            and d.split("-p")[0] not in in_use)
+    netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split("\n")
+    found["namespaces"] = [line.split()[0] for line in netns if line.startswith(PREFIX)]
+    return {k: v for k, v in found.items() if v}
