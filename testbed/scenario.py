@@ -32,7 +32,7 @@ FABRIC = {
 FAULT = {"type": "object", "additionalProperties": False, "required": ["at", "kind", "target"],
          "properties": {"at": {"type": "number", "minimum": 0},
                         "kind": {"enum": ["link-down", "link-up", "link-flap", "switch-down", "port-disable", "gpu-crash", "gpu-hang",
-                                          "gpu-declared", "server-down"]},
+                                          "gpu-stall", "gpu-declared", "server-down", "nic-down", "partition"]},
                         "target": {"type": "string"},
                         "workload": {"type": "string"},     # `at` counts from this workload's start
                         "duration": {"type": "number", "exclusiveMinimum": 0},

@@ -9,18 +9,23 @@ SPEC: {"rank": r, "peers": [{"rank", "name", "ip", "hb_ip", "server", "local_ran
        "sport_mode": "qp" | "packet", "split": 1,      (spraying: a source port per packet; split:K lanes)
        "multicast_scope": "fabric" | "rail",           (algo multicast: where the switches replicate)
        "recovery": "abort" | "shrink" | "spare" | "migrate",
-       "heartbeat": {"period_s": 0.15, "timeout_s": 1.0} | false,
+       "heartbeat": {"period_s": 0.15, "timeout_s": 1.0, "stall_s": 2.0} | false,
        "join": {"epoch": E, "me": {peer}}}             (a spare taking over a failed rank from epoch E)
 Inputs are integer-valued, drawn from a seed per rank, so every rank can compute the exact expected
 result with numpy. Prints {"rank", "host", "times": [s per measured step], "correct", "counters",
 "recoveries", "heartbeat"}, or {"rank", "host", "error"}, or {"rank", "host", "left"} (a rank moved away).
 
-A failed peer (heartbeats, hosts/collectives/heartbeat.py; or the transport) fails the collective. With `abort` the rank
-reports the error. Otherwise the survivors agree on who failed and where to resume (agree()), and the job
+A failed peer fails the collective: found by the heartbeats over the network (hosts/collectives/heartbeat.py:
+a crash, a hang, a dead NIC or cable, a partition), by the progress watchdog (watchdog.py: a rank that beats on
+but stalled), or by the transport. With `abort` the rank reports the error. Otherwise the survivors agree on who failed and where to resume (agree()), and the job
 re-forms as a new epoch with its own rendezvous; the step in progress is run again. `shrink`: the
 survivors go on alone, renumbered. `spare` / `migrate`: the testbed's job manager (testbed/runtime/recovery.py)
 puts spare GPUs in the failed ranks' places; they join with the failed ranks' numbers and inputs, so
 results still equal numpy's.
+
+Signals: SIGUSR1, the GPU is declared failed (the rank tells its peers and leaves); SIGUSR2, the GPU hangs (a
+kernel that never returns: the main loop blocks at its next kernel, the heartbeat thread goes on); SIGCONT
+ends such a hang.
 """
 from __future__ import annotations
 
@@ -32,10 +37,10 @@ import time
 
 import numpy as np
 
-from hosts.collectives import mcast_allgather
+from hosts.collectives import beats, mcast_allgather
 from hosts.collectives.benchmark import elements, expected, make_input, run_op
 from hosts.collectives.comm import CollectiveError, Peer
-from hosts.collectives.membership import Membership, epoch_dir
+from hosts.collectives.membership import Membership, decide, epoch_dir
 from hosts.collectives.rank import build_comm, finish, start_heartbeat
 from hosts.collectives.store import FileStore, StoreTimeout
 
@@ -43,19 +48,22 @@ from hosts.collectives.store import FileStore, StoreTimeout
 MAX_RETRIES = 2       # re-formations in a row with every rank alive
 
 
+SETTLE = 0.3          # seconds a peer known failed has to announce itself anyway (its path was cut, not the rank)
+
+
 def agree(spec: dict, job: Membership, hb, epoch: int, members: list[dict], me: str, step: int,
-          in_op: bool) -> dict:
+          in_op: bool, links_down: list[str]) -> dict:
     """Survivors of a failure agree on who failed and where the job resumes; returns the new epoch's
     membership {"members", "step", "failed", "lost_steps", ...} or {"error"}.
 
-    Each survivor announces itself with its step. Once every member of the old epoch has announced or
-    been declared failed by the heartbeats (without heartbeats: has not announced within a grace
-    period longer than the no-progress timeout), the first survivor writes the verdict: who failed, the
-    step to resume from (the earliest one a survivor had not completed; it is run again) and how many
-    started steps are lost. With `shrink` it writes the new membership too; with `spare` and `migrate`
-    the testbed's job manager writes it, with spares in the failed ranks' places."""
+    Each survivor announces itself with its step, the peers it found failed itself and its own ports without
+    carrier. Once every member of the old epoch has announced or has been known failed for SETTLE seconds
+    (without heartbeats: has not announced within a grace period longer than the no-progress timeout), the
+    first survivor writes the verdict (membership.decide). With `shrink` it writes the new membership too;
+    with `spare` and `migrate` the testbed's job manager writes it, with spares in the failed ranks' places."""
     names = [m["name"] for m in members]
-    job.announce(epoch, me, {"at": time.time(), "step": step, "in_op": in_op})
+    job.announce(epoch, me, {"at": time.time(), "step": step, "in_op": in_op,
+                             "suspects": hb.suspects() if hb is not None else {}, "links_down": links_down})
     grace = spec.get("timeout_s", 60) + 2.0
     wait = grace + spec.get("timeout_s", 60) + 30
     deadline = time.monotonic() + wait
@@ -63,19 +71,16 @@ def agree(spec: dict, job: Membership, hb, epoch: int, members: list[dict], me: 
         if not job.has_verdict(epoch):
             announced = job.announced(epoch, names)
             if hb is not None:
-                gone = set(hb.failed())
+                gone = {n for n, (_, at) in hb.failed().items() if time.time() - at > SETTLE}
             else:
                 gone = set(names) - set(announced) if time.time() > min(
                     a["at"] for a in announced.values()) + grace else set()
             if all(n in announced or n in gone for n in names) and me == next(n for n in names if n in announced):
-                verdict = {"failed": [n for n in names if n not in announced],
-                           "step": min(a["step"] for a in announced.values()),
-                           "decided_at": time.time(), "policy": spec.get("recovery", "abort")}
-                last_started = max(a["step"] if a["in_op"] else a["step"] - 1 for a in announced.values())
-                verdict["lost_steps"] = max(0, last_started - verdict["step"] + 1)
+                verdict = decide(names, announced, spec.get("recovery", "abort"))
                 job.set_verdict(epoch, verdict)
                 if spec.get("recovery") == "shrink":
-                    job.set_members(epoch, {**verdict, "members": [m for m in members if m["name"] in announced]})
+                    job.set_members(epoch, {**verdict, "members": [m for m in members
+                                                                   if m["name"] not in verdict["failed"]]})
         if time.monotonic() > deadline:
             return {"error": f"no membership decision for epoch {epoch} within {wait:.0f} s"}
         time.sleep(0.01)
@@ -98,9 +103,13 @@ class CollectiveRank:
         self.policy, self.timeout = spec.get("recovery", "abort"), spec.get("timeout_s", 60)
         self.job = Membership(FileStore(spec["store"], timeout=self.timeout))   # the job's rendezvous, across epochs
         join = spec.get("join")
-        self.me = join["me"]["name"] if join else spec["peers"][spec["rank"]]["name"]
-        self.hb = start_heartbeat(spec, self.me)
+        self.entry = join["me"] if join else {k: v for k, v in spec["peers"][spec["rank"]].items() if k != "rank"}
+        self.me = self.entry["name"]
+        self.hb = start_heartbeat(spec, self.entry)
+        self.stalled = False
         signal.signal(signal.SIGUSR1, lambda *_: declared_failed(self.hb))
+        signal.signal(signal.SIGUSR2, lambda *_: setattr(self, "stalled", True))
+        signal.signal(signal.SIGCONT, lambda *_: setattr(self, "stalled", False))
         self.dtype = np.dtype(spec.get("dtype", "float32"))
         self.warmup = spec.get("warmup", 1)
         self.steps = self.warmup + spec.get("iterations", 5)
@@ -133,6 +142,8 @@ class CollectiveRank:
         rank, world = next(p.rank for p in peers if p.name == self.me), len(peers)
         store = FileStore(epoch_dir(spec["store"], self.epoch), timeout=self.timeout)
         count = elements(spec["op"], spec["bytes"], self.dtype.itemsize, world)
+        if self.hb is not None:
+            self.hb.meet(self.members)            # where each member's beats come from
         comm = build_comm(spec, peers, peers[rank], store, self.hb)
         store.interrupt = comm.peer_failure
         self.in_op = False
@@ -151,13 +162,17 @@ class CollectiveRank:
 
     def _run_steps(self, comm, store: FileStore, rank: int, world: int, count: int, want) -> None:
         while self.step < self.steps:
+            self._kernel()
             x = make_input(rank, count, self.dtype)
+            self._progress(waiting=True)
             formed = store.barrier(f"it{self.step}", rank, world)
             if self.forming is not None and "reformed_at" not in self.forming:
                 self.forming["reformed_at"] = formed          # every member of the new epoch is in
+            self._progress(waiting=True)
             self.in_op, t0 = True, time.monotonic()
             out = run_op(comm, self.spec, x)
             self.in_op = False
+            self._progress(waiting=False)
             if self.step >= self.warmup:
                 self.times[self.step - self.warmup] = time.monotonic() - t0
             if want is not None:
@@ -166,22 +181,44 @@ class CollectiveRank:
                 self.forming["first_success_at"] = time.time()
             self.step += 1
 
+    def _kernel(self) -> None:
+        """Where the rank's compute kernels run (a step's input is made here). A GPU hang (SIGUSR2, the fault
+        gpu-stall) blocks the main loop here, as a kernel that never returns blocks its stream; the heartbeat
+        thread goes on beating, so only the peers' progress watchdog can tell."""
+        while self.stalled:
+            time.sleep(0.05)
+
+    def _progress(self, waiting: bool) -> None:
+        if self.hb is not None:
+            self.hb.progress(waiting)
+
+    def _detection(self) -> tuple[float, str]:
+        """When the first failure was found (wall time) and how: heartbeats, watchdog, declared, or transport."""
+        failed = self.hb.failed() if self.hb is not None else {}
+        if not failed:
+            return time.time(), "transport"
+        first = min(failed, key=lambda n: failed[n][1])
+        return failed[first][1], self.hb.detected_by(first) or "heartbeats"
+
     def _recover(self, exc: Exception, comm) -> bool:
         """After a failed step: abort, or agree on a new epoch's membership; True when this rank goes on in it."""
         hb, result = self.hb, self.result
-        detected = min([time.time()] + [at for _, at in (hb.failed().values() if hb else [])])
+        self._progress(waiting=True)
+        detected, by = self._detection()
         comm.close(linger=0)
         if self.policy == "abort":
-            result.update(error=str(exc), error_at=detected)
+            result.update(error=str(exc), error_at=detected, detected_by=by)
             return False
         self.epoch += 1
-        self.forming = {"epoch": self.epoch, "policy": self.policy, "error": str(exc), "detected_at": detected}
+        self.forming = {"epoch": self.epoch, "policy": self.policy, "error": str(exc), "detected_at": detected,
+                        "detected_by": by}
         result["recoveries"].append(self.forming)
-        decision = agree(self.spec, self.job, hb, self.epoch, self.members, self.me, self.step, self.in_op)
+        decision = agree(self.spec, self.job, hb, self.epoch, self.members, self.me, self.step, self.in_op,
+                         beats.links_down(self.entry))
         if "error" in decision:
             result.update(error=f"{self.policy} recovery after [{exc}] failed: {decision['error']}", error_at=detected)
             return False
-        self.forming.update({k: decision.get(k) for k in ("decided_at", "failed", "replaced", "lost_steps")},
+        self.forming.update({k: decision.get(k) for k in ("decided_at", "failed", "cut_off", "replaced", "lost_steps")},
                             world=len(decision["members"]))
         self.members, self.step = decision["members"], decision["step"]
         if not any(m["name"] == self.me for m in self.members):

@@ -9,8 +9,8 @@ is the flow control (a sender far ahead gets RNR NAKs and retries).
 Queue pairs are created lazily, the first time a peer is used, and connected through the store.
 Peers in the same server talk over the HB domain (their HB addresses), others over the NICs.
 
-With a Heartbeat (heartbeat.py), a peer that falls silent wakes the progress engine at once and the
-collective fails naming it, instead of after the no-progress timeout.
+With a Heartbeat (heartbeat.py), a peer that falls silent or stalls wakes the progress engine at once and the
+collective fails naming it and how it was found, instead of after the no-progress timeout.
 """
 from __future__ import annotations
 
@@ -235,11 +235,9 @@ class Communicator:
         failed = self.heartbeat.failed() if self.heartbeat is not None else {}
         if not failed:
             return None
-        name, (silence, _) = min(failed.items(), key=lambda kv: kv[1][1])
+        name = min(failed, key=lambda n: failed[n][1])
         rank = next((p.rank for p in self.peers if p.name == name), "?")
-        if self.heartbeat.was_declared(name):
-            return f"rank {rank} ({name}) was declared failed"
-        return f"rank {rank} ({name}) missed its heartbeats for {silence:.2f} s"
+        return f"rank {rank} ({name}) {self.heartbeat.why(name)}"
 
     def check_peers(self) -> None:
         """Raise if a peer was declared failed (called where the engine waits)."""

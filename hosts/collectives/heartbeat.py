@@ -1,98 +1,133 @@
-"""Communicator heartbeats: how a rank learns, within about a second, that a peer crashed or hung.
+"""Communicator heartbeats over the emulated network: how a rank learns, within about a second, that a peer
+crashed, hung, stalled, lost its NIC or cable, or was cut off.
 
-Every rank publishes a beat (a counter in a small file of the job's store directory) every `period`
-seconds from its own thread, and watches the beats of the peers it currently works with. A peer whose
-counter has not moved for `timeout` seconds is declared failed. A crashed process (SIGKILL) and a hung
-one (SIGSTOP stops all its threads) both fall silent, so both are found the same way, long before the
-transport's retransmission timers give up (seconds, as they must outlast full queues).
+Every rank sends a beat every `period` seconds from its own thread, over the network, to each peer it has
+a one-hop path to (beats.py: the NIC to its rail, the HB domain to its server), and watches the beats
+coming back on each of those paths. A peer silent on a path for `timeout` seconds is declared failed: a
+crashed process (SIGKILL), a stopped one (SIGSTOP), a dead NIC or cable and a partition all look like that,
+long before the transport's retransmission timers give up. A peer whose beats go on but whose progress
+count stands still while this rank waits on it is stalled (watchdog.py: a hung kernel).
 
-Silence is measured on the watcher's own monotonic clock, from the last time it saw the counter move,
-so the ranks' clocks need not agree. A watcher that was itself starved (its loop late by more than half
-the timeout: the 2-core machine was busy, or the process was stopped) restarts every peer's clock
-instead of blaming them, which keeps load from producing false positives. A peer that has not
-published yet (a spare still starting) gets `join_grace` seconds. A rank that leaves the job normally
-publishes LEFT, so that its silence afterwards is not a failure. A rank whose GPU is declared failed
-(the operator or a health check takes it out of service) publishes DECLARED, and its watchers fail it at
-once, without waiting out the timeout.
+A rank sees only the peers it has a path to; what it found out first hand it writes to its news file in
+the job's store directory (NEWS), and reads its peers' news every beat: so a failure reaches the ranks of
+other rails and servers within a beat of its first detection, as TorchFT's lighthouse or c10d's store
+carry it. Detection itself always comes from the network or the watchdog; the news only carries it.
+
+Silence is measured on the watcher's own monotonic clock, from the last beat heard, so the ranks' clocks
+need not agree. A watcher that was itself starved (its loop late by more than half the timeout: the
+machine was busy, or the process was stopped) restarts every clock instead of blaming anyone. A path
+never heard yet (a spare still starting) gets `join_grace` seconds. A rank that leaves the job normally
+sends LEFT, so its silence afterwards is no failure; a rank whose GPU is declared failed sends DECLARED,
+and is failed at once.
 """
 from __future__ import annotations
 
+import json
 import os
-import struct
+import select
 import threading
 import time
 from typing import Callable
 
-LEFT = (1 << 64) - 1
-DECLARED = LEFT - 1
-_BEAT = struct.Struct("<Q")
+from hosts.collectives import beats
+from hosts.collectives.watchdog import Watchdog
+
+NEWS = "news-{name}.json"
 
 
 class Heartbeat:
-    def __init__(self, directory: str, name: str, period: float = 0.15, timeout: float = 1.0,
-                 join_grace: float = 30.0):
+    def __init__(self, directory: str, me: dict, period: float = 0.15, timeout: float = 1.0,
+                 join_grace: float = 30.0, stall: float = 2.0):
+        """me: this rank's member entry (name, ip, hb_ip, server, local_rank); directory: where news is shared."""
         if not 0 < period < timeout:
             raise ValueError(f"heartbeat period {period} s must be positive and shorter than its timeout {timeout} s")
-        self.directory, self.name = directory, name
+        self.directory, self.me, self.name = directory, dict(me), me["name"]
         self.period, self.timeout, self.join_grace = period, timeout, join_grace
         os.makedirs(directory, exist_ok=True)
-        self._fd = os.open(self._path(name), os.O_CREAT | os.O_RDWR, 0o644)
-        self._count = 0
+        self._socks = beats.open_sockets(self.me)
+        self.watchdog = Watchdog(stall)
+        self._count, self._flags = 0, 0
         self._lock = threading.Lock()
-        self._peers: dict[str, dict] = {}          # name -> {fd, value, since (monotonic), watched_at}
-        self._failed: dict[str, tuple[float, float]] = {}     # name -> (silence s, wall time declared)
-        self._declared: set[str] = set()           # peers whose GPU was declared failed (no silence needed)
+        self._known: dict[str, dict] = {}          # name -> member entry (addresses), from meet()
+        self._peers: dict[str, dict] = {}          # watched name -> {left, declared, readmitted (wall time)}
+        self._links: dict[tuple, dict] = {}        # (name, path) -> {addr, since (monotonic), heard}
+        self._failed: dict[str, dict] = {}         # name -> {silence, at (wall), why, by, first_hand}
+        self._news_seen: dict[str, float] = {}     # reporter -> mtime of its news file last read
         self.on_failure: Callable[[], None] | None = None       # called from the heartbeat thread
-        self.max_silence = 0.0       # longest a live peer's counter stood still (the margin to `timeout`)
+        self.max_silence = 0.0       # longest a live peer's path stood still (the margin to `timeout`)
         self.max_loop_gap = 0.0      # longest gap between two of our own beats (our own starvation)
+        self.send_errors = 0         # beats the network refused (our own port down)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name="tb-heartbeat")
 
-    def _path(self, name: str) -> str:
-        return os.path.join(self.directory, f"hb-{name}")
-
-    # -- what the communicator uses -----------------------------------------------------------
+    # -- what the rank program and the communicator use ----------------------------------------
     def start(self) -> "Heartbeat":
         self._beat()
         self._thread.start()
         return self
 
-    def watch(self, names) -> None:
-        """Watch exactly these peers from now on. Peers kept from the previous set keep their clocks;
-        a peer the job has just agreed is alive (it re-joined) starts with a clean record."""
-        now = time.monotonic()
+    def meet(self, members) -> None:
+        """The addresses of the job's members (entries with name, ip, hb_ip, server, local_rank)."""
         with self._lock:
-            for name in set(self._peers) - set(names):
-                fd = self._peers.pop(name)["fd"]
-                if fd is not None:
-                    os.close(fd)
+            self._known.update({m["name"]: dict(m) for m in members})
+
+    def watch(self, names) -> None:
+        """Watch exactly these peers from now on. Peers kept from the previous set keep their clocks; a peer
+        the job has just agreed is alive starts with a clean record."""
+        now, wall, names = time.monotonic(), time.time(), [n for n in names if n != self.name]
+        with self._lock:
             for name in names:
+                if name not in self._peers or name in self._failed:
+                    self._peers[name] = {"left": False, "declared": False, "readmitted": wall}
                 self._failed.pop(name, None)
-                if name not in self._peers:
-                    self._peers[name] = {"fd": None, "value": None, "since": now, "watched_at": now}
+                known = self._known.get(name)
+                for path, addr in beats.paths_to(self.me, known) if known else ():
+                    self._links.setdefault((name, path), {"addr": addr, "since": now, "heard": False})
+            for name in set(self._peers) - set(names):
+                del self._peers[name]
+            self._links = {k: v for k, v in self._links.items() if k[0] in self._peers}
+            self.watchdog.forget(self._peers)
+            self._publish_news()
+
+    def progress(self, waiting: bool) -> None:
+        """This rank moved on (watchdog.py); `waiting`: it now waits on its peers."""
+        self.watchdog.step(waiting)
 
     def failed(self) -> dict[str, tuple[float, float]]:
-        """Watched peers declared failed: name -> (seconds silent, wall-clock time declared)."""
+        """Watched peers declared failed, first hand or by news: name -> (seconds silent or still, wall time)."""
         with self._lock:
-            return {n: v for n, v in self._failed.items() if n in self._peers}
+            return {n: (f["silence"], f["at"]) for n, f in self._failed.items() if n in self._peers}
+
+    def suspects(self) -> dict[str, str]:
+        """Peers this rank itself found failed (not told by news): name -> how (heartbeats, watchdog, declared)."""
+        with self._lock:
+            return {n: f["by"] for n, f in self._failed.items() if n in self._peers and f["first_hand"]}
+
+    def why(self, name: str) -> str | None:
+        with self._lock:
+            f = self._failed.get(name)
+        return None if f is None else f["why"]
+
+    def detected_by(self, name: str) -> str | None:
+        with self._lock:
+            f = self._failed.get(name)
+        return None if f is None else f["by"]
 
     def failure(self) -> str | None:
-        """One line naming a failed peer, or None."""
+        """One line naming the first failed peer, or None."""
         failed = self.failed()
         if not failed:
             return None
-        name, (silence, _) = min(failed.items(), key=lambda kv: kv[1][1])
-        if self.was_declared(name):
-            return f"{name} was declared failed"
-        return f"{name} missed its heartbeats for {silence:.2f} s"
+        name = min(failed, key=lambda n: failed[n][1])
+        return f"{name} {self.why(name)}"
 
     def was_declared(self, name: str) -> bool:
-        """Whether the peer's GPU was declared failed (rather than falling silent)."""
-        with self._lock:
-            return name in self._declared
+        """Whether the peer's GPU was declared failed (rather than falling silent or stalling)."""
+        return self.detected_by(name) == "declared"
 
     def stats(self) -> dict:
-        return {"period_s": self.period, "timeout_s": self.timeout, "beats": self._count,
+        return {"period_s": self.period, "timeout_s": self.timeout, "stall_s": self.watchdog.bound,
+                "beats": self._count, "send_errors": self.send_errors, "over": sorted(self._socks),
                 "max_peer_silence_s": round(self.max_silence, 4), "max_own_gap_s": round(self.max_loop_gap, 4)}
 
     def stop(self, left: bool = True) -> None:
@@ -101,58 +136,137 @@ class Heartbeat:
         if self._thread.is_alive():
             self._thread.join()
         if left:
-            os.pwrite(self._fd, _BEAT.pack(LEFT), 0)
-        os.close(self._fd)
+            self._last_words(beats.LEFT)
+        for sock in self._socks.values():
+            sock.close()
+        self._socks = {}
         self.watch(())
 
     def declare_failed(self) -> None:
         """This rank's GPU is out of service: stop beating and tell the watchers so."""
         self._stop.set()
-        os.pwrite(self._fd, _BEAT.pack(DECLARED), 0)
+        self._last_words(beats.DECLARED)
 
-    # -- the thread ---------------------------------------------------------------------------
+    # -- the wire -------------------------------------------------------------------------------
     def _beat(self) -> None:
         self._count += 1
-        os.pwrite(self._fd, _BEAT.pack(self._count), 0)
-
-    def _read(self, name: str, peer: dict):
-        if peer["fd"] is None:
+        flags = self._flags | (beats.WAITING if self.watchdog.waiting else 0)
+        data = beats.encode(self._count, self.watchdog.progress, flags, self.name)
+        with self._lock:
+            targets = [(path, link["addr"]) for (_, path), link in self._links.items()]
+        for path, addr in targets:
             try:
-                peer["fd"] = os.open(self._path(name), os.O_RDONLY)
-            except FileNotFoundError:
-                return None
-        data = os.pread(peer["fd"], _BEAT.size, 0)
-        return _BEAT.unpack(data)[0] if len(data) == _BEAT.size else None
+                self._socks[path].sendto(data, (addr, beats.PORT))
+            except (OSError, KeyError):
+                self.send_errors += 1         # our own port is down (no route): the watchers will notice
 
+    def _last_words(self, flag: int) -> None:
+        """A few beats with `flag` (a datagram may be lost; silence then says the same a second later)."""
+        self._flags |= flag
+        for _ in range(3):
+            self._beat()
+
+    def _receive(self, now: float) -> None:
+        for path, sock in self._socks.items():
+            while True:
+                try:
+                    data = sock.recv(256)
+                except (BlockingIOError, OSError):
+                    break
+                beat = beats.decode(data)
+                if beat is None:
+                    continue
+                count, progress, flags, name = beat
+                with self._lock:
+                    link, peer = self._links.get((name, path)), self._peers.get(name)
+                    if link is None or peer is None:
+                        continue
+                    if link["heard"]:
+                        self.max_silence = max(self.max_silence, now - link["since"])
+                    link["since"], link["heard"] = now, True
+                    peer["left"] = peer["left"] or bool(flags & beats.LEFT)
+                    peer["declared"] = peer["declared"] or bool(flags & beats.DECLARED)
+                    self.watchdog.heard(name, progress, bool(flags & beats.WAITING), now)
+
+    # -- the thread -----------------------------------------------------------------------------
     def _run(self) -> None:
-        last = time.monotonic()
-        while not self._stop.wait(self.period):
+        last = next_beat = time.monotonic()
+        while not self._stop.is_set():
+            socks = list(self._socks.values())
+            wait = max(0.0, next_beat - time.monotonic())
+            if socks:
+                select.select(socks, [], [], wait)
+            else:
+                self._stop.wait(wait)
             now = time.monotonic()
+            self._receive(now)
+            if now < next_beat:
+                continue
             gap, last = now - last, now
+            next_beat = now + self.period
             self.max_loop_gap = max(self.max_loop_gap, gap)
             self._beat()
-            starved = gap > self.timeout / 2
-            newly = False
-            with self._lock:
-                for name, peer in self._peers.items():
-                    value = self._read(name, peer)
-                    if starved:                  # we were not running: we cannot tell who was silent
-                        peer["since"] = now
-                    if value == DECLARED and name not in self._failed:
-                        self._declared.add(name)
-                        self._failed[name] = (now - peer["since"], time.time())
-                        newly = True
-                        continue
-                    if value is not None and value != peer["value"]:
-                        if peer["value"] is not None and not starved:
-                            self.max_silence = max(self.max_silence, now - peer["since"])
-                        peer["value"], peer["since"] = value, now
-                        continue
-                    if value == LEFT or name in self._failed:
-                        continue
-                    limit = self.timeout if value is not None else self.join_grace
-                    if now - peer["since"] > limit:
-                        self._failed[name] = (now - peer["since"], time.time())
-                        newly = True
-            if newly and self.on_failure is not None:
+            if self._judge(now, starved=gap > self.timeout / 2) and self.on_failure is not None:
                 self.on_failure()
+
+    def _judge(self, now: float, starved: bool) -> bool:
+        """Declare what the beats, the watchdog and the news say; True if a peer newly failed."""
+        newly = False
+        with self._lock:
+            if starved:                      # we were not running: we cannot tell who was silent
+                for link in self._links.values():
+                    link["since"] = now
+                self.watchdog.restart_clocks(now)
+            for (name, path), link in self._links.items():
+                peer, silence = self._peers[name], now - link["since"]
+                if name in self._failed or peer["left"]:
+                    continue
+                if peer["declared"]:
+                    newly |= self._fail(name, silence, "was declared failed", "declared")
+                elif silence > (self.timeout if link["heard"] else self.join_grace):
+                    newly |= self._fail(name, silence, f"missed its heartbeats over the "
+                                                       f"{beats.PATH_NAMES[path]} for {silence:.2f} s", "heartbeats")
+            for name, still in self.watchdog.stalled(now).items():
+                if name in self._peers and name not in self._failed and not self._peers[name]["left"]:
+                    newly |= self._fail(name, still, f"stalled: made no progress for {still:.2f} s while its "
+                                                     f"peers waited on it (watchdog)", "watchdog")
+            if newly:
+                self._publish_news()
+            newly |= self._read_news()
+        return newly
+
+    def _fail(self, name: str, silence: float, why: str, by: str, at: float | None = None,
+              first_hand: bool = True) -> bool:
+        self._failed[name] = {"silence": silence, "at": at or time.time(), "why": why, "by": by,
+                              "first_hand": first_hand}
+        return True
+
+    # -- news: first-hand verdicts shared through the store directory --------------------------
+    def _publish_news(self) -> None:
+        news = {n: {k: f[k] for k in ("silence", "at", "why", "by")}
+                for n, f in self._failed.items() if f["first_hand"] and n in self._peers}
+        path = os.path.join(self.directory, NEWS.format(name=self.name))
+        with open(path + ".tmp", "w") as out:
+            json.dump(news, out)
+        os.replace(path + ".tmp", path)
+
+    def _read_news(self) -> bool:
+        newly = False
+        for reporter in list(self._peers):
+            path = os.path.join(self.directory, NEWS.format(name=reporter))
+            try:
+                mtime = os.stat(path).st_mtime_ns
+                if self._news_seen.get(reporter) == mtime:
+                    continue
+                with open(path) as f:
+                    news = json.load(f)
+                self._news_seen[reporter] = mtime
+            except (OSError, ValueError):
+                continue
+            for name, f in news.items():
+                peer = self._peers.get(name)
+                if peer is None or name in self._failed or f["at"] < peer["readmitted"]:
+                    continue             # not ours to watch, known already, or older than its re-admission
+                newly |= self._fail(name, f["silence"], f"{f['why']} (seen by {reporter})", f["by"], f["at"],
+                                    first_hand=False)
+        return newly

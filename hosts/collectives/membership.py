@@ -2,7 +2,7 @@
 
 In the job's store (a FileStore on the job's directory, shared by the ranks and the testbed's job manager),
 for each epoch E >= 1 that a failure starts:
-    epoch{E}/alive/{name}   a survivor's announcement {"at", "step", "in_op"}          (ranks)
+    epoch{E}/alive/{name}   a survivor's announcement {"at", "step", "in_op", "suspects", "links_down"}  (ranks)
     epoch{E}/failed         the verdict {"failed", "step", "lost_steps", ...}          (the first survivor)
     epoch{E}/members        the new membership {"members", "step", ...} or {"error"}   (a rank, or the manager)
 Beside them in the job's directory: epoch{E}/ (the epoch's own rendezvous store) and
@@ -11,6 +11,8 @@ spare-{host}-epoch{E}.json (the spec of a spare's rank joining epoch E).
 from __future__ import annotations
 
 import os
+import time
+from collections import Counter
 from dataclasses import asdict
 
 from hosts.collectives.comm import Peer
@@ -38,6 +40,33 @@ def epoch_dir(job_dir: str, epoch: int) -> str:
 def spare_spec_path(job_dir: str, host: str, epoch: int) -> str:
     """Where the job manager writes the spec of the rank a spare host runs from epoch `epoch` on."""
     return os.path.join(job_dir, f"spare-{host}-epoch{epoch}.json")
+
+
+def decide(names: list[str], announced: dict[str, dict], policy: str) -> dict:
+    """The verdict once every member has announced itself or is known failed: who failed, the step to resume from
+    (the earliest one a survivor had not completed; it is run again) and how many started steps are lost.
+
+    A member that did not announce is failed (crashed, stopped, stalled). Members that did announce but
+    found each other failed by their heartbeats (a NIC or cable cut, a partition: both ends alive, the path
+    between them dead) cannot all stay: the members with the most such cuts go first until none is left;
+    between equals, one whose own port has no carrier (it knows the cut is its own), then the later one in
+    the job's order (a partition keeps the side of the first rank)."""
+    failed = [n for n in names if n not in announced]
+    alive = [n for n in names if n in announced]
+    cuts = {frozenset((a, b)) for a in alive for b in announced[a].get("suspects", {}) if b in alive and b != a}
+    cut_off = []
+    while cuts:
+        degree = Counter(n for cut in cuts for n in cut)
+        worst = max(degree, key=lambda n: (degree[n], bool(announced[n].get("links_down")), names.index(n)))
+        cut_off.append(worst)
+        alive.remove(worst)
+        cuts = {cut for cut in cuts if worst not in cut}
+    survivors = {n: announced[n] for n in alive}
+    verdict = {"failed": [n for n in names if n in failed or n in cut_off], "cut_off": cut_off,
+               "step": min(a["step"] for a in survivors.values()), "decided_at": time.time(), "policy": policy}
+    last_started = max(a["step"] if a["in_op"] else a["step"] - 1 for a in survivors.values())
+    verdict["lost_steps"] = max(0, last_started - verdict["step"] + 1)
+    return verdict
 
 
 class Membership:

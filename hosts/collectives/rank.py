@@ -28,13 +28,14 @@ def build_comm(spec: dict, peers: list[Peer], me: Peer, store: FileStore, heartb
     return comm
 
 
-def start_heartbeat(spec: dict, me: str):
-    """This rank's heartbeats (None if the spec turns them off)."""
+def start_heartbeat(spec: dict, me: dict):
+    """This rank's heartbeats over the network (None if the spec turns them off); me: its member entry."""
     options = spec.get("heartbeat", {})
     if options is False:
         return None
     return Heartbeat(os.path.join(spec["store"], "heartbeats"), me, period=options.get("period_s", 0.15),
-                     timeout=options.get("timeout_s", 1.0), join_grace=spec.get("timeout_s", 60)).start()
+                     timeout=options.get("timeout_s", 1.0), join_grace=spec.get("timeout_s", 60),
+                     stall=options.get("stall_s", 2.0)).start()
 
 
 def finish(comm: Communicator, store: FileStore, rank: int, world: int) -> None:

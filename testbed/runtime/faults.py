@@ -1,4 +1,4 @@
-"""Fault injection into a running fabric: links and switches.
+"""Fault injection into a running fabric: links and switches, GPUs (their rank processes) and GPUs' cables.
 
 Targets:
   rail0-spine1      a switch-to-switch link (either order)
@@ -7,7 +7,9 @@ Targets:
   spine1            a whole switch (every port)
 A link goes down at both ends, as a cut cable does: switch ports are set down through OpenFlow port
 config (the controller gets PORT_STATUS; watch-port buckets stop using them) and host interfaces are
-set down in the host's namespace.
+set down in the host's namespace. GPU faults and the cables of GPUs (nic-down, partition) are found and
+recovered from by the job itself (its heartbeats over the network and its progress watchdog); their
+outcome says when and how (`detected_by`), see Schedule and gpu_outcomes.
 """
 from __future__ import annotations
 
@@ -122,18 +124,39 @@ def inject(net, target: str, up: bool = False, disable: bool = False) -> dict:
     return {"target": target, "up": up, "at": at, "links": len(links)}
 
 
-GPU_KINDS = {"gpu-crash": signal.SIGKILL, "gpu-hang": signal.SIGSTOP, "gpu-declared": signal.SIGUSR1}
+GPU_KINDS = {"gpu-crash": signal.SIGKILL, "gpu-hang": signal.SIGSTOP, "gpu-declared": signal.SIGUSR1,
+             "gpu-stall": signal.SIGUSR2}
+RANK_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2)     # handled by the rank program itself, sent to it alone
+RANK_PROGRAM = "hosts.agents.collective_rank"
+SERVER_KINDS = ("server-down", "partition")          # targets a server (s1), not a GPU host
 
 
 def gpu_hosts(fabric, kind: str, target: str) -> list[str]:
-    if kind == "server-down":        # the whole server, its spares included
+    if kind in SERVER_KINDS:         # the whole server, its spares included
         hosts = [h.name for h in fabric.gpus() + fabric.spares() if f"s{h.server}" == target]
     else:
         hosts = [target] if target in fabric.hosts and fabric.hosts[target].kind in ("gpu", "spare") else []
     if not hosts:
         raise FaultError(f"unknown {kind} target {target!r}: expected a GPU host like s0g1"
-                         + (" (server-down: a server like s1)" if kind == "server-down" else ""))
+                         + (f" ({kind}: a server like s1)" if kind in SERVER_KINDS else ""))
     return hosts
+
+
+def cut_nics(net, kind: str, target: str, up: bool) -> dict:
+    """nic-down: a GPU's NIC cable cut at the GPU (its port goes down, the switch loses carrier); partition:
+    every NIC cable of a server cut at the switches (its GPUs lose carrier and the scale-out network; the
+    server, its processes and its HB domain stay up). Either way the controller sees PORT_STATUS and the
+    ranks see their beats stop on the NIC."""
+    at = time.time()
+    if kind == "nic-down":
+        return {**inject(net, f"{target}/nic", up), "at": at}
+    links = [net.fabric.attachment(h, "nic") for h in gpu_hosts(net.fabric, kind, target)
+             if net.fabric.hosts[h].kind == "gpu"]
+    for link in links:
+        node, port = (link.b, link.b_port) if link.a in net.fabric.hosts else (link.a, link.a_port)
+        subprocess.run(["ip", "link", "set", switch_port(node, port), "up" if up else "down"], check=True,
+                       capture_output=True)
+    return {"target": target, "up": up, "at": at, "links": len(links)}
 
 
 def host_processes(net, host: str) -> list[int]:
@@ -154,16 +177,34 @@ def host_processes(net, host: str) -> list[int]:
     return pids
 
 
+def rank_processes(net, host: str) -> list[int]:
+    """PIDs of collective rank processes in a host's namespace."""
+    pids = []
+    for pid in host_processes(net, host):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if RANK_PROGRAM.encode() in f.read():
+                    pids.append(pid)
+        except OSError:
+            continue
+    return pids
+
+
 def signal_gpus(net, hosts: list[str], sig) -> int:
-    """A GPU failure: the rank processes of these hosts crash (SIGKILL), hang (SIGSTOP) or resume.
-    A Docker host fails as a whole: its container is killed, paused or unpaused."""
+    """A GPU failure: the rank processes of these hosts crash (SIGKILL), hang (SIGSTOP) or resume; the rank
+    programs alone get SIGUSR1 (declared failed) and SIGUSR2 (a stalled GPU: its main loop blocks, the process
+    lives on). A Docker host crashes and hangs as a whole: its container is killed, paused or unpaused."""
     hit = 0
     for host in hosts:
-        failed = net.host(host).fail(sig)          # the backend's own way (a container), if it has one
-        if failed is not None:
-            hit += failed
-            continue
-        for pid in host_processes(net, host):
+        if sig in RANK_SIGNALS:
+            pids = rank_processes(net, host)
+        else:
+            failed = net.host(host).fail(sig)          # the backend's own way (a container), if it has one
+            if failed is not None:
+                hit += failed
+                continue
+            pids = host_processes(net, host)
+        for pid in pids:
             try:
                 os.kill(pid, sig)
                 hit += 1
@@ -173,7 +214,8 @@ def signal_gpus(net, hosts: list[str], sig) -> int:
 
 
 LINK_KINDS = ("link-down", "link-up", "link-flap", "switch-down", "port-disable")
-GPU_FAULTS = ("gpu-crash", "gpu-hang", "gpu-declared", "server-down")
+CABLE_FAULTS = ("nic-down", "partition")        # cables of GPUs: the job detects and recovers, like a GPU failure
+GPU_FAULTS = ("gpu-crash", "gpu-hang", "gpu-stall", "gpu-declared", "server-down") + CABLE_FAULTS
 
 
 def check_target(fabric, fault: dict) -> None:
@@ -193,7 +235,11 @@ class Schedule:
     link-flap: down and up `count` times (default 3), `duration` (default 0.5 s) each way;
     gpu-crash / server-down: the GPU host's (server's) rank processes are killed (SIGKILL);
     gpu-hang: they are stopped (SIGSTOP), and resumed after `duration` if given;
-    gpu-declared: the GPU is declared failed (SIGUSR1: the rank tells its peers and leaves).
+    gpu-stall: the GPU hangs with its host alive (SIGUSR2 to the rank: its main loop blocks at its next kernel,
+      its heartbeats go on; the peers' progress watchdog finds it), resumed (SIGCONT) after `duration` if given;
+    gpu-declared: the GPU is declared failed (SIGUSR1: the rank tells its peers and leaves);
+    nic-down: a GPU's NIC cable is cut at the GPU (target a GPU host); partition: a server's NIC cables are cut
+      at the switches (target a server like s1): its ranks live on, cut off; both mended after `duration`.
     (Docker hosts: docker kill, docker pause, docker unpause of the host's container.)
     Everything still down when the workloads end is restored before the fabric is torn down.
     """
@@ -259,6 +305,8 @@ class Schedule:
             f = self.faults[i]
             if f["kind"] in LINK_KINDS:
                 rec = inject(self.net, f["target"], up, disable=f["kind"] == "port-disable")
+            elif f["kind"] in CABLE_FAULTS:
+                rec = cut_nics(self.net, f["kind"], f["target"], up)
             else:
                 hosts = gpu_hosts(self.net.fabric, f["kind"], f["target"])
                 sig = signal.SIGCONT if up else GPU_KINDS.get(f["kind"], signal.SIGKILL)
@@ -283,7 +331,9 @@ class Schedule:
             kind = next(f["kind"] for f in self.faults if f["target"] == target)
             if is_down and kind in LINK_KINDS:
                 inject(self.net, target, up=True, disable=kind == "port-disable")
-            elif is_down and kind == "gpu-hang":       # a hung rank is resumed so it can be torn down
+            elif is_down and kind in CABLE_FAULTS:
+                cut_nics(self.net, kind, target, up=True)
+            elif is_down and kind in ("gpu-hang", "gpu-stall"):     # a hung rank is resumed so it can be torn down
                 signal_gpus(self.net, gpu_hosts(self.net.fabric, kind, target), signal.SIGCONT)
 
     def _ports(self, fault: dict) -> set | None:
@@ -374,7 +424,8 @@ def gpu_outcomes(records: list[dict], workloads: list[dict], t0: float, fabric) 
                 and hosts & set(r.get("failed") or hosts)]
         if mine:
             r = min(mine, key=lambda r: r["detected_at"])
-            fault.update(detected_s=rel(r["detected_at"]), recovered_s=rel(r["reformed_at"]),
+            fault.update(detected_s=rel(r["detected_at"]), detected_by=r.get("detected_by"),
+                         recovered_s=rel(r["reformed_at"]),
                          first_success_s=rel(r["first_success_at"]), lost_steps=r["lost_steps"],
                          recovery=r["policy"], replaced_by=r.get("replaced") or None)
         else:           # abort (or nothing noticed it): detection only
@@ -386,7 +437,8 @@ def describe_gpu_outcome(f: dict) -> str:
     """One line for the summary: when the peers noticed, when the job had re-formed, the first success."""
     def since(t):
         return f"{t} s (+{t - f['at_s']:.2f} s)" if t is not None and f["at_s"] is not None else "never"
-    line = f"fault {f['kind']} {f['target']}: at {f['at_s']} s, detected at {since(f['detected_s'])}"
+    line = f"fault {f['kind']} {f['target']}: at {f['at_s']} s, detected at {since(f['detected_s'])}" + \
+        (f" by {f['detected_by']}" if f.get("detected_by") else "")
     if f.get("recovery") in (None, "abort"):
         return line + (", job aborted" if f.get("recovery") else "")
     how = f["recovery"] + (f" by {', '.join(f['replaced_by'].values())}" if f.get("replaced_by") else "")

@@ -1,11 +1,11 @@
 """The job manager's side of GPU-failure recovery, for one collective job.
 
-The ranks detect a failed peer (heartbeats, or the transport) and agree among themselves on who failed
+The ranks detect a failed peer (heartbeats over the network, the progress watchdog, or the transport) and agree among themselves on who failed
 and on the step to resume from: the ranks write epoch E's verdict in the job's store (the keys:
 hosts/collectives/membership.py).
 This manager, a thread in the testbed, watches for that verdict and then
-  - fences the failed ranks: whatever is left of their processes is killed, so that a hung rank cannot
-    come back into a job that has moved on;
+  - fences the failed ranks: whatever is left of their processes is killed, so that a hung or stalled rank,
+    or one cut off the network, cannot come back into a job that has moved on;
   - `shrink`: nothing more; the survivors have written the new membership themselves;
   - `spare`: puts, in each failed rank's place, an idle spare GPU of the same server (HB domain),
     re-cabled onto the failed GPU's rail and enabled (testbed.fabric.spares), and starts its rank process with
@@ -30,20 +30,8 @@ from testbed.fabric import spares
 from testbed.runtime import faults
 from testbed.runtime.launch import run_on_hosts
 
-RANK_MODULE = "hosts.agents.collective_rank"
-
-
-def rank_processes(net, host: str) -> list[int]:
-    """PIDs of collective rank processes in a host's namespace."""
-    pids = []
-    for pid in faults.host_processes(net, host):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if RANK_MODULE.encode() in f.read():
-                    pids.append(pid)
-        except OSError:
-            continue
-    return pids
+RANK_MODULE = faults.RANK_PROGRAM
+rank_processes = faults.rank_processes
 
 
 def fence(net, host: str) -> int:

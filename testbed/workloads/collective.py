@@ -47,7 +47,8 @@ SCHEMA = {
         "heartbeat": {"anyOf": [{"const": False}, {     # false: detection by transport timeouts only
             "type": "object", "additionalProperties": False,
             "properties": {"period_s": {"type": "number", "minimum": 0.01, "maximum": 5},
-                           "timeout_s": {"type": "number", "minimum": 0.1, "maximum": 60}}}]},
+                           "timeout_s": {"type": "number", "minimum": 0.1, "maximum": 60},
+                           "stall_s": {"type": "number", "minimum": 0.2, "maximum": 600}}}]},   # the watchdog's bound
         "multicast_scope": {"enum": ["fabric", "rail"]},
         "expect": {"type": "object", "additionalProperties": False,
                    "properties": {"min_bus_ratio": {"type": "number", "minimum": 0}}},
@@ -283,6 +284,8 @@ def recovery_records(outputs, policy: str, manager) -> list[dict]:
             "epoch": epoch, "policy": policy, "failed": some.get("failed"), "replaced": some.get("replaced"),
             "world": some.get("world"), "lost_steps": some.get("lost_steps"),
             "detected_at": min((r["detected_at"] for r in rs if r.get("detected_at")), default=None),
+            "detected_by": min(((r["detected_at"], r.get("detected_by")) for r in rs if r.get("detected_at")),
+                               default=(None, None))[1],
             "decided_at": some.get("decided_at"),
             "reformed_at": min((r["reformed_at"] for r in rs if r.get("reformed_at")), default=None),
             "first_success_at": max(first) if first else None,

@@ -1,8 +1,11 @@
-"""Communicator heartbeats: a crashed or hung peer is declared failed, a live one under load is not,
-a watcher that was itself stopped does not blame its peers, and a collective waiting on a silent peer
-fails naming it (in-process ranks over the RoCEv2 engine; peers in other processes for crash and hang)."""
+"""Communicator heartbeats over the network (UDP on loopback addresses here; the fabric's NICs and HB domains
+in the integration tests): a crashed or hung peer is declared failed, a live one under load is not, a watcher
+that was itself stopped does not blame its peers, a cut path is found and its news reaches a rank with no
+path, a stalled peer that beats on is found by the watchdog, and a collective waiting on a silent peer fails
+naming it (in-process ranks over the RoCEv2 engine; peers in other processes for crash and hang)."""
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -15,6 +18,7 @@ import numpy as np
 import pytest
 
 from hosts.collectives import CollectiveError, Communicator, FileStore, Peer, algorithms
+from hosts.collectives.beats import paths_to
 from hosts.collectives.heartbeat import Heartbeat
 from hosts.rdma import open_device
 from hosts.rdma.transport import MemoryFabric
@@ -23,11 +27,12 @@ from tests.paths import ROOT
 PEER = """
 import json, os, sys, time
 from hosts.collectives.heartbeat import Heartbeat
-hb = Heartbeat(sys.argv[1], sys.argv[2], period=0.05, timeout=0.5).start()
-if len(sys.argv) > 3:
-    hb.watch([sys.argv[3]])
+me, other = json.loads(sys.argv[2]), json.loads(sys.argv[3])
+hb = Heartbeat(sys.argv[1], me, period=0.05, timeout=0.5).start()
+hb.meet([other])
+hb.watch([other["name"]])
 print("up", flush=True)
-report = os.path.join(sys.argv[1], "report-" + sys.argv[2])
+report = os.path.join(sys.argv[1], "report-" + me["name"])
 for _ in range(600):                 # what this process believes, for the test to read
     with open(report + ".tmp", "w") as f:
         json.dump(sorted(hb.failed()), f)
@@ -36,8 +41,27 @@ for _ in range(600):                 # what this process believes, for the test 
 """
 
 
-def peer_process(directory, name, watch=None):
-    proc = subprocess.Popen([sys.executable, "-c", PEER, directory, name] + ([watch] if watch else []),
+@pytest.fixture
+def members():
+    """Member entries on loopback addresses of a random 127.x.y.0/24 (runs of the tests at once do not meet):
+    s{i}g{j} has its NIC at .(10 i + j + 1) and its HB port at .(100 + 10 i + j + 1)."""
+    net = f"127.{random.randrange(1, 255)}.{random.randrange(0, 255)}"
+
+    def entry(i, j):
+        return {"name": f"s{i}g{j}", "ip": f"{net}.{10 * i + j + 1}", "hb_ip": f"{net}.{100 + 10 * i + j + 1}",
+                "server": i, "local_rank": j}
+    return entry
+
+
+def beat(directory, me, others, **kw):
+    hb = Heartbeat(str(directory), me, **{"period": 0.05, "timeout": 0.5, **kw}).start()
+    hb.meet(others)
+    hb.watch([o["name"] for o in others])
+    return hb
+
+
+def peer_process(directory, me, other):
+    proc = subprocess.Popen([sys.executable, "-c", PEER, str(directory), json.dumps(me), json.dumps(other)],
                             cwd=ROOT, stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "up"
     return proc
@@ -53,20 +77,28 @@ def wait_for(predicate, limit=20.0):
     return False
 
 
+def test_beats_cross_one_hop_paths_only(members):
+    me = members(0, 1)
+    assert paths_to(me, members(0, 0)) == [("hb", members(0, 0)["hb_ip"])]      # same server: the HB domain
+    assert paths_to(me, members(2, 1)) == [("nic", members(2, 1)["ip"])]        # same rail: the NIC
+    assert paths_to(me, members(2, 0)) == []                                    # neither: news only
+
+
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGSTOP])
-def test_crashed_or_hung_peer_is_declared_failed(tmp_path, sig):
-    proc = peer_process(str(tmp_path), "peer")
-    hb = Heartbeat(str(tmp_path), "me", period=0.05, timeout=0.5).start()
-    hb.watch(["peer"])
+def test_crashed_or_hung_peer_is_declared_failed(tmp_path, members, sig):
+    me, other = members(0, 0), members(1, 0)
+    proc = peer_process(tmp_path, other, me)
+    hb = beat(tmp_path, me, [other])
     try:
-        time.sleep(0.3)
+        assert wait_for(lambda: hb.max_silence > 0 or hb.stats()["beats"] > 10)
         assert hb.failed() == {}
         os.kill(proc.pid, sig)
         t0 = time.monotonic()
-        assert wait_for(lambda: "peer" in hb.failed())
-        silence, _ = hb.failed()["peer"]
+        assert wait_for(lambda: "s1g0" in hb.failed())
+        silence, _ = hb.failed()["s1g0"]
         assert silence > 0.5                              # declared only after the timeout
-        assert "peer missed its heartbeats" in hb.failure()
+        assert "s1g0 missed its heartbeats over the NIC" in hb.failure()
+        assert hb.suspects() == {"s1g0": "heartbeats"}
         print(f"{signal.Signals(sig).name}: declared failed {time.monotonic() - t0:.2f} s after the signal "
               f"(timeout 0.5 s, period 0.05 s)")
     finally:
@@ -75,20 +107,20 @@ def test_crashed_or_hung_peer_is_declared_failed(tmp_path, sig):
         proc.wait()
 
 
-def test_live_peer_under_cpu_load_is_not_declared_failed(tmp_path):
+def test_live_peer_under_cpu_load_is_not_declared_failed(tmp_path, members):
     """Both cores busy (two spinning processes, and a thread holding the GIL in each heartbeat process)."""
     spin = "import time\nwhile True: sum(range(10000))"
     burners = [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(2)]
-    proc = peer_process(str(tmp_path), "peer")
-    hb = Heartbeat(str(tmp_path), "me", period=0.05, timeout=0.5).start()
-    hb.watch(["peer"])
+    me, other = members(0, 0), members(1, 0)
+    proc = peer_process(tmp_path, other, me)
+    hb = beat(tmp_path, me, [other])
     stop = threading.Event()
     gil = threading.Thread(target=lambda: [sum(range(10000)) for _ in iter(stop.is_set, True)], daemon=True)
     gil.start()
     try:
         time.sleep(5)
         assert hb.failed() == {}
-        assert hb.max_silence > 0            # it did watch beats arrive
+        assert hb.max_silence > 0            # it did hear beats arrive
         print(f"under load: longest silence of the live peer {hb.max_silence:.3f} s, own longest beat gap "
               f"{hb.max_loop_gap:.3f} s (timeout 0.5 s)")
     finally:
@@ -99,12 +131,13 @@ def test_live_peer_under_cpu_load_is_not_declared_failed(tmp_path):
             p.wait()
 
 
-def test_a_stopped_watcher_does_not_blame_its_peers(tmp_path):
+def test_a_stopped_watcher_does_not_blame_its_peers(tmp_path, members):
     """The watcher is the one that stops (SIGSTOP for 3 x the timeout) while its peer beats on: when it
     resumes it must restart its clocks, not declare the peer failed."""
-    me = Heartbeat(str(tmp_path), "me", period=0.05, timeout=0.5).start()
-    watcher = peer_process(str(tmp_path), "watcher", watch="me")
-    report = tmp_path / "report-watcher"
+    me, other = members(0, 0), members(1, 0)
+    hb = beat(tmp_path, me, [other])
+    watcher = peer_process(tmp_path, other, me)
+    report = tmp_path / "report-s1g0"
     try:
         time.sleep(0.3)
         os.kill(watcher.pid, signal.SIGSTOP)
@@ -112,33 +145,92 @@ def test_a_stopped_watcher_does_not_blame_its_peers(tmp_path):
         os.kill(watcher.pid, signal.SIGCONT)
         time.sleep(1.0)
         assert json.loads(report.read_text()) == []
-        me.stop(left=False)                                  # and it does notice a real silence
-        assert wait_for(lambda: json.loads(report.read_text()) == ["me"])
+        hb.stop(left=False)                                  # and it does notice a real silence
+        assert wait_for(lambda: json.loads(report.read_text()) == ["s0g0"])
     finally:
         watcher.kill()
         watcher.wait()
 
 
-def test_a_peer_that_left_is_not_a_failure_and_one_that_never_came_is(tmp_path):
-    peer = Heartbeat(str(tmp_path), "peer", period=0.05, timeout=0.3).start()
-    me = Heartbeat(str(tmp_path), "me", period=0.05, timeout=0.3, join_grace=0.6).start()
-    me.watch(["peer", "ghost"])
+def test_a_peer_that_left_is_not_a_failure_and_one_that_never_came_is(tmp_path, members):
+    a, b, ghost = members(0, 0), members(1, 0), members(2, 0)
+    peer = beat(tmp_path, b, [a], timeout=0.3)
+    me = beat(tmp_path, a, [b, ghost], timeout=0.3, join_grace=0.6)
     try:
         time.sleep(0.2)
         peer.stop(left=True)
-        assert wait_for(lambda: "ghost" in me.failed())
+        assert wait_for(lambda: "s2g0" in me.failed())
         time.sleep(0.5)
-        assert set(me.failed()) == {"ghost"}
+        assert set(me.failed()) == {"s2g0"}
     finally:
         me.stop()
 
 
-def test_collective_waiting_on_a_silent_peer_fails_naming_it():
+def test_a_cut_nic_is_found_on_its_path_and_the_news_reaches_a_rank_with_no_path(tmp_path, members):
+    """s1g1's NIC stops carrying beats (its socket gone: a dead port) while its process and HB domain live on.
+    s0g1 (same rail) finds it over the NIC; s1g0 still hears it over the HB domain; s0g0 (another rail of
+    another server: no path) learns it from s0g1's news."""
+    ranks = [members(i, j) for i in range(2) for j in range(2)]
+    hbs = {r["name"]: beat(tmp_path, r, [o for o in ranks if o is not r]) for r in ranks}
+    try:
+        time.sleep(0.4)
+        assert all(hb.failed() == {} for hb in hbs.values())
+        hbs["s1g1"]._socks.pop("nic").close()
+        assert wait_for(lambda: "s1g1" in hbs["s0g0"].failed())
+        assert "missed its heartbeats over the NIC" in hbs["s0g1"].why("s1g1")
+        assert hbs["s0g1"].suspects() == {"s1g1": "heartbeats"}
+        assert hbs["s0g0"].suspects() == {} and "(seen by s0g1)" in hbs["s0g0"].why("s1g1")
+        assert "s1g1" not in hbs["s1g0"].suspects()          # the HB domain still carries its beats
+        assert hbs["s1g1"].suspects() == {"s0g1": "heartbeats"}   # and it no longer hears its rail
+        # re-admitted in a new membership, the old news no longer counts
+        hbs["s0g0"].watch(["s0g1", "s1g0", "s1g1"])
+        time.sleep(0.3)
+        assert "s1g1" not in hbs["s0g0"].failed()
+    finally:
+        for hb in hbs.values():
+            hb.stop()
+
+
+def test_a_stalled_peer_that_beats_on_is_found_by_the_watchdog(tmp_path, members):
+    """The stalled rank's heartbeats go on; it stopped making progress outside a wait, while the other waits on
+    it. The waiting rank is never blamed; the stalled one is, once the bound has passed."""
+    a, b = members(0, 0), members(1, 0)
+    waiter, stalled = beat(tmp_path, a, [b], stall=0.6), beat(tmp_path, b, [a], stall=0.6)
+    try:
+        stalled.progress(waiting=False)          # a step done; its next kernel never returns
+        waiter.progress(waiting=True)            # waits on it
+        t0 = time.monotonic()
+        assert wait_for(lambda: "s1g0" in waiter.failed(), limit=10)
+        took = time.monotonic() - t0
+        assert took > 0.6 and "stalled" in waiter.why("s1g0") and waiter.detected_by("s1g0") == "watchdog"
+        assert stalled.failed() == {}            # it is not waiting: it blames no one
+        print(f"stall found by the watchdog {took:.2f} s after the waiting began (bound 0.6 s)")
+    finally:
+        waiter.stop()
+        stalled.stop()
+
+
+def test_waiting_ranks_are_not_blamed_by_each_other(tmp_path, members):
+    a, b = members(0, 0), members(1, 0)
+    x, y = beat(tmp_path, a, [b], stall=0.3), beat(tmp_path, b, [a], stall=0.3)
+    try:
+        x.progress(waiting=True)
+        y.progress(waiting=True)
+        time.sleep(1.2)
+        assert x.failed() == {} and y.failed() == {}
+    finally:
+        x.stop()
+        y.stop()
+
+
+def test_collective_waiting_on_a_silent_peer_fails_naming_it(members):
     """Rank 3 hangs after a first AllReduce: its heartbeats stop and the network no longer reaches it (as
-    when SIGSTOP stops all its threads). The others' second AllReduce fails with the heartbeat's verdict,
-    not with a transport error (retransmission timer 2 s) nor the 30 s no-progress timeout."""
+    when SIGSTOP stops all its threads). The others' second AllReduce fails with the heartbeat's verdict
+    (rank 2 and rank 1 have a path to it; rank 0 hears the news), not with a transport error (retransmission
+    timer 2 s) nor the 30 s no-progress timeout."""
     peers = [Peer(rank=i * 2 + j, name=f"s{i}g{j}", ip=f"10.11.{i}.{j + 1}", hb_ip=f"10.12.{i}.{j + 1}",
                   server=i, local_rank=j) for i in range(2) for j in range(2)]
+    entries = [members(p.server, p.local_rank) for p in peers]       # the heartbeats' own addresses
     hung, done = threading.Event(), threading.Event()
     silent = {socket.inet_aton(peers[3].ip), socket.inet_aton(peers[3].hb_ip)}
     fabric = MemoryFabric(drop=lambda pkt: hung.is_set() and (pkt[12:16] in silent or pkt[16:20] in silent))
@@ -146,7 +238,8 @@ def test_collective_waiting_on_a_silent_peer_fails_naming_it():
     errors, results = {}, {}
 
     def rank_main(me):
-        hb = Heartbeat(os.path.join(store_dir, "heartbeats"), me.name, period=0.05, timeout=0.5).start()
+        hb = Heartbeat(os.path.join(store_dir, "heartbeats"), entries[me.rank], period=0.05, timeout=0.5).start()
+        hb.meet(entries)
         comm = Communicator(me, peers, FileStore(store_dir, timeout=30),
                             lambda ip: open_device(ip, backend="uroce", transport=fabric.attach(ip)),
                             timeout=30, chunk=8192, rc_timeout=2.0, heartbeat=hb)
@@ -179,19 +272,21 @@ def test_collective_waiting_on_a_silent_peer_fails_naming_it():
     assert set(errors) == {0, 1, 2}
     for message, _ in errors.values():
         assert "rank 3 (s1g1) missed its heartbeats" in message and "allreduce/ring" in message
+    assert "seen by" in errors[0][0]
     print(f"every survivor failed {max(t for _, t in errors.values()):.2f} s into the second AllReduce "
           f"(heartbeat timeout 0.5 s)")
 
 
-def test_a_declared_failure_is_seen_at_once_and_named():
-    """DECLARED needs no silence: the watcher fails the peer on its next look, however long the timeout."""
-    with tempfile.TemporaryDirectory() as d:
-        watcher = Heartbeat(d, "a", period=0.05, timeout=30.0).start()
-        peer = Heartbeat(d, "b", period=0.05, timeout=30.0).start()
-        watcher.watch(["b"])
+def test_a_declared_failure_is_seen_at_once_and_named(tmp_path, members):
+    """DECLARED needs no silence: the watcher fails the peer on its next beat, however long the timeout."""
+    a, b = members(0, 0), members(1, 0)
+    watcher = beat(tmp_path, a, [b], timeout=30.0)
+    peer = beat(tmp_path, b, [a], timeout=30.0)
+    try:
         time.sleep(0.2)
         assert watcher.failure() is None
         peer.declare_failed()
         assert wait_for(lambda: watcher.failure() is not None, limit=5.0)
-        assert watcher.failure() == "b was declared failed"
+        assert watcher.failure() == "s1g0 was declared failed" and watcher.was_declared("s1g0")
+    finally:
         watcher.stop()

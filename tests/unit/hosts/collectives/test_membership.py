@@ -5,7 +5,7 @@ import os
 import pytest
 
 from hosts.collectives.comm import Peer
-from hosts.collectives.membership import Membership, epoch_dir, member_entry, peer_entry, spare_spec_path
+from hosts.collectives.membership import Membership, decide, epoch_dir, member_entry, peer_entry, spare_spec_path
 from hosts.collectives.store import FileStore, StoreTimeout
 
 
@@ -53,3 +53,37 @@ def test_peer_and_member_entries_are_what_the_rank_programs_read():
     member = member_entry("s1g0", "10.11.1.1", "10.12.1.1", 1, 0)
     assert member == {k: v for k, v in peer.items() if k != "rank"}
     assert Peer(rank=5, **member).name == "s1g0"
+
+
+def announce(step=3, in_op=True, suspects=(), links_down=()):
+    return {"at": 1.0, "step": step, "in_op": in_op, "suspects": {s: "heartbeats" for s in suspects},
+            "links_down": list(links_down)}
+
+
+NAMES = ["s0g0", "s0g1", "s1g0", "s1g1"]
+
+
+def test_a_rank_that_did_not_announce_failed_and_the_step_is_the_earliest_unfinished():
+    v = decide(NAMES, {"s0g0": announce(3), "s0g1": announce(2, in_op=False), "s1g0": announce(3)}, "shrink")
+    assert v["failed"] == ["s1g1"] and v["cut_off"] == [] and v["step"] == 2 and v["lost_steps"] == 2
+
+
+def test_a_cut_nic_removes_the_rank_whose_own_port_is_down():
+    """Both ends of a cut rail link find each other failed; the tie goes against the one without carrier."""
+    ann = {n: announce() for n in NAMES}
+    ann["s0g1"] = announce(suspects=["s1g1"])
+    ann["s1g1"] = announce(suspects=["s0g1"], links_down=["nic"])
+    assert decide(NAMES, ann, "shrink")["failed"] == ["s1g1"]
+    ann["s1g1"]["links_down"], ann["s0g1"]["links_down"] = [], ["nic"]
+    assert decide(NAMES, ann, "shrink")["failed"] == ["s0g1"]
+
+
+def test_the_rank_cut_from_most_peers_goes_first_and_a_partition_keeps_the_first_ranks_side():
+    names = [f"s{i}g0" for i in range(3)]
+    ann = {"s0g0": announce(suspects=["s2g0"]), "s1g0": announce(suspects=["s2g0"]),
+           "s2g0": announce(suspects=["s0g0", "s1g0"])}
+    assert decide(names, ann, "shrink")["failed"] == ["s2g0"]
+    ann = {"s0g0": announce(suspects=["s1g0"]), "s0g1": announce(suspects=["s1g1"]),
+           "s1g0": announce(suspects=["s0g0"]), "s1g1": announce(suspects=["s0g1"])}
+    v = decide(NAMES, ann, "migrate")
+    assert v["failed"] == ["s1g0", "s1g1"] and v["cut_off"] == ["s1g1", "s1g0"]
