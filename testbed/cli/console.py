@@ -94,8 +94,11 @@ class Console(cmd.Cmd):
                  f"or HOST COMMAND with a host of: {names(self.fabric.hosts)}")
         return False
 
+    def get_names(self) -> list[str]:
+        return [n for n in super().get_names() if n != "do_EOF"]      # Ctrl-D, not a command to list
+
     def commands(self) -> list[str]:
-        return sorted(n[3:] for n in self.get_names() if n.startswith("do_") and n != "do_EOF")
+        return sorted(n[3:] for n in self.get_names() if n.startswith("do_"))
 
     # -- commands -----------------------------------------------------------------------------
     def do_pingall(self, arg: str) -> bool:

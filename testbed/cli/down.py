@@ -20,7 +20,6 @@ def register(subparsers) -> None:
 
 
 def cmd_down(args) -> int:
-    require_root("down")
     print(take_down(args.timeout))
     return 0
 
@@ -35,6 +34,7 @@ def take_down(timeout: float = 300) -> str:
     pid = state["owner_pid"]
     if "live" not in state:
         raise UsageError(f"the fabric up belongs to a `testbed run` (pid {pid}), which takes it down itself")
+    require_root("down")
     t0 = time.monotonic()
     os.kill(pid, signal.SIGTERM)
     while os.path.exists(f"/proc/{pid}") and not _zombie(pid):

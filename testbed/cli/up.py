@@ -115,7 +115,7 @@ def cmd_up(args) -> int:
     try:
         console.run_console()
     finally:
-        down.take_down()
+        print(down.take_down())
     return 0
 
 
