@@ -149,7 +149,7 @@ def cut_nics(net, kind: str, target: str, up: bool) -> dict:
     ranks see their beats stop on the NIC."""
     at = time.time()
     if kind == "nic-down":
-        return {**inject(net, f"{target}/nic", up), "at": at}
+        return {**inject(net, f"{target}/nic", up), "target": target, "at": at}
     links = [net.fabric.attachment(h, "nic") for h in gpu_hosts(net.fabric, kind, target)
              if net.fabric.hosts[h].kind == "gpu"]
     for link in links:
