@@ -1,8 +1,9 @@
 """The fabric up on this machine, reached from any process: what `status`, `exec`, `shell`, `cli` and `down` share.
 
 The fabric is found through its run's state file (testbed.fabric.runstate) and rebuilt as the reattach path
-`testbed fault` uses (testbed.runtime.handfaults.RunningFabric); programs run in its hosts through the host
-backend's own way in (`enter`), so nothing here asks which backend it is.
+`testbed fault` uses (testbed.runtime.handfaults.RunningFabric). Programs run in its hosts through the host
+backend's own way in (`enter`: a container for Docker hosts), or as the machine's tools in the host's network
+namespace (what the console uses, like Mininet's node shells); nothing here asks which backend it is.
 """
 from __future__ import annotations
 
@@ -46,17 +47,23 @@ class LiveFabric:
         what = "a switch" if name in self.fabric.switches else "no host of this fabric"
         raise UsageError(f"{name!r} is {what}; hosts: {names(self.fabric.hosts)}")
 
-    def enter(self, host: str, argv: list[str], tty: bool = False) -> list[str]:
-        """The command line that runs argv in the host."""
-        return self.backend.enter(self.check_host(host), self.state["host_pids"][host], tty) + argv
+    def enter(self, host: str, argv: list[str], tty: bool = False, netns: bool = False) -> list[str]:
+        """The command line that runs argv in the host: as the host's own programs run (in its container, for
+        Docker hosts), or with netns=True the machine's tools in the host's network namespace (every backend's
+        recorded shell is in it, as `testbed fault` relies on)."""
+        pid = self.state["host_pids"][self.check_host(host)]
+        if netns:
+            return ["nsenter", "--target", str(pid), "--net", "--"] + argv
+        return self.backend.enter(host, pid, tty) + argv
 
     def run(self, host: str, command: str, timeout: float | None = None) -> subprocess.CompletedProcess:
-        """A shell command in the host, its output captured (stderr into stdout)."""
-        return subprocess.run(self.enter(host, ["sh", "-c", command]), stdin=subprocess.DEVNULL,
+        """A shell command of the machine's tools in the host's network namespace, its output captured (stderr
+        into stdout)."""
+        return subprocess.run(self.enter(host, ["sh", "-c", command], netns=True), stdin=subprocess.DEVNULL,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
 
     def popen(self, host: str, command: str) -> subprocess.Popen:
-        return subprocess.Popen(self.enter(host, ["sh", "-c", command]), stdin=subprocess.DEVNULL,
+        return subprocess.Popen(self.enter(host, ["sh", "-c", command], netns=True), stdin=subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
     def links(self) -> list[dict]:

@@ -220,3 +220,15 @@ def test_up_reports_a_fabric_process_that_died(run_root):
     reply = "import os, sys; os.write(int(sys.argv[-1]), b'{\"ok\": true, \"pid\": 7, \"bring_up_s\": 1.5}\\n')"
     ok = up._spawn([sys.executable, "-c", reply])
     assert ok == {"ok": True, "pid": 7, "bring_up_s": 1.5}
+
+
+def test_hosts_are_entered_the_backends_way(run_root):
+    write_state(run_root, os.getpid())
+    fab = live.attach()
+    assert fab.enter("s1g0", ["ip", "addr"]) == ["nsenter", "--target", "1002", "--net", "--", "ip", "addr"]
+    for d in run_root.iterdir():
+        state = json.loads((d / runstate.STATE_FILE).read_text())
+        (d / runstate.STATE_FILE).write_text(json.dumps({**state, "hosts": "docker"}))
+    fab = live.attach()
+    assert fab.enter("s1g0", ["sh"], tty=True) == ["docker", "exec", "-i", "-t", "tb-s1g0", "sh"]
+    assert fab.enter("s1g0", ["ping"], netns=True) == ["nsenter", "--target", "1002", "--net", "--", "ping"]
