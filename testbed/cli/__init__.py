@@ -24,7 +24,8 @@ from testbed.cli import clean, console, down, fault, pcap, plan, run, runs, shel
 from testbed.cli.errors import EXIT_FAILED, EXIT_USAGE, Parser, UsageError
 from testbed.fabric.topo import TopologyError
 
-VERBS = (topo, run, runs, clean, fault, pcap, plan, up, status, shell, console, down)      # each module adds its own subcommand(s)
+# each module adds its own subcommand(s)
+VERBS = (topo, run, runs, clean, fault, pcap, plan, up, status, shell, console, down)
 
 
 def parser() -> argparse.ArgumentParser:

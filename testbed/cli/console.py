@@ -189,7 +189,8 @@ class Console(cmd.Cmd):
         """dump: every node: hosts with addresses and PIDs, switches with their bridges, the controller."""
         pids, state = self.live.state.get("host_pids", {}), self.live.state
         for h in self.fabric.hosts.values():
-            self.say(f"<Host {h.name}: eth0:{h.ip}" + (f",eth1:{h.hb_ip}" if h.hb_ip else "") + f" pid={pids.get(h.name)}>")
+            hb = f",eth1:{h.hb_ip}" if h.hb_ip else ""
+            self.say(f"<Host {h.name}: eth0:{h.ip}{hb} pid={pids.get(h.name)}>")
         for s in self.fabric.switches.values():
             ports = sum(1 for l in self.fabric.links if s.name in (l.a, l.b))
             self.say(f"<OVSSwitch {s.name} ({sysname(s.name)}): {ports} ports dpid={s.dpid:016x}>" if s.sdn

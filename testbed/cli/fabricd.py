@@ -42,7 +42,7 @@ def serve(doc: dict, source: str, ready_fd: int | None) -> int:
                                            "failover": net.failover, "transport": net.rdma["transport"],
                                            "bring_up_s": round(net.timings["bring_up_s"], 3)})
         _report(ready_fd, {"ok": True, "pid": os.getpid(), "run_dir": net.run_dir,
-                           "bring_up_s": net.timings["bring_up_s"]})
+                           "bring_up_s": net.timings["bring_up_s"], "lock_wait_s": net.timings.get("lock_wait_s", 0)})
         while stop.signal is None:
             time.sleep(0.5)
         print(f"signal {stop.signal}: tearing down", flush=True)

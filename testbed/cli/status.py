@@ -44,7 +44,8 @@ def text(r: dict) -> list[str]:
         f = r["fabric"]
         since = (time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["since"])) +
                  f" ({_age(time.time() - r['since'])} ago)") if r["since"] else "unknown"
-        lines += [f"fabric up since {since}, {r['by']} pid {r['pid']}" + (f", from {r['source']}" if r["source"] else ""),
+        source = f", from {r['source']}" if r["source"] else ""
+        lines += [f"fabric up since {since}, {r['by']} pid {r['pid']}{source}",
                   f"  {f['kind']}: {f['servers']} servers x {f['gpus_per_server']} GPUs, NIC {f['nic_mbps']:g} Mb/s, "
                   f"HB {f['hb_mbps']:g} Mb/s, routing {r['routing'] or '?'}, hosts {r['host_backend']}, "
                   f"controller pid {r['controller_pid']}",
@@ -52,8 +53,8 @@ def text(r: dict) -> list[str]:
         lines += [f"  {h['name']:<12} {h['kind']:<6} {h['ip']:<14} {('hb ' + h['hb_ip']) if h['hb_ip'] else '':<17} "
                   f"pid {h['pid']}" for h in r["hosts"]]
         lines.append(f"switches ({len(r['switches'])}):")
-        lines += [f"  {s['name']:<12} {s['kind']:<9} {'OVS (SDN)' if s['sdn'] else 'Linux bridge':<13} {s['ports']} ports"
-                  for s in r["switches"]]
+        lines += [f"  {s['name']:<12} {s['kind']:<9} {'OVS (SDN)' if s['sdn'] else 'Linux bridge':<13} "
+                  f"{s['ports']} ports" for s in r["switches"]]
         down = sum(1 for l in r["links"] if l["state"] != "up")
         lines.append(f"links ({len(r['links'])}, {down} down):")
         lines += [f"  {l['ends'][0]:<16} {l['ends'][1]:<16} {l['kind']:<9} {l['mbps']:>8g} Mb/s "

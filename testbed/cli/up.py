@@ -106,8 +106,9 @@ def cmd_up(args) -> int:
     c = fabric.counts()
     print(f"fabric up: {fabric.kind} {c['servers']} servers x {c['gpus_per_server']} GPUs, {c['hosts']} hosts, "
           f"{c['switches']} switches, routing {doc.get('routing', {}).get('mode', 'ecmp')}, hosts "
-          f"{doc.get('hosts', 'netns')}; routes installed in {report['bring_up_s']:.1f} s ({took:.1f} s in all), "
-          f"pid {report['pid']}")
+          f"{doc.get('hosts', 'netns')}; up in {report['bring_up_s']:.1f} s ({took:.1f} s in all"
+          + (f", {report['lock_wait_s']:.0f} s queued for the fabric lock" if report.get("lock_wait_s", 0) >= 1 else "")
+          + f"), pid {report['pid']}")
     if not args.cli:
         print("testbed status | exec HOST -- CMD | shell HOST | cli | fault ... | down")
         return 0
