@@ -72,8 +72,9 @@ class LiveFabric:
         rows = []
         for l in self.fabric.links:
             ends = [(n, p) for n, p in ((l.a, l.a_port), (l.b, l.b_port)) if n in self.fabric.switches]
-            up = all(_switch_port_up(ports, n, p) for n, p in ends)
-            rows.append({"a": l.a, "b": l.b, "kind": l.kind, "mbps": l.mbps, "state": "up" if up else "down",
+            seen = [_switch_port_up(ports, n, p) for n, p in ends]
+            state = "unknown" if None in seen else "up" if all(seen) else "down"
+            rows.append({"a": l.a, "b": l.b, "kind": l.kind, "mbps": l.mbps, "state": state,
                          "shaped": not is_patch(self.fabric, l), "standby": l.standby,
                          "ends": [_end_name(self.fabric, n, p) for n, p in ((l.a, l.a_port), (l.b, l.b_port))]})
         return rows
@@ -86,18 +87,21 @@ def _end_name(fabric, node: str, port: int) -> str:
 PORT_RE = re.compile(r"^\s*(\d+)\((\S+)\):.*?\n\s*config:\s*(\S.*?)\n\s*state:\s*(\S.*?)\n", re.M | re.S)
 
 
-def _ofport_states(bridge: str) -> dict[int, bool]:
-    """OpenFlow port -> up (configured up, with carrier) on one OVS bridge; a removed patch port is absent."""
+def _ofport_states(bridge: str) -> dict[int, bool] | None:
+    """OpenFlow port -> up (configured up, with carrier) on one OVS bridge; a removed patch port is absent.
+    None if the switch cannot be asked (not root, or the bridge is gone)."""
     proc = subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", "show", bridge], capture_output=True, text=True,
                           timeout=10)
+    if proc.returncode != 0:
+        return None
     return {int(no): "PORT_DOWN" not in config and "LINK_DOWN" not in state
             for no, _, config, state in PORT_RE.findall(proc.stdout)}
 
 
-def _switch_port_up(ports: dict, switch: str, port: int) -> bool:
+def _switch_port_up(ports: dict, switch: str, port: int) -> bool | None:
     br = sysname(switch)
     if br in ports:
-        return ports[br].get(port, False)
+        return None if ports[br] is None else ports[br].get(port, False)
     try:      # a Linux bridge's (HB domain's) port in the root namespace
         with open(f"/sys/class/net/{switch_port(switch, port)}/operstate") as f:
             return f.read().strip() == "up"
