@@ -1,11 +1,14 @@
-"""Benchmark: FastFlow vs TF-NO / TF-DSR / TF-DSLR and a fixed-ratio sweep, both pipelines, two NIC rates.
+"""Benchmark: FastFlow vs TF-NO / TF-DSR / TF-DSLR and a fixed-ratio sweep of p'2 and p'3, both pipelines, two NIC rates.
 
-    sudo .venv/bin/python benchmarks/offload.py [NIC_MBPS ...]      (default 100 10)
+    sudo .venv/bin/python benchmarks/offload.py [NIC_MBPS ...]      (default 100 10; REPEATS=3 in the environment)
 
 100 Mbit/s leaves the network plentiful; at 10 Mbit/s the trainer's NIC is the bottleneck and remote-only
-offloading (TF-DSR) loses. Prints one table per NIC rate; takes ~4-5 min per rate on a 2-core machine.
+offloading (TF-DSR) loses. Every policy runs REPEATS times (rounds interleaved); per NIC rate and pipeline it
+prints TF-NO, TF-DSLR, TF-DSR, the sweep's best and FastFlow as median [min-max], FastFlow's epoch time with its
+profiling. A round is 11 trainer runs per pipeline: ~4 min per pipeline and round on a 2-core machine.
 """
 import json
+import os
 import sys
 
 from testbed.fabric.network import Network
@@ -13,7 +16,8 @@ from testbed.fabric.topo import build
 from testbed.workloads import offload
 
 SPEC = {"pipelines": ["compute", "data"], "gpu_steps_per_s": 25, "local_cores": 0.3, "worker_cores": 0.3,
-        "seconds": 6, "ratios": [0, 0.25, 0.5, 0.75, 1]}
+        "seconds": 6, "ratios": [0, 0.25, 0.5, 0.75, 1], "candidates": ["p'2", "p'3"],
+        "repeats": int(os.environ.get("REPEATS", 3))}
 
 
 def main(rates: list[float]) -> None:
@@ -22,6 +26,8 @@ def main(rates: list[float]) -> None:
         fabric = build("rail-optimized", 1, 2, spines=1, nic_mbps=nic, cpu_hosts=2)
         with Network(fabric) as net:
             result = offload.run(net, SPEC)
+        for table in offload.tables(result):
+            print(f"\n{table}")
         for c in result["checks"]:
             print(f"  [{'ok' if c['ok'] else 'FAIL'}] {c['name']}: {c['detail']}")
         for r in result["rows"]:

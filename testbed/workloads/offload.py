@@ -2,9 +2,11 @@
 
 The trainer runs in a GPU host (default s0g0) with a CPU budget for its local preprocessing and an
 emulated GPU; a dispatcher runs on cpu0 and one worker, with its own CPU budget, on each CPU host. For
-every pipeline it runs FastFlow (profile, Algorithm 1, train) and a sweep of fixed off-ratios, whose
-ends and middle are the baselines: TF-NO = 0 (local only), TF-DSR = 1 (remote only), TF-DSLR = 0.5
-(naive even split). Servers are restarted for every run (workers grow in memory across jobs), and
+every pipeline it runs FastFlow (profile, Algorithm 1, train) and a sweep of fixed off-ratios for every
+candidate pipeline FastFlow may choose, whose ends and middle are the baselines: TF-NO = 0 (local only),
+TF-DSR = 1 (remote only), TF-DSLR = 0.5 (naive even split). Each policy runs `repeats` times, the rounds
+interleaved so that a drift in the machine's load falls on every policy alike; offload_compare reports
+medians with their spread. Servers are restarted for every run (workers grow in memory across jobs), and
 between FastFlow's profiling and its training.
 """
 from __future__ import annotations
@@ -22,6 +24,7 @@ from testbed import PROJECT_ROOT
 from testbed.fabric.hosts import backend_class
 from testbed.monitor.fidelity import CpuSampler
 from testbed.schema import RATE, ScenarioError
+from testbed.workloads import offload_compare as compare
 
 # This workload's part of the scenario schema (the scenario file's `workloads:` items of its type).
 SCHEMA = {
@@ -43,16 +46,18 @@ SCHEMA = {
         "ratio_tolerance": {"type": "number", "minimum": 0, "maximum": 1},
         "best_fraction": {"type": "number", "minimum": 0, "maximum": 1},
         "timeout_s": {"type": "number", "minimum": 10, "maximum": 3600},
+        "repeats": {"type": "integer", "minimum": 1, "maximum": 9},
+        "epoch_steps": {"type": "integer", "minimum": 1},
     },
 }
 
 
 DISPATCHER_PORT, WORKER_PORT = 5050, 5051
-BASELINES = {"tf-no": 0.0, "tf-dslr": 0.5, "tf-dsr": 1.0}
 DEFAULTS = {"pipelines": ["compute"], "trainer": "s0g0", "gpu_steps_per_s": 25, "local_cores": 0.3,
             "worker_cores": 0.3, "seconds": 6, "profile_s": 3, "warmup_s": 1.5, "threshold": 1.1,
             "ratios": [0.0, 0.25, 0.5, 0.75, 1.0], "candidates": ["p'2", "p'3"],
-            "noise": 0.05, "ratio_tolerance": 0.25, "best_fraction": 0.9, "timeout_s": 180}
+            "noise": 0.05, "ratio_tolerance": 0.25, "best_fraction": 0.9, "timeout_s": 180,
+            "repeats": 3, "epoch_steps": 1000}
 
 
 def validate(fabric, spec: dict, scenario: dict | None = None) -> dict:
@@ -167,21 +172,34 @@ def with_servers(net, s: dict, trainer: dict) -> tuple[dict, dict]:
     return out, around | idle.report()
 
 
-def one_run(net, s: dict, pipeline: str, policy: str, ratio: float | None) -> dict:
+def plan(s: dict) -> list[tuple[str, float | None, str | None]]:
+    """One round: (policy, ratio, candidate) of FastFlow and of every sweep point; ratio 0 runs once (local
+    only: no candidate), every other ratio once per candidate."""
+    runs = [("fastflow", None, None), (compare.fixed_policy(0, None), 0.0, None)]
+    for candidate in s["candidates"]:
+        runs += [(compare.fixed_policy(r, candidate), float(r), candidate) for r in s["ratios"] if r > 0]
+    return runs
+
+
+def one_run(net, s: dict, pipeline: str, policy: str, ratio: float | None, candidate: str | None = None,
+            seed: int = 0) -> dict:
     """A fixed-ratio run, or FastFlow: profile and decide, restart the servers, train with the decision."""
     trainer = {k: s[k] for k in ("gpu_steps_per_s", "seconds", "profile_s", "warmup_s", "threshold", "candidates")}
-    trainer |= {"pipeline": pipeline, "pipeline_cfg": s.get("pipeline_cfg", {}).get(pipeline)}
-    extra = {}
+    trainer |= {"pipeline": pipeline, "pipeline_cfg": s.get("pipeline_cfg", {}).get(pipeline), "seed": seed,
+                "candidate": candidate or compare.baseline_candidate(s["candidates"])}
+    extra, profile_s = {}, 0.0
     if policy == "fastflow":
         prof, _ = with_servers(net, s, trainer | {"policy": "profile"})
         d = prof["decision"]
-        ratio, candidate = d["off_ratio"], d["pipeline"] or "p'3"
+        ratio, trainer["candidate"] = d["off_ratio"], d["pipeline"] or trainer["candidate"]
+        profile_s = prof["profile"]["wall_s"]
         extra = {"profile": _profile_summary(prof["profile"]), "decision": d}
-        trainer["candidate"] = candidate
     out, fid = with_servers(net, s, trainer | {"policy": "fixed", "ratio": ratio})
+    epoch_s = profile_s + s["epoch_steps"] / max(1e-9, out["steps_per_s"])
     return {"type": "offload", "policy": policy, "pipeline": pipeline, "throughput_eps": round(out["throughput_eps"], 2),
-            "steps_per_s": round(out["steps_per_s"], 3), "epoch_seconds": round(out["epoch_seconds"], 2),
-            "off_ratio": round(out["off_ratio"], 3), "candidate": out.get("candidate"),
+            "steps_per_s": round(out["steps_per_s"], 3), "profile_s": profile_s,
+            "epoch_s_with_profiling": round(epoch_s, 2), "off_ratio": round(out["off_ratio"], 3),
+            "candidate": out.get("candidate"), "seed": seed,
             "metrics": {"measured_ratio": round(out["measured_ratio"], 3), "local_cpu_cores": round(out["cpu_cores"], 3),
                         "local_cpu_per_step_s": round(out["cpu_per_step"], 4), "local_throttled_s": out["throttled_s"],
                         "worker_cpu_s": round(fid["worker_cpu_s"], 2), "trainer_rx_bytes": fid["rx"],
@@ -194,68 +212,62 @@ def _profile_summary(p: dict) -> dict:
                            for k, v in p["candidates"].items()}}
 
 
-def checks_for(pipeline: str, rows: list[dict], s: dict) -> list[dict]:
-    ff = next(r for r in rows if r["policy"] == "fastflow")
-    sweep = [r for r in rows if r["policy"].startswith("ratio")]
-    no = next(r for r in sweep if r["off_ratio"] == 0.0)
-    best = max(sweep, key=lambda r: r["steps_per_s"])
-    floor = (1 - s["noise"]) * no["steps_per_s"]
-    near = (abs(ff["off_ratio"] - best["off_ratio"]) <= s["ratio_tolerance"]
-            or ff["steps_per_s"] >= s["best_fraction"] * best["steps_per_s"])
-    return [
-        {"name": f"{pipeline}: fastflow >= tf-no", "ok": ff["steps_per_s"] >= floor,
-         "detail": f"{ff['steps_per_s']:.2f} vs {no['steps_per_s']:.2f} steps/s (noise allowance {s['noise']:.0%})"},
-        {"name": f"{pipeline}: fastflow ratio near the sweep's best", "ok": near,
-         "detail": f"chose {ff['off_ratio']:.2f} ({ff['steps_per_s']:.2f} steps/s); best fixed {best['off_ratio']:.2f} "
-                   f"({best['steps_per_s']:.2f}); near = within {s['ratio_tolerance']} in ratio or "
-                   f">= {s['best_fraction']:.0%} of its throughput"},
-    ]
+def row_line(r: dict) -> str:
+    """One run, printed as it ends."""
+    m = r["metrics"]
+    return (f"{r['pipeline']:8} {r['policy']:15} {r['off_ratio']:5.2f} {r['steps_per_s']:8.2f} "
+            f"{r['epoch_s_with_profiling']:8.1f} {m['local_cpu_cores']:9.2f} {m['worker_cpu_s']:12.1f} "
+            f"{m['trainer_rx_bytes'] / 1e6:7.1f} {m['cpu_idle_mean_pct'] if m['cpu_idle_mean_pct'] is not None else '-':>6}"
+            + ("  CPU-BOUND" if m["cpu_bound"] else ""))
 
 
-def table(rows: list[dict]) -> str:
-    lines = [f"{'pipeline':9} {'policy':10} {'ratio':>5} {'steps/s':>8} {'speed-up':>8} {'local CPU':>9} "
-             f"{'worker CPU s':>12} {'rx MB':>7} {'idle %':>6}"]
-    for r in rows:
-        m = r["metrics"]
-        lines.append(f"{r['pipeline']:9} {r['policy']:10} {r['off_ratio']:5.2f} {r['steps_per_s']:8.2f} "
-                     f"{r.get('speedup_vs_tf_no', 0):8.2f} {m['local_cpu_cores']:9.2f} {m['worker_cpu_s']:12.1f} "
-                     f"{m['trainer_rx_bytes'] / 1e6:7.1f} {m['cpu_idle_mean_pct']:6.1f}"
-                     + ("  CPU-BOUND" if m["cpu_bound"] else ""))
-    return "\n".join(lines)
+ROW_HEADER = (f"{'pipeline':8} {'policy':15} {'ratio':>5} {'steps/s':>8} {'epoch s':>8} {'local CPU':>9} "
+              f"{'worker CPU s':>12} {'rx MB':>7} {'idle %':>6}")
 
 
 def run(net, spec: dict) -> dict:
     s = validate(net.fabric, spec)
-    rows, checks = [], []
-    for pipeline in s["pipelines"]:
-        mine = [one_run(net, s, pipeline, "fastflow", None)]
-        for ratio in s["ratios"]:
-            mine.append(one_run(net, s, pipeline, f"ratio={ratio:g}", float(ratio)))
-        no = next(r for r in mine if r["off_ratio"] == 0.0 and r["policy"] != "fastflow")
-        for r in mine:
-            r["speedup_vs_tf_no"] = round(r["steps_per_s"] / max(1e-9, no["steps_per_s"]), 3)
-            r["baseline"] = [b for b, x in BASELINES.items() if r["policy"] != "fastflow" and r["off_ratio"] == x]
-        rows += mine
-        checks += checks_for(pipeline, mine, s)
-    print(table(rows), flush=True)
-    bound = [r for r in rows if r["metrics"]["cpu_bound"]]     # a figure, not a check: it cannot fail
-    return {"type": "offload", "ok": all(c["ok"] for c in checks), "rows": rows, "checks": checks,
-            "cpu_bound_runs": len(bound)}
+    rows = []
+    print(ROW_HEADER, flush=True)
+    for seed in range(s["repeats"]):                # rounds interleaved: load drift falls on every policy
+        for pipeline in s["pipelines"]:
+            for policy, ratio, candidate in plan(s):
+                rows.append(one_run(net, s, pipeline, policy, ratio, candidate, seed))
+                print(row_line(rows[-1]), flush=True)
+    policies = compare.aggregate(rows)
+    checks = [c for p in s["pipelines"] for c in compare.checks(p, [r for r in rows if r["pipeline"] == p],
+                                                                 policies, s)]
+    for p in policies:
+        no = next(x for x in policies if x["pipeline"] == p["pipeline"] and x["policy"] == "ratio=0")
+        p["speedup_vs_tf_no"] = round(no["epoch_s"]["median"] / p["epoch_s"]["median"], 3)
+    bound = [r for r in rows if r["metrics"]["cpu_bound"]]     # a figure: the fidelity guard's count
+    return {"type": "offload", "ok": all(c["ok"] for c in checks), "rows": rows, "policies": policies,
+            "checks": checks, "cpu_bound_runs": len(bound), "candidates": s["candidates"],
+            "epoch_steps": s["epoch_steps"]}
 
 
 def summary(w: dict) -> str:
-    """One line for the run summary: FastFlow's choice and speed-up per pipeline."""
+    """One line for the run summary: FastFlow's choice and speed-up per pipeline (medians, profiling included)."""
     parts = []
-    for r in w["rows"]:
-        if r["policy"] == "fastflow":
-            parts.append(f"{r['pipeline']}: fastflow ratio {r['off_ratio']:.2f}, {r['steps_per_s']:.2f} steps/s, "
-                         f"x{r['speedup_vs_tf_no']:.2f} vs tf-no")
+    for p in w["policies"]:
+        if p["policy"] == "fastflow":
+            parts.append(f"{p['pipeline']}: fastflow {p['candidate'] or 'no offload'} ratio {p['off_ratio']['median']:.2f}, "
+                         f"{p['steps_per_s']['median']:.2f} steps/s [{p['steps_per_s']['min']:.2f}-"
+                         f"{p['steps_per_s']['max']:.2f}], x{p['speedup_vs_tf_no']:.2f} vs tf-no with profiling")
     return "; ".join(parts)
 
 
 def warnings(fabric, spec: dict) -> list[str]:
-    return []
+    """Baselines the sweep will not contain, and a comparison without spread."""
+    s = {**DEFAULTS, **spec}
+    out = [f"ratios has no {r:g}: the {name} baseline will be missing from the comparison"
+           for r, name in ((0.5, "TF-DSLR"), (1.0, "TF-DSR")) if r not in s["ratios"]]
+    if s["repeats"] < 3:
+        out.append(f"repeats {s['repeats']}: medians of fewer than 3 runs, the spread says little")
+    return out
 
 
 def tables(w: dict) -> list[str]:
-    return []           # its table is printed while it runs (one row per policy and pipeline)
+    """Per pipeline: TF-NO, TF-DSLR, TF-DSR, the sweep's best and FastFlow, medians with their spread."""
+    pipelines = list(dict.fromkeys(p["pipeline"] for p in w["policies"]))
+    return [compare.comparison_table(p, w["policies"], w["candidates"], w["epoch_steps"]) for p in pipelines]

@@ -18,11 +18,11 @@ import tensorflow  # noqa: E402,F401  -- a dependency (requirements.txt): missin
 def test_fastflow_offloads_and_beats_local_only_when_local_cpu_is_scarce():
     fabric = build("rail-optimized", 1, 2, spines=1, nic_mbps=100, cpu_hosts=2)
     spec = {"pipelines": ["compute"], "gpu_steps_per_s": 25, "local_cores": 0.3, "worker_cores": 0.3,
-            "seconds": 4, "profile_s": 2.5, "ratios": [0, 1]}
+            "seconds": 4, "profile_s": 2.5, "ratios": [0, 1], "candidates": ["p'3"], "repeats": 1}
     with Network(fabric) as net:
         result = offload.run(net, spec)
     rows = {r["policy"]: r for r in result["rows"]}
-    ff, no, dsr = rows["fastflow"], rows["ratio=0"], rows["ratio=1"]
+    ff, no, dsr = rows["fastflow"], rows["ratio=0"], rows["ratio=1 p'3"]
     m = ff["metrics"]
     print({k: (r["off_ratio"], r["steps_per_s"], r["metrics"]["cpu_idle_mean_pct"]) for k, r in rows.items()})
     print("profile", m["profile"], "decision", m["decision"]["branch"])
@@ -35,6 +35,10 @@ def test_fastflow_offloads_and_beats_local_only_when_local_cpu_is_scarce():
     # the decision, and offloading raised throughput
     assert m["decision"]["offload"] and 0 < ff["off_ratio"] <= 1
     assert ff["steps_per_s"] > 1.3 * no["steps_per_s"], (ff["steps_per_s"], no["steps_per_s"])
+    # FastFlow's epoch time carries its profiling; the budget and ratio checks passed
+    assert ff["profile_s"] > 2 * 2.5 and ff["epoch_s_with_profiling"] > ff["profile_s"] + 1000 / 25
+    checks = {c["name"]: c["ok"] for c in result["checks"]}
+    assert checks["compute: local CPU budget held"] and checks["compute: off-ratios applied"], result["checks"]
     # the local CPU budget held (CFS quota; 10% for the sampling window)
     assert no["metrics"]["local_cpu_cores"] <= 0.3 * 1.1 and no["metrics"]["local_throttled_s"] > 0
     # servers were restarted per run and cleaned up: no cgroups of ours left
