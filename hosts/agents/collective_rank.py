@@ -56,22 +56,26 @@ def agree(spec: dict, job: Membership, hb, epoch: int, members: list[dict], me: 
     """Survivors of a failure agree on who failed and where the job resumes; returns the new epoch's
     membership {"members", "step", "failed", "lost_steps", ...} or {"error"}.
 
-    Each survivor announces itself with its step, the peers it found failed itself and its own ports without
-    carrier. Once every member of the old epoch has announced or has been known failed for SETTLE seconds
-    (without heartbeats: has not announced within a grace period longer than the no-progress timeout), the
+    Each survivor announces itself with its step, the peers it found failed itself, the peers it still hears
+    and its own ports without carrier. Once every member of the old epoch has announced or has been known
+    failed for SETTLE seconds with no announced member still hearing it (a rank cut from some paths is alive
+    and will announce; without heartbeats: has not announced within a grace period longer than the
+    no-progress timeout), the
     first survivor writes the verdict (membership.decide). With `shrink` it writes the new membership too;
     with `spare` and `migrate` the testbed's job manager writes it, with spares in the failed ranks' places."""
     names = [m["name"] for m in members]
-    job.announce(epoch, me, {"at": time.time(), "step": step, "in_op": in_op,
-                             "suspects": hb.suspects() if hb is not None else {}, "links_down": links_down})
+    job.announce(epoch, me, {"at": time.time(), "step": step, "in_op": in_op, "links_down": links_down,
+                             "suspects": hb.suspects() if hb is not None else {},
+                             "hears": hb.hears() if hb is not None else []})
     grace = spec.get("timeout_s", 60) + 2.0
     wait = grace + spec.get("timeout_s", 60) + 30
     deadline = time.monotonic() + wait
     while not job.has_members(epoch):
         if not job.has_verdict(epoch):
             announced = job.announced(epoch, names)
-            if hb is not None:
-                gone = {n for n, (_, at) in hb.failed().items() if time.time() - at > SETTLE}
+            if hb is not None:        # known failed, and no announced member still hears it (a cut path, not a death)
+                heard = {n for a in announced.values() for n in a.get("hears", [])}
+                gone = {n for n, (_, at) in hb.failed().items() if time.time() - at > SETTLE} - heard
             else:
                 gone = set(names) - set(announced) if time.time() > min(
                     a["at"] for a in announced.values()) + grace else set()
@@ -152,6 +156,7 @@ class CollectiveRank:
             self._run_steps(comm, store, rank, world, count, want)
             if self.hb is not None:
                 self.hb.watch(())                 # done: peers that leave from now on have not failed
+            self._progress(waiting=True)          # on the others, in the teardown's barrier: not stalled
             self.result.update(count=count, times=self.times, correct=self.correct if want is not None else None,
                                counters=comm.counters(), world=world, epoch=self.epoch,
                                recovered_chunks=mcast_allgather.stats(comm).get("recovered_chunks", 0))

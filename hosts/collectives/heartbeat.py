@@ -51,6 +51,7 @@ class Heartbeat:
         self._known: dict[str, dict] = {}          # name -> member entry (addresses), from meet()
         self._peers: dict[str, dict] = {}          # watched name -> {left, declared, readmitted (wall time)}
         self._links: dict[tuple, dict] = {}        # (name, path) -> {addr, since (monotonic), heard}
+        self._targets: list[tuple[str, str]] = []   # (path, address) our beats go to
         self._failed: dict[str, dict] = {}         # name -> {silence, at (wall), why, by, first_hand}
         self._news_seen: dict[str, float] = {}     # reporter -> mtime of its news file last read
         self.on_failure: Callable[[], None] | None = None       # called from the heartbeat thread
@@ -86,6 +87,8 @@ class Heartbeat:
             for name in set(self._peers) - set(names):
                 del self._peers[name]
             self._links = {k: v for k, v in self._links.items() if k[0] in self._peers}
+            if names:      # done watching (names empty): beat on to the last members until we stop
+                self._targets = [(path, link["addr"]) for (_, path), link in self._links.items()]
             self.watchdog.forget(self._peers)
             self._publish_news()
 
@@ -102,6 +105,15 @@ class Heartbeat:
         """Peers this rank itself found failed (not told by news): name -> how (heartbeats, watchdog, declared)."""
         with self._lock:
             return {n: f["by"] for n, f in self._failed.items() if n in self._peers and f["first_hand"]}
+
+    def hears(self) -> list[str]:
+        """Peers whose beats arrived on a direct path within the last half timeout, and not known stalled or
+        declared: their process is alive, whatever others say of the paths they cannot hear it on."""
+        now = time.monotonic()
+        with self._lock:
+            return sorted({n for (n, _), link in self._links.items() if link["heard"]
+                           and now - link["since"] < self.timeout / 2
+                           and self._failed.get(n, {}).get("by") not in ("watchdog", "declared")})
 
     def why(self, name: str) -> str | None:
         with self._lock:
@@ -152,9 +164,7 @@ class Heartbeat:
         self._count += 1
         flags = self._flags | (beats.WAITING if self.watchdog.waiting else 0)
         data = beats.encode(self._count, self.watchdog.progress, flags, self.name)
-        with self._lock:
-            targets = [(path, link["addr"]) for (_, path), link in self._links.items()]
-        for path, addr in targets:
+        for path, addr in self._targets:
             try:
                 self._socks[path].sendto(data, (addr, beats.PORT))
             except (OSError, KeyError):
