@@ -19,7 +19,7 @@ from testbed.monitor import capture
 from testbed.monitor.fidelity import CpuSampler
 from testbed.monitor.timeline import Timeline
 from testbed.results import report, runs
-from testbed.runtime import faults
+from testbed.runtime import fault_timing, faults
 from testbed.scenario import ScenarioError, host_limits
 from testbed.workloads import REGISTRY
 
@@ -66,6 +66,10 @@ def warnings(scenario: dict, fabric: topo.Fabric) -> list[str]:
     """What will run otherwise than the scenario reads (it still runs): one line each, for the user and the results."""
     out = [f"fabric.{k}: a {fabric.kind} fabric has no use for it; ignored"
            for k in topo.ignored_params(fabric.kind, scenario["fabric"])]
+    mode = scenario.get("routing", {}).get("mode", "ecmp")
+    if not fabric.params["spines"] and mode not in ("ecmp", "single"):
+        out.append(f"routing.mode: {mode} spreads traffic over spines, and a {fabric.kind} fabric has none "
+                   f"(one path between any two NICs): no traffic takes another path")
     for i, spec in enumerate(scenario["workloads"]):
         out += [f"workloads.{i}: {w}" for w in REGISTRY[spec["type"]].warnings(fabric, spec)]
     return out + capture.snaplen_warnings(fabric, scenario.get("capture", []))
@@ -164,6 +168,7 @@ def _run_workloads(net: Network, scenario: dict, results: dict, live: _Live, ech
     faults.gpu_outcomes(results["faults"], results["workloads"], schedule.t0, net.fabric)
     faults.traffic_outcomes(results["faults"], results["workloads"], schedule.t0)
     results["checks"] += faults.checks(results["faults"])
+    results["checks"] += fault_timing.late_checks(scenario.get("faults", []), results["faults"], results["workloads"])
     end = net.counters()
     results["captures"] = live.captures.stop()
     results["links"] = {p: {k: ovs.growth(start, end, p, k) for k in ("tx_bytes", "rx_bytes")} for p in end}
@@ -208,7 +213,8 @@ def summary_table(results: dict) -> str:
     rows += [""] + [line for t in tables for line in (t, "")]
     for f in results.get("faults", []):
         if f["kind"] in faults.GPU_FAULTS:
-            rows.append(faults.describe_gpu_outcome(f))
+            rows.append(faults.describe_gpu_outcome(f)
+                        + (": it hit no process (no rank ran on the target)" if f.get("processes") == 0 else ""))
             continue
         rows.append(f"fault {f['kind']} {f['target']}: at {f['at_s']} s, controller saw it at {f['detected_s']} s, "
                     f"rules installed (every switch acknowledged) at {f.get('installed_s')} s"

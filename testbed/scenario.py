@@ -147,6 +147,10 @@ def load(path: str, overrides: list[str] = ()) -> dict:
         raise ScenarioError(f"{path}: {exc.strerror}") from None
     except UnicodeDecodeError as exc:
         raise ScenarioError(f"{path}: not a text file (byte {exc.start} is not UTF-8): a scenario is YAML") from None
+    except yaml.reader.ReaderError as exc:        # decodes, but holds control characters (NUL, ...)
+        code = exc.character if isinstance(exc.character, int) else ord(exc.character)
+        raise ScenarioError(f"{path}: not a text file (control character #x{code:04x} at character {exc.position}): "
+                            f"a scenario is YAML") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

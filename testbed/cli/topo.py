@@ -2,16 +2,19 @@
 from __future__ import annotations
 
 import json
+import sys
 
 from testbed.cli.errors import UsageError
 from testbed.fabric import topo
 
 
 def cmd_topo(args) -> int:
-    fabric = topo.build(args.kind, args.servers, args.gpus, spines=args.spines,
-                        oversubscription=args.oversubscription, nic_mbps=args.nic_mbps,
+    given = {k: v for k, v in (("spines", args.spines), ("oversubscription", args.oversubscription)) if v is not None}
+    fabric = topo.build(args.kind, args.servers, args.gpus, **given, nic_mbps=args.nic_mbps,
                         hb_mbps=args.hb_mbps, cpu_hosts=args.cpu_hosts,
                         spares_per_server=args.spares_per_server, spare_servers=args.spare_servers)
+    for key in topo.ignored_params(fabric.kind, given):
+        print(f"warning: --{key}: a {fabric.kind} fabric has no use for it; ignored", file=sys.stderr)
     if args.draw:
         from testbed.results import draw
         try:
@@ -37,8 +40,8 @@ def register(subparsers) -> None:
     t.add_argument("kind", help="rail-only | rail-optimized | clos")
     t.add_argument("--servers", type=int, required=True)
     t.add_argument("--gpus", type=int, required=True, help="GPUs per server (= rails)")
-    t.add_argument("--spines", type=int, default=2)
-    t.add_argument("--oversubscription", type=float, default=1.0)
+    t.add_argument("--spines", type=int, default=None, help="default 2 (none on rail-only)")
+    t.add_argument("--oversubscription", type=float, default=None, help="default 1")
     t.add_argument("--nic-mbps", type=float, default=5.0)
     t.add_argument("--hb-mbps", type=float, default=None, help="default 9 x NIC")
     t.add_argument("--cpu-hosts", type=int, default=0)

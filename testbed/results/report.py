@@ -152,7 +152,8 @@ def summary_markdown(results: dict, table: str) -> str:
                   "|---|---|---|---|---|---|---|---|---|---|"]
         for r in rows:
             model_t = r["seconds"] * r["bus_ratio"]
-            lines.append(f"| {r['op']} | {r['algo']} | {r['ranks']} | {r['bytes']} | {r['seconds']:.3f} | "
+            asked = f" ({r['requested_bytes']} asked)" if r.get("requested_bytes", r["bytes"]) != r["bytes"] else ""
+            lines.append(f"| {r['op']} | {r['algo']} | {r['ranks']} | {r['bytes']}{asked} | {r['seconds']:.3f} | "
                          f"{r['busbw_MBps']:.3f} | {r['bound_busbw_MBps']:.3f} | {r['bus_ratio']:.2f} | "
                          f"{model_t:.3f} | {'yes' if r['correct'] else 'NO'} |")
         lines.append("")

@@ -368,6 +368,9 @@ def table(result: dict) -> str:
 def summary(w: dict) -> str:
     best = max((r["bus_ratio"] for r in w["rows"]), default=0)
     what = f"{w['op']}/{w['algo']} on {w['ranks']} ranks, {len(w['rows'])} sizes, best busbw/bound {best:.2f}"
+    rounded = [r for r in w["rows"] if r.get("requested_bytes", r["bytes"]) != r["bytes"]]
+    if rounded:                     # what ran is not what was asked: say so where the figures are read
+        what += "; ROUNDED: " + ", ".join(f"{r['requested_bytes']} B asked, {r['bytes']} B ran" for r in rounded)
     for rec in w.get("recoveries", []):
         what += (f"; recovered ({rec['policy']}) from the failure of {', '.join(rec['failed'] or ['?'])}"
                  if rec.get("reformed_at") else f"; {rec['policy']} recovery did not complete")

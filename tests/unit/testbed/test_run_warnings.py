@@ -69,3 +69,41 @@ def test_a_run_records_what_ran_and_fails_on_a_fault_never_injected(tmp_path):
     assert not r["ok"] and [c["name"] for c in failed] == ["faults.0 link-down s0g0/nic"], r["checks"]
     with open(tmp_path / "summary.md") as f:
         assert "## Warnings" in f.read()
+
+
+def test_a_multipath_routing_mode_on_a_fabric_without_spines_is_warned():
+    doc = scenario(routing={"mode": "spray"})
+    assert runner.warnings(doc, runner.fabric_of(doc)) == [
+        "routing.mode: spray spreads traffic over spines, and a rail-only fabric has none (one path between any "
+        "two NICs): no traffic takes another path"]
+    for mode in ("ecmp", "single"):
+        doc = scenario(routing={"mode": mode})
+        assert runner.warnings(doc, runner.fabric_of(doc)) == []
+    doc = scenario(fabric={"kind": "rail-optimized", "servers": 2, "gpus_per_server": 2}, routing={"mode": "split:4"})
+    assert runner.warnings(doc, runner.fabric_of(doc)) == []
+
+
+def collective_result(requested, ran):
+    rows = [{"bytes": b, "requested_bytes": q, "bus_ratio": 0.8, "count": b // 4, "dtype": "float32",
+             "seconds": 0.1, "algbw_MBps": 1.0, "busbw_MBps": 1.0, "bound_busbw_MBps": 1.2, "correct": True,
+             "op": "allgather", "algo": "ring", "ranks": 4} for q, b in zip(requested, ran)]
+    return {"type": "collective", "name": "ag", "op": "allgather", "algo": "ring", "ranks": 4, "rows": rows,
+            "ok": True, "wall_s": 1.0, "cpu_idle_mean_pct": 50.0}
+
+
+def test_the_summary_flags_a_size_that_ran_rounded():
+    assert "ROUNDED: 1001 B asked, 992 B ran" in collective.summary(collective_result([1001, 4096], [992, 4096]))
+    assert "ROUNDED" not in collective.summary(collective_result([4096], [4096]))
+    results = {"workloads": [collective_result([1001], [992])], "checks": [], "faults": []}
+    assert "ROUNDED: 1001 B asked, 992 B ran" in runner.summary_table(results)
+
+
+def test_a_gpu_fault_that_hit_no_process_says_so_in_the_summary():
+    fault = {"kind": "gpu-crash", "target": "s1g1", "at_s": 2.0, "processes": 0, "detected_s": None,
+             "recovered_s": None, "first_success_s": None, "lost_steps": None, "recovery": None}
+    results = {"workloads": [], "checks": faults.checks([fault]), "faults": [fault]}
+    table = runner.summary_table(results)
+    assert "fault gpu-crash s1g1: at 2.0 s, detected at never: it hit no process" in table
+    assert "[FAIL] faults.0 gpu-crash s1g1: hit no process" in table
+    fault["processes"] = 2
+    assert "hit no process" not in runner.summary_table({"workloads": [], "checks": [], "faults": [fault]})

@@ -70,6 +70,36 @@ def test_binary_scenario_file_is_one_line_exit_2(tmp_path):
     assert "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.parametrize("content,message", [
+    (b"\x00\x00\x00", "not a text file (control character #x0000 at character 0)"),      # decodes, but NULs
+    (b"name: x\x01\n", "not a text file (control character #x0001 at character 7)"),
+    (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", "not a text file (byte 0 is not UTF-8)"),
+    (b"\xff\xfen\x00a\x00", "not a text file (byte 0 is not UTF-8)"),                      # UTF-16
+    (b"\x1f\x8b\x08\x00\x00\x00\x00\x00", "not a text file (byte 1 is not UTF-8)"),  # gzip
+])
+def test_undecodable_scenario_files_are_one_line_exit_2(tmp_path, content, message):
+    path = tmp_path / "scenario.yaml"
+    path.write_bytes(content)
+    p = run_cli("run", str(path))
+    assert p.returncode == 2 and message in p.stderr, p.stderr
+    assert "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1
+    (tmp_path / "past").mkdir()                      # the same file as a past run's scenario (--again)
+    (tmp_path / "past" / "scenario.yaml").write_bytes(content)
+    p = run_cli("run", "--again", str(tmp_path / "past"))
+    assert p.returncode == 2 and message in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+
+
+def test_topo_warns_about_options_the_fabric_kind_ignores():
+    p = run_cli("topo", "rail-only", "--servers", "2", "--gpus", "2", "--spines", "4", "--oversubscription", "2")
+    assert p.returncode == 0 and p.stdout.startswith("rail-only: 2 servers x 2 GPUs, 4 switches")
+    assert p.stderr.splitlines() == ["warning: --spines: a rail-only fabric has no use for it; ignored",
+                                     "warning: --oversubscription: a rail-only fabric has no use for it; ignored"]
+    p = run_cli("topo", "rail-only", "--servers", "2", "--gpus", "2")
+    assert p.returncode == 0 and p.stderr == ""
+    p = run_cli("topo", "clos", "--servers", "2", "--gpus", "2", "--spines", "3")
+    assert p.returncode == 0 and p.stderr == "" and "7 switches" in p.stdout
+
+
 def run_with_extra(tmp_path, extra: str):
     """`testbed run` on a minimal clos scenario with one more top-level section."""
     path = tmp_path / "scenario.yaml"
