@@ -12,6 +12,7 @@ import os
 import matplotlib
 import numpy as np
 
+from testbed.monitor.fidelity import CPU_BOUND_IDLE_PCT
 from testbed.results import draw, htmlreport
 from testbed.runtime.faults import GPU_FAULTS
 
@@ -170,8 +171,8 @@ def summary_markdown(results: dict, table: str) -> str:
         lines.append("")
     bound = [w["name"] for w in results["workloads"] if w.get("cpu_bound")]
     if bound:
-        lines += [f"**Fidelity warning**: {', '.join(bound)} ran with under 10% CPU idle on average; those figures "
-                  "may measure the emulating machine rather than the links.", ""]
+        lines += [f"**Fidelity warning**: {', '.join(bound)} ran with under {CPU_BOUND_IDLE_PCT:g}% CPU idle on average; "
+                  "those figures may measure the emulating machine rather than the links.", ""]
     lines += ["## Summary", "", "```", table, "```", ""]
     if results.get("captures"):
         lines += capture_section(results["captures"])
