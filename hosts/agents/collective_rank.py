@@ -58,8 +58,8 @@ def agree(spec: dict, job: Membership, hb, epoch: int, members: list[dict], me: 
 
     Each survivor announces itself with its step, the peers it found failed itself, the peers it still hears
     and its own ports without carrier. Once every member of the old epoch has announced or has been known
-    failed for SETTLE seconds with no announced member still hearing it (a rank cut from some paths is alive
-    and will announce; without heartbeats: has not announced within a grace period longer than the
+    failed for SETTLE seconds with no sign of life (no announced member still hears it, and it wrote no news
+    since it fell silent: a rank cut off is alive and will announce; without heartbeats: has not announced within a grace period longer than the
     no-progress timeout), the
     first survivor writes the verdict (membership.decide). With `shrink` it writes the new membership too;
     with `spare` and `migrate` the testbed's job manager writes it, with spares in the failed ranks' places."""
@@ -75,7 +75,8 @@ def agree(spec: dict, job: Membership, hb, epoch: int, members: list[dict], me: 
             announced = job.announced(epoch, names)
             if hb is not None:        # known failed, and no announced member still hears it (a cut path, not a death)
                 heard = {n for a in announced.values() for n in a.get("hears", [])}
-                gone = {n for n, (_, at) in hb.failed().items() if time.time() - at > SETTLE} - heard
+                gone = {n for n, (_, at) in hb.failed().items() if time.time() - at > SETTLE
+                        and n not in heard and not hb.alive_since_failed(n)}
             else:
                 gone = set(names) - set(announced) if time.time() > min(
                     a["at"] for a in announced.values()) + grace else set()

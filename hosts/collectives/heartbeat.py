@@ -115,6 +115,13 @@ class Heartbeat:
                            and now - link["since"] < self.timeout / 2
                            and self._failed.get(n, {}).get("by") not in ("watchdog", "declared")})
 
+    def alive_since_failed(self, name: str) -> bool:
+        """Whether the peer wrote its news after it fell silent (it found others failed, or joined a new
+        membership): its process lives, cut off from us, while a dead one's last news predates its silence."""
+        with self._lock:
+            f, written = self._failed.get(name), self._news_seen.get(name)
+        return f is not None and written is not None and written / 1e9 >= f["at"] - self.timeout
+
     def why(self, name: str) -> str | None:
         with self._lock:
             f = self._failed.get(name)
