@@ -169,6 +169,7 @@ class Communicator:
         self.congestion = None            # "delay": paced queue pairs back off when queues build
         self._open_device = open_device
         self._devices: dict[str, tuple] = {}
+        self._forwarders: list[threading.Thread] = []
         self.channels: dict[int, Channel] = {}
         self.by_qpn: dict[tuple[str, int], Channel] = {}
         self.completions: queue.Queue = queue.Queue()
@@ -188,8 +189,9 @@ class Communicator:
         if path not in self._devices:
             dev = self._open_device(self.me.hb_ip if path == "hb" else self.me.ip)
             pd, cq = dev.alloc_pd(), dev.create_cq()
-            threading.Thread(target=self._forward, args=(path, cq), daemon=True,
-                             name=f"tb-cq-{path}").start()
+            forwarder = threading.Thread(target=self._forward, args=(path, cq), daemon=True, name=f"tb-cq-{path}")
+            forwarder.start()
+            self._forwarders.append(forwarder)
             self._devices[path] = (dev, pd, cq)
         return self._devices[path]
 
@@ -209,6 +211,12 @@ class Communicator:
         self._closing = True
         if self.heartbeat is not None:
             self.heartbeat.on_failure = None
+        # A forwarder may be inside a poll of its CQ: closing a kernel device under it frees the CQ it reads
+        # (a crash with rxe), so wait for them to see _closing first (each waits at most 0.5 s per poll).
+        for forwarder in self._forwarders:
+            if forwarder is not threading.current_thread():
+                forwarder.join(timeout=2.0)
+        self._forwarders = []
         for dev, _, _ in self._devices.values():
             dev.close(linger=linger)
         self._devices = {}

@@ -19,6 +19,7 @@ from .verbs import (GRH_LEN, Access, AddressHandle, MemoryRegion, QPInfo, QPStat
                     RecvWR, SendWR, WC, WCOpcode, WCStatus, WROpcode)
 
 SYSFS = "/sys/class/infiniband"
+GID_TABLE_ENTRIES = 1024          # the most valid GIDs a device may list (rxe's table size)
 IBV_SEND_SIGNALED, IBV_SEND_SOLICITED = 2, 4
 IBV_WC_WITH_IMM = 2
 
@@ -30,12 +31,20 @@ def ipv4_gid(ip: str) -> str:
 
 
 def find_gid(ip: str, root: str = SYSFS, name: Optional[str] = None):
-    """(device, port, gid_index) of the RoCE v2 GID for IPv4 `ip`, read from sysfs; None if absent."""
+    """(device, port, gid_index) of the RoCE v2 GID for IPv4 `ip`; None if absent.
+
+    The kernel's GID tables are asked through verbs where pyverbs is present (one call per device); sysfs,
+    the fallback, costs a file read per table entry (1024 per rxe port, in every namespace that sees the
+    devices): seconds per lookup on a small machine with a few dozen emulated hosts."""
     want = ipv4_gid(ip)
     try:
         devs = sorted(os.listdir(root)) if name is None else [name]
     except OSError:
         return None
+    if root == SYSFS:
+        found = _find_gid_by_verbs(want, devs)
+        if found is not NotImplemented:
+            return found
     for dev in devs:
         ports = os.path.join(root, dev, "ports")
         try:
@@ -58,6 +67,28 @@ def find_gid(ip: str, root: str = SYSFS, name: Optional[str] = None):
                     continue
                 if gid == want and "v2" in gtype.lower():
                     return dev, int(port), int(idx)
+    return None
+
+
+def _find_gid_by_verbs(want: str, devs: list):
+    """find_gid through ibv_query_gid_table; NotImplemented where pyverbs cannot say (not installed, or too
+    old to have the call), so that the caller reads sysfs instead."""
+    try:
+        from pyverbs.device import Context
+        from pyverbs.enums import IBV_GID_TYPE_ROCE_V2
+    except ImportError:
+        return NotImplemented
+    for dev in devs:
+        try:
+            with Context(name=dev) as ctx:
+                entries = ctx.query_gid_table(GID_TABLE_ENTRIES)
+        except AttributeError:
+            return NotImplemented
+        except Exception:           # a device that went away, or one we may not open: not ours to pick
+            continue
+        for e in entries:
+            if e.gid_str().lower() == want and e.gid_type == IBV_GID_TYPE_ROCE_V2:
+                return dev, e.port_num, e.gid_index
     return None
 
 
@@ -120,7 +151,12 @@ class RxePD:
 
 
 class RxeCQ:
-    """Completion queue over a pyverbs CQ. wait() polls every 0.5 ms (pyverbs CQs have no timed wait)."""
+    """Completion queue over a pyverbs CQ. wait() polls (pyverbs has no timed wait: its completion channel
+    blocks holding the GIL), backing off from 50 us to 2 ms while the queue stays empty, so that idle
+    pollers leave the CPU to the processes doing work: on a small or emulated machine, a dozen threads
+    polling every 0.5 ms starve the very transfers they wait for."""
+
+    MIN_SLEEP, MAX_SLEEP = 50e-6, 2e-3
 
     def __init__(self, device, depth):
         from pyverbs.cq import CQ
@@ -135,12 +171,14 @@ class RxeCQ:
 
     def wait(self, n: int = 1, timeout: Optional[float] = None):
         deadline = None if timeout is None else time.monotonic() + timeout
-        out = []
+        out, sleep = [], self.MIN_SLEEP
         while len(out) < n:
-            out += self.poll(n - len(out))
+            got = self.poll(n - len(out))
+            out += got
             if len(out) >= n or (deadline is not None and time.monotonic() >= deadline):
                 break
-            time.sleep(0.0005)
+            sleep = self.MIN_SLEEP if got else min(2 * sleep, self.MAX_SLEEP)
+            time.sleep(sleep)
         return out
 
 

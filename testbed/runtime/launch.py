@@ -6,6 +6,9 @@ outlives the timeout becomes an error naming its host (the process is killed by 
 from __future__ import annotations
 
 import json
+import os
+import re
+import signal
 import subprocess
 import time
 
@@ -14,6 +17,28 @@ from testbed import PROJECT_ROOT
 
 class LaunchError(RuntimeError):
     pass
+
+
+FRAME = re.compile(r'File "(.*)", line (\d+) in (.*)')
+
+
+def why(returncode: int, stderr: str) -> str:
+    """How a host program ended without its JSON line, in one line: its exit status or signal, and the last
+    line of its stderr or, after a crash, the innermost frame of the crashing thread (faulthandler's dump)."""
+    lines = [line.strip() for line in stderr.strip().splitlines()]
+    if returncode == -signal.SIGKILL:
+        return f"was killed: {lines[-1] if lines else 'no output'}"
+    if returncode < 0:
+        name = signal.Signals(-returncode).name if -returncode in signal.Signals._value2member_map_ else -returncode
+        crashing = next((i for i, line in enumerate(lines) if line.startswith("Current thread")), None)
+        frames = []
+        for line in lines[crashing + 1:] if crashing is not None else []:
+            frame = FRAME.match(line)
+            if not frame:
+                break
+            frames.append(f"{os.path.basename(frame[1])}:{frame[2]} {frame[3]}")
+        return f"died of {name}" + (f" in {' < '.join(frames[:3])}" if frames else "")
+    return f"exited {returncode}: {lines[-1] if lines else 'no output'}"
 
 
 def run_on_hosts(net, commands: dict[str, list[str]], timeout: float, partial: bool = False):
@@ -25,7 +50,8 @@ def run_on_hosts(net, commands: dict[str, list[str]], timeout: float, partial: b
     try:
         for host, argv in commands.items():
             node = net.host(host)
-            procs[host] = node.popen([node.python, "-m", *argv], cwd=PROJECT_ROOT,
+            # -X faulthandler: a process that crashes (SIGSEGV, SIGABRT) prints where, which why() reports
+            procs[host] = node.popen([node.python, "-X", "faulthandler", "-m", *argv], cwd=PROJECT_ROOT,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         deadline = time.monotonic() + timeout
         results, errors = {}, []
@@ -40,9 +66,7 @@ def run_on_hosts(net, commands: dict[str, list[str]], timeout: float, partial: b
             try:
                 results[host] = json.loads(out.strip().splitlines()[-1])
             except (ValueError, IndexError):
-                last = (err.strip().splitlines() or ["no output"])[-1]
-                how = "was killed" if proc.returncode == -9 else f"exited {proc.returncode}"
-                errors.append(f"{host}: {commands[host][0]} {how}: {last}")
+                errors.append(f"{host}: {commands[host][0]} {why(proc.returncode, err)}")
         if partial:
             return results, errors
         if errors:
