@@ -20,7 +20,7 @@ import time
 
 from testbed.fabric.network import Network
 from testbed.fabric.topo import build
-from testbed.runtime import faults
+from testbed.runtime import fault_outcomes, faults
 from testbed.workloads import collective
 
 TARGET = {"gpu-crash": "s1g1", "gpu-hang": "s1g1", "gpu-stall": "s1g1", "nic-down": "s1g1", "partition": "s1",
@@ -40,7 +40,7 @@ def case(net, kind: str, policy: str, at: float, size: str, heartbeat=None) -> d
     finally:
         schedule.stop()
     record, = schedule.results([])
-    faults.gpu_outcomes([record], [result], schedule.t0, net.fabric)
+    fault_outcomes.gpu_outcomes([record], [result], schedule.t0, net.fabric)
     return {"result": result, "fault": record}
 
 

@@ -19,7 +19,7 @@ from testbed.monitor import capture
 from testbed.monitor.fidelity import CpuSampler
 from testbed.monitor.timeline import Timeline
 from testbed.results import report, runs
-from testbed.runtime import fault_timing, faults
+from testbed.runtime import fault_outcomes, fault_timing, faults
 from testbed.scenario import ScenarioError, host_limits
 from testbed.workloads import REGISTRY
 
@@ -165,9 +165,9 @@ def _run_workloads(net: Network, scenario: dict, results: dict, live: _Live, ech
     schedule.stop()
     live.timeline.stop()
     results["faults"] = schedule.results(net.controller_view().get("port_events", []))
-    faults.gpu_outcomes(results["faults"], results["workloads"], schedule.t0, net.fabric)
-    faults.traffic_outcomes(results["faults"], results["workloads"], schedule.t0)
-    results["checks"] += faults.checks(results["faults"])
+    fault_outcomes.gpu_outcomes(results["faults"], results["workloads"], schedule.t0, net.fabric)
+    fault_outcomes.traffic_outcomes(results["faults"], results["workloads"], schedule.t0)
+    results["checks"] += fault_outcomes.checks(results["faults"])
     results["checks"] += fault_timing.late_checks(scenario.get("faults", []), results["faults"], results["workloads"])
     end = net.counters()
     results["captures"] = live.captures.stop()
@@ -213,7 +213,7 @@ def summary_table(results: dict) -> str:
     rows += [""] + [line for t in tables for line in (t, "")]
     for f in results.get("faults", []):
         if f["kind"] in faults.GPU_FAULTS:
-            rows.append(faults.describe_gpu_outcome(f)
+            rows.append(fault_outcomes.describe_gpu_outcome(f)
                         + (": it hit no process (no rank ran on the target)" if f.get("processes") == 0 else ""))
             continue
         rows.append(f"fault {f['kind']} {f['target']}: at {f['at_s']} s, controller saw it at {f['detected_s']} s, "

@@ -11,7 +11,6 @@ and a BTH cut off by the snaplen is not called malformed.
 from __future__ import annotations
 
 import ipaddress
-import json
 import os
 from collections import Counter
 

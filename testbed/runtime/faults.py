@@ -9,7 +9,7 @@ A link goes down at both ends, as a cut cable does: switch ports are set down th
 config (the controller gets PORT_STATUS; watch-port buckets stop using them) and host interfaces are
 set down in the host's namespace. GPU faults and the cables of GPUs (nic-down, partition) are found and
 recovered from by the job itself (its heartbeats over the network and its progress watchdog); their
-outcome says when and how (`detected_by`), see Schedule and gpu_outcomes.
+outcome says when and how (`detected_by`), see Schedule and fault_outcomes.py.
 """
 from __future__ import annotations
 
@@ -374,74 +374,3 @@ class Schedule:
                     rec["restored_s"] = round(back["at"] - self.t0, 4)
             out.append(rec)
         return out
-
-
-def checks(records: list[dict]) -> list[dict]:
-    """Failed checks for faults that did not happen as the scenario asked (the figures would mislead)."""
-    out = []
-    for i, f in enumerate(records):
-        name = f"faults.{i} {f['kind']} {f['target']}"
-        if f["at_s"] is None:
-            out.append({"name": name, "ok": False, "detail": "never injected: its time came after the workloads "
-                                                             "(or the workload it is timed from) had ended"})
-        elif f.get("processes") == 0:
-            out.append({"name": name, "ok": False, "detail": "hit no process: no rank ran on the target when it "
-                                                             "was injected"})
-    return out
-
-
-def traffic_outcomes(records: list[dict], workloads: list[dict], t0: float) -> None:
-    """Link faults: when traffic resumed, from the receivers' view. Each UDP flow lists its silences (over 1.5
-    packet times); a flow silent across the fault's time was cut by it, and the fault's traffic resumed when the
-    last of those flows got a packet again (seconds after the workloads started; None if no flow was silent
-    across it: nothing was interrupted that the receivers could see)."""
-    silences = [(start, start + length) for w in workloads if w.get("type") == "traffic"
-                for f in w.get("per_flow", []) for start, length in f.get("silences") or []]
-    for fault in records:
-        if fault["kind"] in GPU_FAULTS or fault["at_s"] is None:
-            continue
-        at = t0 + fault["at_s"]
-        ends = [end for start, end in silences if start <= at <= end]
-        fault["resumed_s"] = round(max(ends) - t0, 4) if ends else None
-        fault["flows_cut"] = len(ends)
-
-
-def gpu_outcomes(records: list[dict], workloads: list[dict], t0: float, fabric) -> None:
-    """Fill in the GPU faults' outcomes from the workloads (seconds after the workloads started):
-    detected when the first peer noticed the failure, recovered when the communicator had re-formed
-    (every member of the new epoch in), first success when the first collective after that completed on
-    every member, and the started steps that were lost (run again); `recovery` names the policy."""
-    recoveries = [r for w in workloads for r in w.get("recoveries", [])]
-    errors_at = [w["first_error_at"] for w in workloads if w.get("first_error_at")]
-
-    def rel(t):
-        return round(t - t0, 4) if t else None
-    for fault in records:
-        if fault["kind"] not in GPU_FAULTS or fault["at_s"] is None:
-            continue
-        at, hosts = t0 + fault["at_s"], set(gpu_hosts(fabric, fault["kind"], fault["target"]))
-        mine = [r for r in recoveries if r.get("detected_at") and r["detected_at"] >= at - 0.01
-                and hosts & set(r.get("failed") or hosts)]
-        if mine:
-            r = min(mine, key=lambda r: r["detected_at"])
-            fault.update(detected_s=rel(r["detected_at"]), detected_by=r.get("detected_by"),
-                         recovered_s=rel(r["reformed_at"]),
-                         first_success_s=rel(r["first_success_at"]), lost_steps=r["lost_steps"],
-                         recovery=r["policy"], replaced_by=r.get("replaced") or None)
-        else:           # abort (or nothing noticed it): detection only
-            seen = [t for t in errors_at if t >= at - 0.01]
-            fault.update(detected_s=rel(min(seen)) if seen else None, recovery="abort" if seen else None)
-
-
-def describe_gpu_outcome(f: dict) -> str:
-    """One line for the summary: when the peers noticed, when the job had re-formed, the first success."""
-    def since(t):
-        return f"{t} s (+{t - f['at_s']:.2f} s)" if t is not None and f["at_s"] is not None else "never"
-    line = f"fault {f['kind']} {f['target']}: at {f['at_s']} s, detected at {since(f['detected_s'])}" + \
-        (f" by {f['detected_by']}" if f.get("detected_by") else "")
-    if f.get("recovery") in (None, "abort"):
-        return line + (", job aborted" if f.get("recovery") else "")
-    how = f["recovery"] + (f" by {', '.join(f['replaced_by'].values())}" if f.get("replaced_by") else "")
-    return (line + f", re-formed ({how}) at {since(f['recovered_s'])}, first collective after it done at "
-            f"{since(f['first_success_s'])}, {f['lost_steps']} step(s) lost")
-

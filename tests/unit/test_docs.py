@@ -29,7 +29,6 @@ import os
 import re
 import shlex
 import subprocess
-import sys
 from dataclasses import dataclass
 
 import pytest
