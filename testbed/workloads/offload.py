@@ -77,8 +77,8 @@ def validate(fabric, spec: dict, scenario: dict | None = None) -> dict:
 class Servers:
     """A dispatcher on the first CPU host and a worker on every CPU host, killed by PID on exit."""
 
-    def __init__(self, net, cpu_hosts: list[str], worker_cores: float):
-        self.net, self.hosts, self.cores = net, cpu_hosts, worker_cores
+    def __init__(self, net, cpu_hosts: list[str], worker_cores: float, start_timeout: float = 60.0):
+        self.net, self.hosts, self.cores, self.start_timeout = net, cpu_hosts, worker_cores, start_timeout
         self.procs: dict[str, subprocess.Popen] = {}
         self.logs: dict = {}
         self.ip = net.fabric.hosts[cpu_hosts[0]].ip
@@ -95,12 +95,19 @@ class Servers:
             self._start(f"worker-{h}", h, ["worker", "--port", str(WORKER_PORT), "--ip", ip, "--dispatcher",
                                           f"{self.ip}:{DISPATCHER_PORT}"])
             budget.limit(f"{os.getpid()}-worker-{h}", self.procs[f"worker-{h}"].pid, self.cores)
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + self.start_timeout
         for key, proc in self.procs.items():          # each prints one line when serving
             ready, _, _ = select.select([proc.stdout], [], [], max(0.1, deadline - time.monotonic()))
             if not ready or not proc.stdout.readline():
+                if ready:                                # its stdout closed: it is exiting
+                    try:
+                        proc.wait(timeout=5)
+                    except subprocess.TimeoutExpired:
+                        pass
+                how = f"exit {proc.poll()}" if proc.poll() is not None else f"not serving after {self.start_timeout:.0f} s"
+                why = self.last_error(key)              # before __exit__ closes the logs
                 self.__exit__()
-                raise RuntimeError(f"tf.data.service {key} did not start (exit {proc.poll()}): {self.last_error(key)}")
+                raise RuntimeError(f"tf.data.service {key} did not start ({how}): {why}")
         return self
 
     def last_error(self, key: str) -> str:
@@ -163,7 +170,8 @@ def run_trainer(net, host: str, spec: dict, cores: float, timeout: float) -> dic
 def with_servers(net, s: dict, trainer: dict) -> tuple[dict, dict]:
     """One trainer run against freshly started servers; returns its output and what was measured around it."""
     cpus = sorted((h for h in net.fabric.hosts if h.startswith("cpu")), key=lambda h: int(h[3:]))
-    with Servers(net, cpus, s["worker_cores"]) as servers:
+    # TensorFlow takes ~10 s to start here, minutes under software emulation: its start shares the run's budget
+    with Servers(net, cpus, s["worker_cores"], start_timeout=max(60.0, s["timeout_s"] / 3)) as servers:
         trainer = trainer | {"service": servers.service}
         rx0, w0 = rx_bytes(net, s["trainer"]), servers.worker_cpu_s()
         with CpuSampler() as idle:        # the trainer's run, not the servers' start-up

@@ -1,0 +1,41 @@
+"""tf.data.service servers that do not start: the error names why, whatever the start-up failure."""
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import pytest
+
+from testbed.workloads import offload
+
+
+class FakeHost:
+    """Runs the given program instead of the service (the namespace does not matter here)."""
+
+    def __init__(self, program: str):
+        self.program = program
+
+    def popen(self, argv, **kw):
+        return subprocess.Popen([sys.executable, "-c", self.program], **kw)
+
+
+def fake_net(program: str):
+    hosts = {"cpu0": SimpleNamespace(ip="10.13.0.1")}
+    return SimpleNamespace(fabric=SimpleNamespace(hosts=hosts), host=lambda name: FakeHost(program))
+
+
+def test_a_server_that_dies_is_reported_with_its_last_error_line(monkeypatch):
+    monkeypatch.setattr(offload.budget, "limit", lambda *a, **k: {})
+    monkeypatch.setattr(offload.budget, "remove", lambda *a, **k: None)
+    net = fake_net("import sys; sys.stderr.write('E grpc: address in use\\n'); sys.exit(3)")
+    with pytest.raises(RuntimeError, match=r"dispatcher did not start \(exit 3\): E grpc: address in use"):
+        with offload.Servers(net, ["cpu0"], 0.5, start_timeout=20):
+            pass
+
+
+def test_a_server_too_slow_to_start_is_reported_with_the_time_it_was_given(monkeypatch):
+    monkeypatch.setattr(offload.budget, "limit", lambda *a, **k: {})
+    monkeypatch.setattr(offload.budget, "remove", lambda *a, **k: None)
+    net = fake_net("import sys, time; sys.stderr.write('loading\\n'); sys.stderr.flush(); time.sleep(30)")
+    with pytest.raises(RuntimeError, match=r"did not start \(not serving after 1 s\): loading"):
+        with offload.Servers(net, ["cpu0"], 0.5, start_timeout=1):
+            pass
