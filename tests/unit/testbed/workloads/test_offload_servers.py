@@ -23,18 +23,21 @@ def fake_net(program: str):
     return SimpleNamespace(fabric=SimpleNamespace(hosts=hosts), host=lambda name: FakeHost(program))
 
 
-def test_a_server_that_dies_is_reported_with_its_last_error_line(monkeypatch):
+@pytest.fixture
+def no_cpu_budgets(monkeypatch):
+    """The servers' CPU budgets are cgroups (root); not what these tests are about."""
     monkeypatch.setattr(offload.budget, "limit", lambda *a, **k: {})
     monkeypatch.setattr(offload.budget, "remove", lambda *a, **k: None)
+
+
+def test_a_server_that_dies_is_reported_with_its_last_error_line(no_cpu_budgets):
     net = fake_net("import sys; sys.stderr.write('E grpc: address in use\\n'); sys.exit(3)")
     with pytest.raises(RuntimeError, match=r"dispatcher did not start \(exit 3\): E grpc: address in use"):
         with offload.Servers(net, ["cpu0"], 0.5, start_timeout=20):
             pass
 
 
-def test_a_server_too_slow_to_start_is_reported_with_the_time_it_was_given(monkeypatch):
-    monkeypatch.setattr(offload.budget, "limit", lambda *a, **k: {})
-    monkeypatch.setattr(offload.budget, "remove", lambda *a, **k: None)
+def test_a_server_too_slow_to_start_is_reported_with_the_time_it_was_given(no_cpu_budgets):
     net = fake_net("import sys, time; sys.stderr.write('loading\\n'); sys.stderr.flush(); time.sleep(30)")
     with pytest.raises(RuntimeError, match=r"did not start \(not serving after 1 s\): loading"):
         with offload.Servers(net, ["cpu0"], 0.5, start_timeout=1):
