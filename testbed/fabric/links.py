@@ -22,6 +22,19 @@ def switch_port(switch: str, port: int) -> str:
     return f"{sysname(switch)}-p{port}"
 
 
+def interface(fabric, node: str, port: int) -> str:
+    """The device at one end of a link: ethN inside a host, the switch's port device otherwise."""
+    return f"eth{port}" if node in fabric.hosts else switch_port(node, port)
+
+
+def ofport(fabric, node: str, port: int) -> int | None:
+    """The OpenFlow port number of a link end: bring-up requests the cabling port number as the OVS
+    ofport (ofport_request), so the controller's and the counters' numbers are the model's. None for a
+    host end and for an HB domain (a Linux bridge, no OpenFlow)."""
+    switch = fabric.switches.get(node)
+    return port if switch is not None and switch.sdn else None
+
+
 def is_patch(fabric, link) -> bool:
     """Switch-to-switch links are OVS patch ports (the fastest path here) unless they must be shaped:
     without oversubscription an uplink never limits below the shaped host NICs."""

@@ -29,7 +29,7 @@ from testbed import RUN_ROOT
 from testbed.fabric import ovs, runstate
 from testbed.fabric.controller import Controller, ControllerError, LoopbackController
 from testbed.fabric.hosts import BackendUnavailable, backend_class, softroce
-from testbed.fabric.links import HB_MTU, is_patch, mtu_of, switch_port, sysname, tbf
+from testbed.fabric.links import HB_MTU, interface, is_patch, mtu_of, switch_port, sysname, tbf
 from testbed.fabric.topo import Fabric
 
 
@@ -52,7 +52,8 @@ def set_host_port(node, run_dir: str, host: str, port: int, up: bool) -> None:
 
 class Network:
     def __init__(self, fabric: Fabric, routing: str = "ecmp", run_dir: str | None = None,
-                 failover: bool = True, hosts: str = "netns", host_limits: dict | None = None):
+                 failover: bool = True, hosts: str = "netns", host_limits: dict | None = None,
+                 controller_delay_ms: float = 0.0):
         try:
             backend = backend_class(hosts)
         except BackendUnavailable as exc:
@@ -60,6 +61,7 @@ class Network:
         self.fabric = fabric
         self.routing = routing
         self.failover = failover
+        self.controller_delay_ms = controller_delay_ms
         self.hosts = hosts
         self.host_limits = host_limits or {}
         self.rdma = {"transport": "uroce", "detail": "not brought up"}
@@ -93,7 +95,7 @@ class Network:
         self._record(bridges=[sysname(s.name) for s in self.fabric.switches.values()],
                      fabric={"kind": self.fabric.kind, **self.fabric.params}, hosts=self.hosts)
         self.timings.update(self.backend.start(list(self.fabric.hosts), self._record))
-        self.controller = Controller(self.run_dir, self.routing, self.failover)
+        self.controller = Controller(self.run_dir, self.routing, self.failover, self.controller_delay_ms)
         self._record(controller_pid=self._controller_call(self.controller.start, self.fabric))
         setLogLevel("error")   # Mininet warns about br_netfilter sysctls we do not rely on
         self.mn = Mininet(topo=None, build=False, controller=None, autoSetMacs=False, waitConnected=False)
@@ -162,8 +164,7 @@ class Network:
             a_host, b_host = l.a in fab.hosts, l.b in fab.hosts
             n1 = mn.get(l.a if a_host else sysname(l.a))
             n2 = mn.get(l.b if b_host else sysname(l.b))
-            i1 = f"eth{l.a_port}" if a_host else switch_port(l.a, l.a_port)
-            i2 = f"eth{l.b_port}" if b_host else switch_port(l.b, l.b_port)
+            i1, i2 = interface(fab, l.a, l.a_port), interface(fab, l.b, l.b_port)     # as `topo --json` names them
             patch = self.is_patch(l)
             mn.addLink(n1, n2, port1=l.a_port, port2=l.b_port, intfName1=i1, intfName2=i2,
                        cls=OVSLink if patch else Link)

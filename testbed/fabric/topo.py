@@ -25,6 +25,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from testbed.fabric.links import interface, ofport
+
 KINDS = ("rail-only", "rail-optimized", "clos")
 
 # Addressing limits: server index and local rank go into one address byte each.
@@ -155,12 +157,30 @@ class Fabric:
                 "spares": len(self.spares())}
 
     def to_json(self) -> dict:
-        """The `testbed topo --json` form; ports as in results.json `links` ("SWITCH:PORT"), hosts' are ethN."""
+        """The `testbed topo --json` form. Per link, each end's port (a host's port N is ethN), device name
+        and OpenFlow port number (null off OpenFlow); `circuits`: the other leaf ports each spare GPU's NIC
+        can be switched to; `ports`: every OpenFlow switch port by its counter name (results.json `links`,
+        "SWITCH:PORT") with the link behind it."""
+        circuits = {h: [self._link_json(c) for c in cs[1:]] for h, cs in self.circuits.items()}
+        ports = {}
+        for l in self.links + [c for cs in self.circuits.values() for c in cs[1:]]:
+            for end, peer in (("a", "b"), ("b", "a")):
+                node, port = getattr(l, end), getattr(l, f"{end}_port")
+                if ofport(self, node, port) is not None:
+                    ports[f"{node}:{port}"] = {"intf": interface(self, node, port), "kind": l.kind,
+                                               "peer": getattr(l, peer), "peer_port": getattr(l, f"{peer}_port")}
         return {"kind": self.kind,
                 "switches": list(self.switches),
                 "hosts": list(self.hosts),
-                "links": [[l.a, l.b, {"mbps": l.mbps, "kind": l.kind, "a_port": l.a_port, "b_port": l.b_port}]
-                          for l in self.links]}
+                "links": [self._link_json(l) for l in self.links],
+                "circuits": circuits,
+                "ports": ports}
+
+    def _link_json(self, l: Link) -> list:
+        return [l.a, l.b, {"mbps": l.mbps, "kind": l.kind, "standby": l.standby,
+                           "a_port": l.a_port, "b_port": l.b_port,
+                           "a_intf": interface(self, l.a, l.a_port), "b_intf": interface(self, l.b, l.b_port),
+                           "a_ofport": ofport(self, l.a, l.a_port), "b_ofport": ofport(self, l.b, l.b_port)}]
 
     def to_controller(self) -> dict:
         """Everything the SDN controller needs to route proactively. Spares' links, and every circuit a

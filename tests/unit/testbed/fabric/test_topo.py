@@ -90,9 +90,10 @@ def test_cpu_hosts_reach_every_gpu_but_do_not_join_rails():
 
 def test_json_form():
     j = build("clos", 2, 2, spines=1).to_json()
-    assert set(j) == {"kind", "switches", "hosts", "links"}
+    assert set(j) == {"kind", "switches", "hosts", "links", "circuits", "ports"}
     assert j["kind"] == "clos" and "tor0" in j["switches"] and "s1g1" in j["hosts"]
-    assert all(len(l) == 3 and set(l[2]) == {"mbps", "kind", "a_port", "b_port"} for l in j["links"])
+    assert all(len(l) == 3 and set(l[2]) == {"mbps", "kind", "standby", "a_port", "b_port", "a_intf", "b_intf",
+                                             "a_ofport", "b_ofport"} for l in j["links"])
 
 
 @pytest.mark.parametrize("kwargs,message", [
