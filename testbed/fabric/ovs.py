@@ -58,17 +58,24 @@ def port_counters(bridges: list[str]) -> dict[tuple[str, int], dict[str, int]]:
     OpenFlow port stats, not OVSDB's (those refresh every 5 s and stay 0 on patch ports). Patch-port
     counters are credited when the revalidators account datapath flows, so wait for a round first.
     """
+    wait_revalidators()
+    return {(br, port): c for br in bridges for port, c in dump_ports(br).items()}
+
+
+def wait_revalidators() -> None:
+    """Until the revalidators finish a round (every ~0.5 s), after which patch-port counters are current."""
     subprocess.run(["ovs-appctl", "revalidator/wait"], capture_output=True, timeout=10)
-    counters: dict[tuple[str, int], dict[str, int]] = {}
-    for br in bridges:
-        proc = subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", "dump-ports", br],
-                              capture_output=True, text=True, timeout=10)
-        if proc.returncode != 0:
-            raise OVSError(f"ovs-ofctl dump-ports {br}: {proc.stderr.strip()}")
-        for port, rxp, rxb, txp, txb in PORT_STATS_RE.findall(proc.stdout):
-            counters[(br, int(port))] = {"rx_packets": int(rxp), "rx_bytes": int(rxb),
-                                         "tx_packets": int(txp), "tx_bytes": int(txb)}
-    return counters
+
+
+def dump_ports(bridge: str) -> dict[int, dict[str, int]]:
+    """OpenFlow port -> counters of one bridge; one `ovs-ofctl dump-ports`. Ports whose counters OVS
+    cannot read (shown as "?") are left out."""
+    proc = subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", "dump-ports", bridge],
+                          capture_output=True, text=True, timeout=10)
+    if proc.returncode != 0:
+        raise OVSError(f"ovs-ofctl dump-ports {bridge}: {proc.stderr.strip()}")
+    return {int(port): {"rx_packets": int(rxp), "rx_bytes": int(rxb), "tx_packets": int(txp), "tx_bytes": int(txb)}
+            for port, rxp, rxb, txp, txb in PORT_STATS_RE.findall(proc.stdout)}
 
 
 def growth(before: dict, after: dict, port: str, key: str = "tx_bytes") -> int:

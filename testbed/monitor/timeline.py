@@ -1,27 +1,60 @@
-"""Switch port counters sampled over a run, for utilisation-over-time plots."""
+"""Switch port counters sampled over a run: the utilisation-over-time plot and the per-link heatmap
+(testbed/results/heatmap.py) are drawn from them."""
 from __future__ import annotations
 
+import subprocess
 import threading
 import time
 
+from testbed.fabric import ovs
+
+
+def counter_delta(then: int, now: int) -> int:
+    """How much a counter grew between two samples; a port re-created meanwhile (a cut patch link, a spare
+    recabled) restarts from 0, so a counter that went down counts what it holds now."""
+    return now - then if now >= then else now
+
 
 class Timeline:
-    """Samples net.counters() every `period` seconds in a thread: [(epoch, {"SWITCH:PORT": tx_bytes})]."""
+    """Samples the tx and rx byte counters of every SDN switch port in a thread:
+    samples = [(epoch, {"SWITCH:PORT": (tx_bytes, rx_bytes)})].
 
-    def __init__(self, net, period: float = 0.5):
+    A sample costs one revalidator-round wait and one `ovs-ofctl dump-ports` per switch. The wait makes
+    patch-port counters current (OVS credits them once per revalidator round, ~0.5 s), so with patch
+    uplinks the rounds set the pace whenever `period` is shorter. A switch that is gone or being
+    reconfigured (a switch-down fault) is missing from that sample, the others are kept."""
+
+    def __init__(self, net, period: float = 0.25):
         self.net, self.period = net, period
-        self.samples: list[tuple[float, dict[str, int]]] = []
+        self.samples: list[tuple[float, dict[str, tuple[int, int]]]] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name="tb-timeline")
 
+    def sample(self) -> None:
+        """Take one sample now (the thread's step; callable directly)."""
+        bridges = self.net.sdn_bridges()
+        try:
+            ovs.wait_revalidators()
+        except (OSError, subprocess.TimeoutExpired):
+            pass                     # counters of veth ports are current anyway
+        now, ports = time.time(), {}
+        for bridge, switch in bridges.items():
+            try:
+                counters = ovs.dump_ports(bridge)
+            except (ovs.OVSError, OSError, subprocess.TimeoutExpired):
+                continue
+            ports.update({f"{switch}:{p}": (c["tx_bytes"], c["rx_bytes"]) for p, c in counters.items()})
+        if ports:
+            self.samples.append((now, ports))
+
     def _run(self) -> None:
         while True:
+            started = time.monotonic()
             try:
-                counters = self.net.counters()
-                self.samples.append((time.time(), {p: c["tx_bytes"] for p, c in counters.items()}))
-            except Exception:  # a switch being reconfigured by a fault: skip this sample
+                self.sample()
+            except Exception:  # noqa: BLE001  the sampler must never end a run; a lost sample is a gap
                 pass
-            if self._stop.wait(self.period):
+            if self._stop.wait(max(0.0, self.period - (time.monotonic() - started))):
                 return
 
     def start(self) -> "Timeline":
@@ -35,10 +68,10 @@ class Timeline:
             self._thread.join()
 
     def rates(self, ports: list[str]) -> tuple[list[float], list[float]]:
-        """(mid-interval times, Mbit/s summed over `ports`) between consecutive samples."""
+        """(mid-interval times, Mbit/s out of `ports`, summed) between consecutive samples."""
         times, mbps = [], []
         for (t0, a), (t1, b) in zip(self.samples, self.samples[1:]):
-            moved = sum(max(0, b.get(p, 0) - a.get(p, 0)) for p in ports)
+            moved = sum(counter_delta(a[p][0], b[p][0]) for p in ports if p in a and p in b)
             times.append((t0 + t1) / 2)
             mbps.append(moved * 8 / (t1 - t0) / 1e6)
         return times, mbps

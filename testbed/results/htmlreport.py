@@ -2,7 +2,8 @@
 
 The configuration and environment, warnings, checks, a collectives table (workload, human sizes, '-' for what
 was not measured, rows of a workload that a fault hit marked), the faults with their times relative to the
-workload they fell in, the captures with links, every plot, and the text summary as the terminal showed it.
+workload they fell in, the busiest links, the captures with links, every plot, and the text summary as the
+terminal showed it.
 """
 from __future__ import annotations
 
@@ -106,6 +107,18 @@ def faults_section(results: dict) -> str:
                   rows, left=3))
 
 
+def links_section(results: dict) -> str:
+    usage = results.get("link_usage")
+    if not usage or not usage["hottest"]:
+        return ""
+    return ("<h2>Busiest links</h2><p>Peak and mean utilisation (busier direction / link rate) over the sampling "
+            f"intervals; every link over time in the heatmap below, the samples in "
+            f'<a href="{html.escape(usage["file"])}">{html.escape(usage["file"])}</a>.</p>' +
+            table(["link", "tier", "peak", "mean"], [[html.escape(h["link"]), html.escape(h["tier"]),
+                                                     cell(h["peak"], 2), cell(h["mean"], 2)]
+                                                    for h in usage["hottest"]], left=2))
+
+
 def write(results: dict, out_dir: str, summary_text: str) -> str:
     """Write out_dir/report.html; returns its path."""
     f = results["fabric"]
@@ -134,6 +147,7 @@ def write(results: dict, out_dir: str, summary_text: str) -> str:
          html.escape(c.get("detail", ""))] for c in results.get("checks", [])], left=3))
     parts.append(collectives_section(results))
     parts.append(faults_section(results))
+    parts.append(links_section(results))
     if results.get("captures"):
         parts.append("<h2>Captures</h2>" + table(
             ["point", "file", "packets", "RoCE", "truncated", "bad ICRC", "malformed"],

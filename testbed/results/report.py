@@ -1,7 +1,8 @@
 """The run report: summary.md (measured against the analytical model, with ratios), PNG plots, the fabric
 drawn, and report.html with all of it in one page (testbed/results/htmlreport.py).
 
-Plots: link utilisation over time per rail / ToR and spine (faults marked), completion time and
+Plots: link utilisation over time per rail / ToR and spine (faults marked), every link's utilisation over
+time as a heatmap with link_usage.json beside it (testbed/results/heatmap.py), completion time and
 busbw against the bound per collective operation and algorithm, and the traffic matrix of every
 training iteration (bytes between GPU pairs, per phase).
 """
@@ -13,7 +14,7 @@ import matplotlib
 import numpy as np
 
 from testbed.monitor.fidelity import CPU_BOUND_IDLE_PCT
-from testbed.results import draw, htmlreport
+from testbed.results import draw, heatmap, htmlreport
 from testbed.runtime.faults import GPU_FAULTS
 
 matplotlib.use("Agg")
@@ -173,12 +174,24 @@ def summary_markdown(results: dict, table: str) -> str:
     if bound:
         lines += [f"**Fidelity warning**: {', '.join(bound)} ran with under {CPU_BOUND_IDLE_PCT:g}% CPU idle on average; "
                   "those figures may measure the emulating machine rather than the links.", ""]
+    lines += links_markdown(results)
     lines += ["## Summary", "", "```", table, "```", ""]
     if results.get("captures"):
         lines += capture_section(results["captures"])
     lines += ["Link delays are not emulated (no netem on this kernel); data-centre propagation delays are "
               "microseconds, below what the emulation resolves.", ""]
     return "\n".join(lines)
+
+
+def links_markdown(results: dict) -> list[str]:
+    usage = results.get("link_usage")
+    if not usage:
+        return []
+    lines = ["## Links over time", "", f"Every link's utilisation over time: `plots/link_heatmap.png` (samples in "
+             f"`{usage['file']}`). The busiest links, by their peak over a sampling interval:", "",
+             "| link | tier | peak | mean |", "|---|---|---|---|"]
+    lines += [f"| {h['link']} | {h['tier']} | {h['peak']:.2f} | {h['mean']:.2f} |" for h in usage["hottest"]]
+    return lines + [""]
 
 
 def capture_section(captures: list[dict]) -> list[str]:
@@ -208,6 +221,7 @@ def write(results: dict, fabric, timeline, out_dir: str, table: str) -> list[str
     path = os.path.join(plots, "utilisation.png")
     if timeline is not None and plot_utilisation(fabric, timeline, results, path):
         written.append(path)
+    written += heatmap.write(fabric, timeline, results, out_dir)     # before the reports: they name the hottest links
     path = os.path.join(plots, "fabric.svg")
     written.append(draw.draw_run(fabric, results, path))
     path = os.path.join(plots, "collectives.png")
