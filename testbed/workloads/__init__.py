@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from testbed.workloads import collective, connectivity, offload, traffic, training
+from testbed.workloads import collective, connectivity, offload, program, traffic, training
 
 
 class Workload(Protocol):
@@ -28,4 +28,4 @@ class Workload(Protocol):
 
 
 REGISTRY: dict[str, Workload] = {"connectivity": connectivity, "traffic": traffic, "collective": collective,
-                                 "offload": offload, "training_iteration": training}
+                                 "offload": offload, "training_iteration": training, "program": program}

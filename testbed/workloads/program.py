@@ -1,0 +1,318 @@
+"""Workload `program`: a user's own distributed program as the ranks of a job on the emulated GPU hosts.
+
+    - {type: program, name: gloo, command: "{python} hosts/programs/torch_gloo.py", hosts: [s0g0, s1g0],
+       figures: {busbw: {json: busbw_MBps, min: 0.5}}}
+
+Rank r runs on the r-th host listed (all GPU hosts, s0g0, s0g1, ..., s1g0, ... by default) with the
+environment torchrun and tf.distribute expect (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR =
+rank 0's NIC address, MASTER_PORT, TF_CONFIG), or, with `launcher: mpirun`, as one rank per host of an Open MPI
+job (program_launch.py). Each rank's stdout and stderr are kept in the results folder (programs/<name>/); a
+number the program prints becomes a figure: the last match of a regular expression, or the last JSON line that
+has the key. The job passes when every rank exits 0 (`expect: failure`: when it ends, on its own, with an error:
+how a library takes a crashed peer), and each figure was printed within its bounds.
+"""
+from __future__ import annotations
+
+import os
+import re
+import signal
+import tempfile
+import time
+
+from testbed.fabric import ovs
+from testbed.schema import ScenarioError
+from testbed.workloads import collective
+from testbed.workloads import program_launch as launch
+
+FIGURE = {"type": "object", "additionalProperties": False,
+          "properties": {"regex": {"type": "string", "minLength": 1}, "json": {"type": "string", "minLength": 1},
+                         "rank": {"type": "integer", "minimum": 0}, "unit": {"type": "string"},
+                         "min": {"type": "number"}, "max": {"type": "number"}}}
+# This workload's part of the scenario schema (the scenario file's `workloads:` items of its type).
+SCHEMA = {
+    "type": "object", "additionalProperties": False, "required": ["type", "command"],
+    "properties": {
+        "type": {"const": "program"}, "name": {"type": "string"},
+        "command": {"anyOf": [{"type": "string", "minLength": 1},
+                              {"type": "array", "minItems": 1, "items": {"type": "string"}}]},
+        "launcher": {"enum": ["env", "mpirun"]},
+        "hosts": {"type": "array", "minItems": 1, "uniqueItems": True, "items": {"type": "string"}},
+        "port": {"type": "integer", "minimum": 1024, "maximum": 65535},
+        "env": {"type": "object", "additionalProperties": {"type": ["string", "number", "boolean"]}},
+        "mpirun_args": {"type": "array", "items": {"type": "string"}},
+        "timeout_s": {"type": "number", "minimum": 1, "maximum": 3600},
+        "figures": {"type": "object", "additionalProperties": FIGURE},
+        "expect": {"enum": ["success", "failure"]},
+    },
+}
+DEFAULTS = {"launcher": "env", "port": 29500, "env": {}, "mpirun_args": [], "timeout_s": 300, "figures": {},
+            "expect": "success"}
+NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
+
+
+def settings(spec: dict) -> dict:
+    return {**DEFAULTS, **spec}
+
+
+def job_hosts(fabric, spec: dict) -> list:
+    """The job's hosts in rank order: those listed, or every GPU host server by server."""
+    if "hosts" not in spec:
+        return collective.ranks(fabric)
+    missing = [h for h in spec["hosts"] if h not in fabric.hosts]
+    if missing:
+        raise ScenarioError(f"program host {missing[0]!r} is not a host of this fabric; hosts are "
+                            f"{', '.join(fabric.hosts)}")
+    return [fabric.hosts[h] for h in spec["hosts"]]
+
+
+def validate(fabric, spec: dict, scenario: dict | None = None) -> None:
+    s = settings(spec)
+    hosts = job_hosts(fabric, s)
+    try:
+        launch.argv(s["command"], "python")
+    except ValueError as exc:
+        raise ScenarioError(f"program command: {exc}") from None
+    if not launch.argv(s["command"], "python"):
+        raise ScenarioError("program command is empty")
+    for key in s["env"]:
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+            raise ScenarioError(f"program env: {key!r} is not an environment variable name")
+    for name, fig in s["figures"].items():
+        if ("regex" in fig) == ("json" in fig):
+            raise ScenarioError(f"program figure {name!r} needs one of regex or json")
+        if "regex" in fig:
+            try:
+                re.compile(fig["regex"])
+            except re.error as exc:
+                raise ScenarioError(f"program figure {name!r}: regex {fig['regex']!r}: {exc}") from None
+        if fig.get("rank", 0) >= len(hosts):
+            raise ScenarioError(f"program figure {name!r}: rank {fig['rank']} of a job of {len(hosts)} ranks")
+    if s["launcher"] == "mpirun" and (scenario or {}).get("hosts", "netns") != "netns":
+        raise ScenarioError("launcher mpirun needs Open MPI in the hosts, which the Docker host image does not "
+                            "carry; run it with hosts: netns")
+    if "name" in s and not NAME.match(s["name"]):
+        raise ScenarioError(f"program name {s['name']!r}: use letters, digits, '.', '_' and '-' (it names a folder)")
+
+
+def warnings(fabric, spec: dict) -> list[str]:
+    return []
+
+
+def figure(text: str, fig: dict):
+    """The figure a rank's output gives: the last match of the regex (its group `value`, else its first group,
+    else the match), or the value at the key (dotted path) of the last JSON line that has it. A number where it
+    reads as one; None if the output has none."""
+    import json
+    value = None
+    if "regex" in fig:
+        matches = list(re.finditer(fig["regex"], text, re.MULTILINE))
+        if not matches:
+            return None
+        m = matches[-1]
+        value = m.group("value") if "value" in m.re.groupindex else m.group(1) if m.re.groups else m.group(0)
+    else:
+        for line in reversed(text.splitlines()):
+            line = line.strip()
+            if not line.startswith("{"):
+                continue
+            try:
+                obj = json.loads(line)
+            except ValueError:
+                continue
+            for key in fig["json"].split("."):
+                obj = obj.get(key) if isinstance(obj, dict) else None
+            if obj is not None:
+                value = obj
+                break
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return value
+    return value
+
+
+def how_ended(code: int | None) -> str:
+    if code is None:
+        return "still running at the timeout (killed)"
+    if code < 0:
+        return f"killed by {signal.Signals(-code).name}" if -code in signal.Signals._value2member_map_ \
+            else f"killed by signal {-code}"
+    return f"exited {code}"
+
+
+def last_line(path: str) -> str:
+    """The last line of a log that says something (an error's last line: what the library raised)."""
+    try:
+        with open(path, errors="replace") as f:
+            lines = [line.strip() for line in f if line.strip()]
+    except OSError:
+        return ""
+    return lines[-1][:300] if lines else ""
+
+
+def log_dir(net, name: str) -> str:
+    """programs/<name>/ in the results folder (a temporary folder when run outside a scenario run)."""
+    out = getattr(net, "out_dir", None)
+    if out is None:
+        return tempfile.mkdtemp(prefix=f"tb-program-{name}-")
+    path = os.path.join(out, "programs", name)
+    os.makedirs(path, exist_ok=True)
+    return path
+
+
+def run(net, spec: dict) -> dict:
+    fabric, s = net.fabric, settings(spec)
+    hosts = job_hosts(fabric, s)
+    logs = os.path.abspath(log_dir(net, s.get("name", "program")))
+    before = net.counters()
+    started = time.time()
+    if s["launcher"] == "mpirun":
+        procs = launch.start_mpirun(net, hosts, s, logs, launch.enter_prefix(net))
+    else:
+        procs = launch.start_env(net, hosts, s, logs)
+    ends = launch.supervise(procs, s["timeout_s"])
+    after = net.counters()
+    if s["launcher"] == "mpirun":
+        launch.collect_mpi_output(logs, len(hosts))
+    result = describe(s, hosts, procs, ends, started, logs)
+    if getattr(net, "out_dir", None):           # the results folder can move: name the logs relative to it
+        result["logs"] = os.path.relpath(logs, net.out_dir)
+    result.update(traffic(fabric, before, after))
+    result["checks"] = checks(s, result)
+    result["ok"] = all(c["ok"] for c in result["checks"])
+    return result
+
+
+def describe(s: dict, hosts: list, procs: dict, ends: dict, started: float, logs: str) -> dict:
+    """Per rank: host, how it ended and when; the job's completion time; the figures; what the library did."""
+    mpi = s["launcher"] == "mpirun"
+    ranks = []
+    for r, h in enumerate(hosts):
+        end = ends.get(0 if mpi else r)
+        row = {"rank": r, "host": h.name, "ip": h.ip, "stdout": f"rank{r}.stdout", "stderr": f"rank{r}.stderr"}
+        if not mpi:
+            row.update(exit=end["exit"], ended=how_ended(end["exit"]), seconds=round(end["ended_at"] - started, 3),
+                       last_error=last_line(os.path.join(logs, row["stderr"])) if end["exit"] else "")
+        ranks.append(row)
+    texts = {}
+    for name, fig in s["figures"].items():
+        r = fig.get("rank", 0)
+        if r not in texts:
+            with open(os.path.join(logs, f"rank{r}.stdout"), errors="replace") as f:
+                texts[r] = f.read()
+    figures = {name: figure(texts[fig.get("rank", 0)], fig) for name, fig in s["figures"].items()}
+    result = {"type": "program", "launcher": s["launcher"], "command": s["command"], "world": len(hosts),
+              "hosts": [h.name for h in hosts], "ranks": ranks, "figures": figures,
+              "units": {n: f["unit"] for n, f in s["figures"].items() if "unit" in f},
+              "seconds": round(max(e["ended_at"] for e in ends.values()) - started, 3),
+              "logs": logs, "started_at": started}
+    if mpi:
+        end = ends[0]
+        result["mpirun"] = {"exit": end["exit"], "ended": how_ended(end["exit"]),
+                            "seconds": round(end["ended_at"] - started, 3),
+                            "said": mpirun_said(os.path.join(logs, "mpirun.stderr")), "stderr": "mpirun.stderr"}
+    result.update(library_reaction(result, ends, started))
+    return result
+
+
+MPI_NEWS = re.compile(r"noticed that|exited on signal|MPI_ABORT|aborted|terminated|non-zero exit", re.IGNORECASE)
+
+
+def mpirun_said(path: str) -> list[str]:
+    """What mpirun reported about how the job ended (its banner's telling lines)."""
+    try:
+        with open(path, errors="replace") as f:
+            return [line.strip() for line in f if MPI_NEWS.search(line)][:6]
+    except OSError:
+        return []
+
+
+def library_reaction(result: dict, ends: dict, started: float) -> dict:
+    """When the job first ended in error on its own (the library noticed a failure, so `first_error_at` for
+    the faults' outcomes), and what it said. A rank killed by SIGKILL (a crash) is the fault, not the library."""
+    if result["launcher"] == "mpirun":
+        m = result["mpirun"]
+        if m["exit"] in (0, None) or m["exit"] == -signal.SIGKILL:
+            return {"first_error_at": None}
+        return {"first_error_at": ends[0]["ended_at"],
+                "reaction": f"mpirun {m['ended']} at +{m['seconds']:.2f} s"
+                            + (f": {m['said'][0]}" if m["said"] else "")}
+    failed = [r for r in result["ranks"] if r["exit"] not in (0, None, -signal.SIGKILL)]
+    if not failed:
+        return {"first_error_at": None}
+    first = min(failed, key=lambda r: r["seconds"])
+    return {"first_error_at": started + first["seconds"],
+            "reaction": "; ".join(f"rank {r['rank']} ({r['host']}) {r['ended']} at +{r['seconds']:.2f} s"
+                                  + (f": {r['last_error']}" if r["last_error"] else "")
+                                  for r in sorted(failed, key=lambda r: r["seconds"])[:4])}
+
+
+def traffic(fabric, before: dict, after: dict) -> dict:
+    """Bytes the switches carried during the job: in all, from the NICs, and per port that moved any."""
+    ports = {p: {k: ovs.growth(before, after, p, k) for k in ("tx_bytes", "rx_bytes")} for p in after}
+    return {"fabric_bytes": sum(v["tx_bytes"] for v in ports.values()),
+            "nic_bytes": collective.send_nic_bytes(fabric, before, after),
+            "link_bytes": {p: v for p, v in sorted(ports.items()) if v["tx_bytes"] or v["rx_bytes"]}}
+
+
+def exits(result: dict) -> list:
+    return [result["mpirun"]["exit"]] if result["launcher"] == "mpirun" else [r["exit"] for r in result["ranks"]]
+
+
+def checks(s: dict, result: dict) -> list[dict]:
+    codes = exits(result)
+    out = []
+    if s["expect"] == "success":
+        bad = [r for r in result["ranks"] if r.get("exit")] if result["launcher"] == "env" else []
+        detail = (f"{result['world']} ranks exited 0 in {result['seconds']:.2f} s" if not any(c != 0 for c in codes)
+                  else f"mpirun {result['mpirun']['ended']}" + (f": {result['mpirun']['said'][0]}"
+                                                                if result["mpirun"]["said"] else "")
+                  if result["launcher"] == "mpirun"
+                  else "; ".join(f"rank {r['rank']} ({r['host']}) {r['ended']}" + (f": {r['last_error']}"
+                                                                                   if r["last_error"] else "")
+                                 for r in bad[:3]))
+        out.append({"name": "completed", "ok": all(c == 0 for c in codes), "detail": detail})
+    else:
+        hung = None in codes
+        out.append({"name": "failed on its own", "ok": not hung and any(c != 0 for c in codes),
+                    "detail": "still running at the timeout: the library did not notice" if hung
+                    else result.get("reaction") or "every rank exited 0: nothing failed"})
+    for name, fig in s["figures"].items():
+        v = result["figures"][name]
+        if v is None:
+            if s["expect"] == "success":
+                out.append({"name": f"figure {name}", "ok": False,
+                            "detail": f"rank {fig.get('rank', 0)} printed no {name}"})
+            continue
+        lo, hi = fig.get("min"), fig.get("max")
+        if lo is None and hi is None:
+            continue
+        ok = isinstance(v, (int, float)) and (lo is None or v >= lo) and (hi is None or v <= hi)
+        out.append({"name": f"figure {name}", "ok": ok,
+                    "detail": f"{v} {fig.get('unit', '')}".strip() + f" (expected {'>= ' + str(lo) if lo is not None else ''}"
+                              f"{' and ' if lo is not None and hi is not None else ''}"
+                              f"{'<= ' + str(hi) if hi is not None else ''})"})
+    return out
+
+
+def summary(result: dict) -> str:
+    figs = ", ".join(f"{k} {v:.4g}" if isinstance(v, (int, float)) else f"{k} {v}"
+                     for k, v in result["figures"].items() if v is not None)
+    line = (f"{result['launcher']}: {result['world']} ranks, {result['seconds']:.2f} s"
+            + (f", {figs}" if figs else "") + f", NICs sent {result['nic_bytes'] / 1e6:.2f} MB")
+    return line + (f"; {result['reaction']}" if result.get("reaction") else "")
+
+
+def tables(result: dict) -> list[str]:
+    lines = [f"#  program {result['command'] if isinstance(result['command'], str) else ' '.join(result['command'])}"
+             f" ({result['launcher']}, {result['world']} ranks); logs in {result['logs']}"]
+    if result["launcher"] == "mpirun":
+        m = result["mpirun"]
+        lines.append(f"# mpirun {m['ended']} after {m['seconds']:.2f} s")
+        lines += [f"#   {line}" for line in m["said"]]
+    lines.append(f"# {'rank':>4} {'host':<10} {'ended':<28} {'at s':>7}  last error")
+    for r in result["ranks"]:
+        lines.append(f"  {r['rank']:>4} {r['host']:<10} {r.get('ended', '(under mpirun)'):<28} "
+                     f"{r['seconds'] if 'seconds' in r else '-':>7}  {r.get('last_error', '')}")
+    return ["\n".join(lines)]
