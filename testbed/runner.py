@@ -92,6 +92,7 @@ def run(scenario: dict, out_dir: str, echo=print) -> dict:
     previous = signal.signal(signal.SIGTERM, on_term)
     net = Network(fabric, routing=results["fabric"]["routing"], failover=results["fabric"]["failover"],
                   hosts=results["fabric"]["host_backend"], host_limits=host_limits(scenario))
+    net.out_dir = out_dir            # the results folder: workloads keep files there (a program's per-rank logs)
     live = _Live(captures=capture.Captures(net, scenario.get("capture", []), out_dir))
     try:
         _bring_up(net, results, echo)
