@@ -1,0 +1,197 @@
+"""The program workload without a fabric: the launchers' environment, mpirun's command line, figures read from a
+program's output, what a job's end says, and scenario errors (one line each)."""
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from testbed import runner
+from testbed.fabric.topo import build
+from testbed.scenario import ScenarioError, validate
+from testbed.workloads import program
+from testbed.workloads import program_launch as launch
+from tests import paths
+
+
+def hosts_of(names, fabric=None):
+    fabric = fabric or build("rail-optimized", 3, 3, spines=1)
+    return [fabric.hosts[n] for n in names]
+
+
+def test_env_of_every_rank_for_an_odd_subset_names_rank0_as_master_and_counts_local_ranks_per_server():
+    hosts = hosts_of(["s0g0", "s0g2", "s1g1", "s2g0", "s2g1"])
+    envs = [launch.rank_env(hosts, r, 29600) for r in range(5)]
+    assert [e["RANK"] for e in envs] == ["0", "1", "2", "3", "4"]
+    assert {e["WORLD_SIZE"] for e in envs} == {"5"}
+    assert [e["LOCAL_RANK"] for e in envs] == ["0", "1", "0", "0", "1"]
+    assert [e["LOCAL_WORLD_SIZE"] for e in envs] == ["2", "2", "1", "2", "2"]
+    assert [e["NODE_RANK"] for e in envs] == ["0", "0", "1", "2", "2"]
+    assert {e["MASTER_ADDR"] for e in envs} == {hosts[0].ip} and hosts[0].ip.startswith("10.")
+    assert {e["MASTER_PORT"] for e in envs} == {"29600"}
+    for r, e in enumerate(envs):
+        tf = json.loads(e["TF_CONFIG"])
+        assert tf == {"cluster": {"worker": [f"{h.ip}:29600" for h in hosts]}, "task": {"type": "worker", "index": r}}
+        assert e["GLOO_SOCKET_IFNAME"] == "eth0" and e["TB_HOST"] == hosts[r].name
+
+
+def test_default_hosts_are_every_gpu_server_by_server_and_listed_hosts_keep_their_order():
+    fabric = build("rail-optimized", 2, 3, spines=1)
+    assert [h.name for h in program.job_hosts(fabric, {})] == ["s0g0", "s0g1", "s0g2", "s1g0", "s1g1", "s1g2"]
+    assert [h.name for h in program.job_hosts(fabric, {"hosts": ["s1g2", "s0g0"]})] == ["s1g2", "s0g0"]
+
+
+def test_command_words_take_the_hosts_interpreter_and_the_environment_goes_in_front():
+    assert launch.argv("{python} -m hosts.x --n '2 3'", "/py") == ["/py", "-m", "hosts.x", "--n", "2 3"]
+    assert launch.argv(["{python}", "a b"], "python3") == ["python3", "a b"]
+    assert launch.with_env({"RANK": "1"}, ["true"]) == ["env", "RANK=1", "true"]
+
+
+def test_mpirun_runs_one_rank_per_host_through_the_agent_over_the_nics_without_binding():
+    hosts = hosts_of(["s0g0", "s1g0", "s2g0"])
+    s = program.settings({"type": "program", "command": "{python} prog.py", "launcher": "mpirun",
+                          "env": {"X": 1}, "mpirun_args": ["--mca", "btl_tcp_eager_limit", "65536"]})
+    words = launch.mpirun_argv(hosts, s, "/run/map.json", "/out/mpi", "/py")
+    mp = words.index("mpirun")
+    env = dict(w.split("=", 1) for w in words[1:mp])
+    assert env["OMPI_ALLOW_RUN_AS_ROOT"] == "1" and env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] == "1"
+    assert env["TB_MPI_HOSTS"] == "/run/map.json" and env["X"] == "1" and env["MASTER_ADDR"] == hosts[0].ip
+    assert "RANK" not in env and "TF_CONFIG" not in env           # per rank: Open MPI's own
+    rest = words[mp:]
+    assert rest[rest.index("-np") + 1] == "3"
+    assert rest[rest.index("--host") + 1] == ",".join(f"{h.ip}:1" for h in hosts)
+    assert rest[rest.index("--bind-to") + 1] == "none"
+    mca = {rest[i + 1]: rest[i + 2] for i, w in enumerate(rest) if w == "--mca"}
+    assert mca["plm_rsh_agent"] == f"/py {launch.AGENT}" and os.path.exists(launch.AGENT)
+    assert mca["btl"] == "tcp,self" and mca["btl_tcp_if_include"] == "eth0" and mca["oob_tcp_if_include"] == "eth0"
+    assert mca["btl_tcp_eager_limit"] == "65536"
+    assert rest[-2:] == ["/py", "prog.py"]
+
+
+def test_the_agent_runs_the_remote_command_in_the_host_it_is_given(tmp_path):
+    hosts = tmp_path / "hosts.json"
+    hosts.write_text(json.dumps({"10.11.0.2": ["env", "ENTERED=10.11.0.2"]}))
+    env = {**os.environ, "TB_MPI_HOSTS": str(hosts)}
+    agent = [sys.executable, launch.AGENT]
+    out = subprocess.run(agent + ["-x", "10.11.0.2", "echo", "$ENTERED", '"a;b"'], env=env, capture_output=True,
+                         text=True, timeout=10)
+    assert out.returncode == 0 and out.stdout == "10.11.0.2 a;b\n"       # one shell command, as ssh runs it
+    out = subprocess.run(agent + ["10.11.9.9", "true"], env=env, capture_output=True, text=True, timeout=10)
+    assert out.returncode == 255 and "10.11.9.9 is not a host of this job" in out.stderr
+
+
+OUTPUT = """#  allreduce, 4 ranks
+  4096  1024  float  495  8.275  11.033  0
+busbw 3.5 MB/s
+{"busbw_MBps": 4.25, "nested": {"loss": 0.5}}
+not json {
+busbw 3.75 MB/s
+{"other": 1}
+"""
+
+
+@pytest.mark.parametrize("fig, value", [
+    ({"regex": r"busbw (\S+) MB/s"}, 3.75),                     # the last match, its first group, a number
+    ({"regex": r"busbw (?P<value>\d+)\.\d+"}, 3.0),             # the group named value
+    ({"regex": r"^#  (\w+),"}, "allreduce"),                    # not a number: kept as text
+    ({"regex": r"nothing here (\d+)"}, None),
+    ({"json": "busbw_MBps"}, 4.25),                             # the last JSON line that has the key
+    ({"json": "nested.loss"}, 0.5),
+    ({"json": "missing"}, None),
+])
+def test_figures_from_a_regex_or_a_json_line(fig, value):
+    assert program.figure(OUTPUT, fig) == value
+
+
+def settings(**kw):
+    return program.settings({"type": "program", "command": "x", **kw})
+
+
+def env_result(exits, seconds, errors=None):
+    ranks = [{"rank": r, "host": f"s0g{r}", "exit": c, "ended": program.how_ended(c), "seconds": t,
+              "last_error": (errors or {}).get(r, "")} for r, (c, t) in enumerate(zip(exits, seconds))]
+    return {"launcher": "env", "ranks": ranks, "world": len(ranks), "seconds": max(seconds), "figures": {}}
+
+
+def test_a_job_completes_when_every_rank_exits_0_and_its_figures_are_in_bounds():
+    r = env_result([0, 0], [2.0, 2.5])
+    r["figures"] = {"busbw": 4.0, "loss": None}
+    c = program.checks(settings(figures={"busbw": {"json": "b", "min": 5}, "loss": {"json": "l"}}), r)
+    assert c[0] == {"name": "completed", "ok": True, "detail": "2 ranks exited 0 in 2.50 s"}
+    assert c[1]["name"] == "figure busbw" and not c[1]["ok"] and c[1]["detail"] == "4.0 (expected >= 5)"
+    assert c[2] == {"name": "figure loss", "ok": False, "detail": "rank 0 printed no loss"}
+
+
+def test_a_crashed_peer_the_library_reports_is_a_failure_on_its_own_with_the_times():
+    started = 1000.0
+    r = env_result([1, -signal.SIGKILL, None], [3.2, 2.0, 60.0], {0: "RuntimeError: Connection closed by peer"})
+    r.update(program.library_reaction(r, {}, started))
+    assert r["first_error_at"] == 1003.2                     # the survivor's error, not the killed rank's end
+    assert r["reaction"] == "rank 0 (s0g0) exited 1 at +3.20 s: RuntimeError: Connection closed by peer"
+    hung = program.checks(settings(expect="failure"), r)[0]
+    assert not hung["ok"] and "did not notice" in hung["detail"]           # rank 2 ran into the timeout
+    r = env_result([1, -signal.SIGKILL], [3.2, 2.0], {0: "RuntimeError: boom"})
+    r.update(program.library_reaction(r, {}, started))
+    ok = program.checks(settings(expect="failure"), r)[0]
+    assert ok["ok"] and ok["name"] == "failed on its own" and "at +3.20 s" in ok["detail"]
+    assert not program.checks(settings(), r)[0]["ok"]
+
+
+def test_mpirun_ending_in_error_is_the_libraries_reaction(tmp_path):
+    err = tmp_path / "mpirun.stderr"
+    err.write_text("----\nPrimary job  terminated normally, but 1 process returned\n"
+                   "mpirun noticed that process rank 1 with PID 0 on node 10.11.0.2 exited on signal 9 (Killed).\n")
+    said = program.mpirun_said(str(err))
+    assert said[-1].startswith("mpirun noticed that process rank 1")
+    r = {"launcher": "mpirun", "mpirun": {"exit": 137, "ended": "exited 137", "seconds": 4.5, "said": said}}
+    out = program.library_reaction(r, {0: {"exit": 137, "ended_at": 1004.5}}, 1000.0)
+    assert out["first_error_at"] == 1004.5 and out["reaction"].startswith("mpirun exited 137 at +4.50 s: ")
+
+
+def test_how_a_process_ended():
+    assert program.how_ended(0) == "exited 0"
+    assert program.how_ended(-9) == "killed by SIGKILL"
+    assert program.how_ended(None) == "still running at the timeout (killed)"
+
+
+def check(workload, hosts="netns"):
+    doc = validate({"name": "p", "fabric": {"kind": "rail-optimized", "servers": 2, "gpus_per_server": 2,
+                                            "spines": 1}, "hosts": hosts, "workloads": [workload]})
+    runner.check(doc, runner.fabric_of(doc))
+
+
+@pytest.mark.parametrize("workload, error", [
+    ({"type": "program"}, "workloads.0: 'command' is a required property"),
+    ({"type": "program", "command": "x", "launcher": "srun"}, "workloads.0.launcher: 'srun' is not one of"),
+    ({"type": "program", "command": "x", "hosts": ["s9g9"]}, "program host 's9g9' is not a host of this fabric"),
+    ({"type": "program", "command": "x", "figures": {"b": {"regex": "("}}}, "program figure 'b': regex '('"),
+    ({"type": "program", "command": "x", "figures": {"b": {"unit": "s"}}}, "figure 'b' needs one of regex or json"),
+    ({"type": "program", "command": "x", "figures": {"b": {"json": "b", "rank": 4}}}, "rank 4 of a job of 4 ranks"),
+    ({"type": "program", "command": "a 'b"}, "program command: No closing quotation"),
+    ({"type": "program", "command": "x", "env": {"A-B": 1}}, "'A-B' is not an environment variable name"),
+    ({"type": "program", "command": "x", "name": "a/b"}, "program name 'a/b'"),
+])
+def test_scenario_errors_are_one_line(workload, error):
+    with pytest.raises(ScenarioError) as exc:
+        check(workload)
+    assert error in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_mpirun_on_docker_hosts_is_refused_with_the_reason():
+    with pytest.raises(ScenarioError, match="Docker host image does not carry"):
+        check({"type": "program", "command": "x", "launcher": "mpirun"}, hosts="docker")
+    check({"type": "program", "command": "x"}, hosts="docker")          # the env launcher runs anywhere
+
+
+def test_example_scenarios_load_and_name_programs_that_exist():
+    from testbed.scenario import load
+    found = sorted(f for f in os.listdir(paths.SCENARIOS) if f.startswith("program-"))
+    assert found
+    for f in found:
+        doc = load(os.path.join(paths.SCENARIOS, f), [])
+        runner.check(doc, runner.fabric_of(doc))
+        for w in doc["workloads"]:
+            script = next(word for word in launch.argv(w["command"], "py") if word.startswith("hosts/"))
+            assert os.path.exists(os.path.join(paths.ROOT, script)), (f, script)
