@@ -19,7 +19,8 @@ from testbed.monitor import capture
 from testbed.monitor.fidelity import CpuSampler
 from testbed.monitor.timeline import Timeline
 from testbed.results import report, runs
-from testbed.runtime import fault_outcomes, fault_timing, faults
+from testbed.runtime import fault_outcomes, fault_timing, faults, progress
+from testbed.runtime.fault_echo import FaultEcho
 from testbed.scenario import ScenarioError, host_limits
 from testbed.workloads import REGISTRY
 
@@ -80,9 +81,11 @@ def default_out_dir(scenario: dict) -> str:
     return os.path.join("results", scenario["name"], stamp)
 
 
-def run(scenario: dict, out_dir: str, echo=print) -> dict:
+def run(scenario: dict, out_dir: str, echo=print, report: progress.Progress | None = None) -> dict:
     """Run the scenario and write out_dir/results.json; returns the results. A failed or interrupted run
-    still tears down and writes its results, with the reason among the checks."""
+    still tears down and writes its results, with the reason among the checks. What happens is reported to
+    `report` (testbed/runtime/progress.py), or else as plain lines to `echo`."""
+    report = report or progress.Progress(echo=echo)
     fabric = fabric_of(scenario)
     runs.record(out_dir, scenario)          # scenario.yaml (for --again) and environment.json
     results = _results_skeleton(scenario, fabric)
@@ -95,15 +98,20 @@ def run(scenario: dict, out_dir: str, echo=print) -> dict:
     net.out_dir = out_dir            # the results folder: workloads keep files there (a program's per-rank logs)
     live = _Live(captures=capture.Captures(net, scenario.get("capture", []), out_dir))
     try:
-        _bring_up(net, results, echo)
-        _run_workloads(net, scenario, results, live, echo)
+        with progress.active(report):        # workloads report their steps through progress.current()
+            _bring_up(net, results, report)
+            _run_workloads(net, scenario, results, live, report)
     except Interrupted as exc:
         results["checks"].append({"name": "interrupted", "ok": False, "detail": str(exc)})
+        report.error(f"interrupted ({exc}): tearing down")
     except KeyboardInterrupt:
         results["checks"].append({"name": "interrupted", "ok": False, "detail": "Ctrl-C"})
+        report.error("interrupted (Ctrl-C): tearing down")
     except Exception as exc:  # a failed run still writes its results and tears down
         results["checks"].append({"name": "error", "ok": False, "detail": f"{type(exc).__name__}: {exc}"})
+        report.error(f"{type(exc).__name__}: {exc}", exc)       # the traceback with --debug
     finally:
+        report.stage("tear-down")
         live.stop()
         log = os.path.join(net.run_dir, "controller.log")
         if os.path.exists(log):
@@ -111,7 +119,9 @@ def run(scenario: dict, out_dir: str, echo=print) -> dict:
         net.stop()
         signal.signal(signal.SIGTERM, previous)
         results["timings"]["tear_down_s"] = round(net.timings.get("tear_down_s", 0.0), 3)
+    report.stage("report")
     _write(results, fabric, live.timeline, out_dir)
+    report.done(results["ok"])
     return results
 
 
@@ -119,10 +129,10 @@ class _Live:
     """What watches a live run (captures, the timeline, the fault schedule); stopped in any case."""
 
     def __init__(self, captures):
-        self.captures, self.timeline, self.schedule = captures, None, None
+        self.captures, self.timeline, self.schedule, self.echo = captures, None, None, None
 
     def stop(self) -> None:
-        for part in (self.schedule, self.timeline, self.captures):
+        for part in (self.schedule, self.echo, self.timeline, self.captures):
             if part is not None:
                 part.stop()
 
@@ -137,9 +147,10 @@ def _results_skeleton(scenario: dict, fabric: topo.Fabric) -> dict:
             "workloads": [], "links": {}, "checks": [], "timings": {}, "warnings": warnings(scenario, fabric)}
 
 
-def _bring_up(net: Network, results: dict, echo) -> None:
+def _bring_up(net: Network, results: dict, report) -> None:
     fabric, f = net.fabric, results["fabric"]
-    echo(f"bringing up {fabric.kind}: {fabric.params['servers']} servers x {fabric.params['gpus_per_server']} GPUs, "
+    report.stage("bring-up")
+    report.note(f"bringing up {fabric.kind}: {fabric.params['servers']} servers x {fabric.params['gpus_per_server']} GPUs, "
          f"{len(fabric.switches)} switches, routing {f['routing']}, hosts {f['host_backend']}")
     net.start()
     results["timings"]["bring_up_s"] = round(net.timings["bring_up_s"], 3)
@@ -149,21 +160,36 @@ def _bring_up(net: Network, results: dict, echo) -> None:
     results["checks"].append({"name": "bring-up", "ok": True,
                               "detail": f"routes installed on {len(fabric.sdn_switches())} switches "
                                         f"in {net.timings['bring_up_s']:.2f} s"})
+    waited = net.timings.get("lock_wait_s", 0)
+    report.note(f"fabric up in {net.timings['bring_up_s']:.2f} s, transport {f['transport']}"
+                + (f" (after {waited:.1f} s waiting for another run's fabric)" if waited >= 1 else ""))
 
 
-def _run_workloads(net: Network, scenario: dict, results: dict, live: _Live, echo) -> None:
+def _run_workloads(net: Network, scenario: dict, results: dict, live: _Live, report) -> None:
     """The workloads in order, with captures, the timeline and the fault schedule running; then what the
     faults did and the bytes every switch port carried."""
+    report.stage("captures" if scenario.get("capture") else "counters")
     live.captures.start()
     start = net.counters()
     live.timeline = Timeline(net).start()
     live.schedule = schedule = faults.Schedule(net, scenario.get("faults", []))
     schedule.start()
+    live.echo = FaultEcho(schedule, net, report).start()
     results["timings"]["workloads_start"] = schedule.t0
-    for i, spec in enumerate(scenario["workloads"]):
-        results["workloads"].append(_run_workload(net, spec, spec.get("name", f"{spec['type']}#{i}"),
-                                                  schedule, results["checks"], echo))
+    specs = scenario["workloads"]
+    for i, spec in enumerate(specs):
+        label = spec.get("name", f"{spec['type']}#{i}")
+        report.workload_started(i + 1, len(specs), label, _describe(spec))
+        result = _run_workload(net, spec, label, schedule, results["checks"])
+        results["workloads"].append(result)
+        live.echo.workload_ended(result)          # what its ranks reported of GPU faults, then its verdict
+        report.workload_done(label, result["ok"], result["wall_s"], REGISTRY[spec["type"]].summary(result))
+        if result["cpu_bound"]:
+            report.warning(f"CPU idle averaged {result['cpu_idle_mean_pct']}%: this result may be CPU-bound, "
+                           f"not link-bound")
     schedule.stop()
+    live.echo.stop()
+    report.stage("results")
     live.timeline.stop()
     results["faults"] = schedule.results(net.controller_view().get("port_events", []))
     fault_outcomes.gpu_outcomes(results["faults"], results["workloads"], schedule.t0, net.fabric)
@@ -175,10 +201,17 @@ def _run_workloads(net: Network, scenario: dict, results: dict, live: _Live, ech
     results["links"] = {p: {k: ovs.growth(start, end, p, k) for k in ("tx_bytes", "rx_bytes")} for p in end}
 
 
-def _run_workload(net: Network, spec: dict, label: str, schedule, checks: list, echo) -> dict:
+def _describe(spec: dict) -> str:
+    """What a workload is, in a few words, for its start line."""
+    what = [spec["type"]] + [f"{spec[k]}" for k in ("op", "pattern", "protocol") if k in spec]
+    if spec["type"] == "collective" and "algo" in spec:
+        what[1:2] = [f"{spec.get('op')}/{spec['algo']}"]
+    return " ".join(what)
+
+
+def _run_workload(net: Network, spec: dict, label: str, schedule, checks: list) -> dict:
     schedule.workload_started(label)          # faults timed from this workload's start
     started = time.time()
-    echo(f"workload {label} ...")
     t0 = time.monotonic()
     with CpuSampler() as cpu:
         result = REGISTRY[spec["type"]].run(net, spec)
@@ -186,8 +219,6 @@ def _run_workload(net: Network, spec: dict, label: str, schedule, checks: list, 
               "wall_s": round(time.monotonic() - t0, 3), **cpu.report()}
     for check in result.pop("checks"):
         checks.append({**check, "name": f"{label}: {check['name']}"})
-    if result["cpu_bound"]:
-        echo(f"  warning: CPU idle averaged {result['cpu_idle_mean_pct']}%: this result may be CPU-bound, not link-bound")
     return result
 
 

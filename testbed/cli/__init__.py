@@ -12,6 +12,9 @@
     testbed status [--json] | exec HOST -- CMD | shell HOST | cli | down      (on the fabric that is up)
     testbed plan --gpus G --hb-size K --radix R [--kind ...] [--predict] [--json]   (see testbed/cli/plan.py)
 
+Before the verb (and after `run`): -q (only the final summary and errors), -v (every stage), --debug (-v, full
+tracebacks of unexpected errors, DEBUG logging); see testbed/cli/verbosity.py.
+
 Exit status: 0 success; 1 a check failed; 2 bad input (one line on stderr naming the problem);
 130 interrupted.
 """
@@ -19,9 +22,11 @@ from __future__ import annotations
 
 import argparse
 import sys
+import traceback
 
 from testbed.cli import clean, console, down, fault, pcap, plan, run, runs, shell, status, topo, up
 from testbed.cli.errors import EXIT_FAILED, EXIT_USAGE, Parser, UsageError
+from testbed.cli.verbosity import add_flags as add_output_flags, configure as configure_output
 from testbed.fabric.topo import TopologyError
 
 # each module adds its own subcommand(s)
@@ -30,6 +35,7 @@ VERBS = (topo, run, runs, clean, fault, pcap, plan, up, status, shell, console, 
 
 def parser() -> argparse.ArgumentParser:
     p = Parser(prog="testbed", description="Emulation testbed for AI-training networks")
+    add_output_flags(p)
     sub = p.add_subparsers(dest="command", required=True, parser_class=Parser)
     for verb in VERBS:
         verb.register(sub)
@@ -43,6 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     from testbed.scenario import ScenarioError
     args = parser().parse_args(argv)
     try:
+        configure_output(args)
         return args.func(args)
     except (TopologyError, ScenarioError, UsageError, PcapError, HandFaultError, RunsError) as exc:
         print(f"testbed {args.command}: error: {exc}", file=sys.stderr)
@@ -50,7 +57,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("testbed: interrupted", file=sys.stderr)
         return 130
-    except Exception as exc:   # e.g. OVS not running: one line, not a traceback
+    except Exception as exc:   # e.g. OVS not running: one line, not a traceback (unless --debug)
+        if args.debug:
+            traceback.print_exc()
         print(f"testbed {args.command}: error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return EXIT_FAILED
 

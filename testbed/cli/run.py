@@ -1,15 +1,20 @@
-"""`testbed run SCENARIO.yaml [--set k=v] [--out DIR]` (or `--again RESULTS_DIR`): run a scenario, write its results."""
+"""`testbed run SCENARIO.yaml [--set k=v] [--out DIR] [-q|-v|--debug]` (or `--again RESULTS_DIR`): run a scenario,
+write its results. While it runs: the workload, its step, elapsed time and ETA, faults, nccl-tests rows as they
+are measured (testbed/runtime/progress.py); -q prints the final summary and errors alone."""
 from __future__ import annotations
 
 import os
 import sys
 
+from testbed.cli import verbosity
 from testbed.cli.errors import EXIT_FAILED, UsageError
 
 
 def cmd_run(args) -> int:
     from testbed import runner, scenario  # heavy imports only when running
     from testbed.results import runs
+    from testbed.runtime import progress
+    level = verbosity.level(args)
     if bool(args.again) == bool(args.scenario):
         raise UsageError("give a scenario file, or --again RESULTS_DIR to run a past run's scenario again")
     try:
@@ -32,7 +37,13 @@ def cmd_run(args) -> int:
         raise UsageError(str(exc)) from None
     del fabric
     out = args.out or runner.default_out_dir(doc)
-    results = runner.run(doc, out)
+    report = progress.Progress(level)
+    try:
+        results = runner.run(doc, out, report=report)
+    finally:
+        report.done()                 # the status line goes before the summary (or a traceback)
+    if level > progress.QUIET:
+        print()
     print(runner.summary_table(results))
     print(f"\nresults: {os.path.join(out, 'results.json')}")
     print(f"report:  {os.path.join(out, 'summary.md')}" +
@@ -51,4 +62,5 @@ def register(subparsers) -> None:
     r.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="override a scenario value, e.g. fabric.servers=4 or workloads.0.size=2MiB")
     r.add_argument("--out", help="output directory (default results/<scenario>/<timestamp>)")
+    verbosity.add_flags(r, verb=True)
     r.set_defaults(func=cmd_run)

@@ -13,6 +13,7 @@ import subprocess
 import time
 
 from testbed import PROJECT_ROOT
+from testbed.runtime import progress
 
 
 class LaunchError(RuntimeError):
@@ -47,6 +48,8 @@ def run_on_hosts(net, commands: dict[str, list[str]], timeout: float, partial: b
     With partial=True, returns (outputs of the processes that produced one, errors of the others)
     instead of raising LaunchError."""
     procs: dict[str, subprocess.Popen] = {}
+    for program in dict.fromkeys(argv[0] for argv in commands.values()):        # shown with -v
+        progress.current().programs(program, [h for h, argv in commands.items() if argv[0] == program])
     try:
         for host, argv in commands.items():
             node = net.host(host)

@@ -18,7 +18,7 @@ from hosts.collectives.membership import peer_entry
 from testbed.fabric import ovs
 from testbed.fabric.links import transport_options, worst_queueing_delay
 from testbed.results import models
-from testbed.runtime import recovery
+from testbed.runtime import progress, recovery
 from testbed.runtime.launch import run_on_hosts
 from testbed.schema import SIZE, ScenarioError, parse_size
 from testbed.workloads import traffic
@@ -189,7 +189,9 @@ def _run(net, spec: dict, hosts: list) -> dict:
     peers = [peer_entry(r, h.name, h.ip, h.hb_ip, h.server, h.rank) for r, h in enumerate(hosts)]
     policy = spec.get("recovery", "abort")
     rows, errors, error_times, recoveries, beats = [], [], [], [], []
-    for size in sizes(spec):
+    sweep = _Sweep(fabric, spec, len(hosts))
+    for size in sweep.sizes:
+        sweep.starting(size)
         label = f"{spec['op']}-{spec['algo']}-{size}-{time.monotonic_ns()}"
         store = os.path.join(net.run_dir, "store", label)
         os.makedirs(store)
@@ -232,7 +234,31 @@ def _run(net, spec: dict, hosts: list) -> dict:
             errors.append(f"{size} B: " + "; ".join(failed[:4]) + (f" (+{len(failed) - 4} more)" if len(failed) > 4 else ""))
             break
         rows.append(row(fabric, spec, size, done, before, after))
+        sweep.measured(rows[-1])
     return _summarize_run(spec, len(hosts), rows, errors, error_times, recoveries, beats)
+
+
+class _Sweep:
+    """Reports the sweep as it goes (testbed/runtime/progress.py): each size as it starts, its nccl-tests row
+    as soon as it is measured. Sizes are weighted by the analytical model's time (plus start-up) for the ETA."""
+
+    def __init__(self, fabric, spec: dict, world: int):
+        self.report, self.spec, self.world = progress.current(), spec, world
+        self.sizes = sizes(spec)
+        runs = spec.get("iterations", 3) + spec.get("warmup", 1)
+        self.weights = [runs * models.time_model(spec["op"], model_algo(fabric, spec), size, cluster(fabric)) + 2.0
+                        for size in self.sizes]
+        self.done = 0
+
+    def starting(self, size: int) -> None:
+        frac = sum(self.weights[:self.done]) / sum(self.weights)
+        self.report.step(self.done, len(self.sizes), f"size {self.done + 1}/{len(self.sizes)} ({size} B)", frac=frac)
+
+    def measured(self, r: dict) -> None:
+        self.done += 1
+        self.report.row(table_row(r), header=table_header(self.spec["op"], self.spec["algo"], self.world))
+        self.report.step(self.done, len(self.sizes), f"{self.done}/{len(self.sizes)} sizes done",
+                         frac=sum(self.weights[:self.done]) / sum(self.weights))
 
 
 def _base_spec(net, spec: dict, peers: list[dict], store: str, size: int) -> dict:
@@ -353,16 +379,23 @@ def summarize(spec: dict, n: int, rows: list[dict], errors: list[str]) -> dict:
 
 def table(result: dict) -> str:
     """nccl-tests style rows."""
-    lines = [f"#  {result['op']} / {result['algo']}, {result['ranks']} ranks",
-             f"# {'size':>10} {'count':>10} {'type':>8} {'time(us)':>12} {'algbw MB/s':>11} {'busbw MB/s':>11} "
-             f"{'bound':>8} {'ratio':>6} {'check':>6}"]
-    for r in result["rows"]:
-        if r.get("requested_bytes", r["bytes"]) != r["bytes"]:
-            lines.append(f"# note: {r['requested_bytes']} B asked, {r['bytes']} B ran (whole {r['dtype']} elements)")
-        lines.append(f"  {r['bytes']:>10} {r['count']:>10} {r['dtype']:>8} {r['seconds'] * 1e6:>12.0f} "
-                     f"{r['algbw_MBps']:>11.3f} {r['busbw_MBps']:>11.3f} {r['bound_busbw_MBps']:>8.3f} "
-                     f"{r['bus_ratio']:>6.2f} {'ok' if r['correct'] else 'WRONG':>6}")
-    return "\n".join(lines)
+    return "\n".join([table_header(result["op"], result["algo"], result["ranks"])] +
+                     [table_row(r) for r in result["rows"]])
+
+
+def table_header(op: str, algo: str, ranks: int) -> str:
+    return (f"#  {op} / {algo}, {ranks} ranks\n"
+            f"# {'size':>10} {'count':>10} {'type':>8} {'time(us)':>12} {'algbw MB/s':>11} {'busbw MB/s':>11} "
+            f"{'bound':>8} {'ratio':>6} {'check':>6}")
+
+
+def table_row(r: dict) -> str:
+    """One size's row (after a note if the size ran rounded)."""
+    note = f"# note: {r['requested_bytes']} B asked, {r['bytes']} B ran (whole {r['dtype']} elements)\n" \
+        if r.get("requested_bytes", r["bytes"]) != r["bytes"] else ""
+    return (f"{note}  {r['bytes']:>10} {r['count']:>10} {r['dtype']:>8} {r['seconds'] * 1e6:>12.0f} "
+            f"{r['algbw_MBps']:>11.3f} {r['busbw_MBps']:>11.3f} {r['bound_busbw_MBps']:>8.3f} "
+            f"{r['bus_ratio']:>6.2f} {'ok' if r['correct'] else 'WRONG':>6}")
 
 
 def summary(w: dict) -> str:
