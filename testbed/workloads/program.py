@@ -25,24 +25,54 @@ from testbed.workloads import collective
 from testbed.workloads import program_launch as launch
 
 FIGURE = {"type": "object", "additionalProperties": False,
-          "properties": {"regex": {"type": "string", "minLength": 1}, "json": {"type": "string", "minLength": 1},
-                         "rank": {"type": "integer", "minimum": 0}, "unit": {"type": "string"},
-                         "min": {"type": "number"}, "max": {"type": "number"}}}
+          "description": "A number the program prints, read from one rank's stdout; min and max make it a check.",
+          "properties": {"regex": {"type": "string", "minLength": 1,
+                                   "description": "The last match of this regular expression (its group `value`, "
+                                                  "else its first group, else the match). Default: none (give "
+                                                  "regex or json)."},
+                         "json": {"type": "string", "minLength": 1,
+                                  "description": "The key (a dotted path) of the last JSON line that has it. "
+                                                 "Default: none (give regex or json)."},
+                         "rank": {"type": "integer", "minimum": 0, "default": 0,
+                                  "description": "The rank whose stdout is read."},
+                         "unit": {"type": "string", "description": "Shown after the figure. Default: none."},
+                         "min": {"type": "number", "description": "The figure must be at least this. Default: no "
+                                                                  "bound."},
+                         "max": {"type": "number", "description": "The figure must be at most this. Default: no "
+                                                                  "bound."}}}
 # This workload's part of the scenario schema (the scenario file's `workloads:` items of its type).
 SCHEMA = {
     "type": "object", "additionalProperties": False, "required": ["type", "command"],
+    "description": "A user's own distributed program (torch.distributed, tf.distribute, MPI) as the ranks of a job "
+                   "on the emulated hosts; it passes when every rank exits 0 and every figure is within its bounds.",
     "properties": {
-        "type": {"const": "program"}, "name": {"type": "string"},
+        "type": {"const": "program", "description": "A user's own program."},
+        "name": {"type": "string", "description": "The workload's name in the results and for a fault's `workload`; "
+                 "letters, digits, '.', '_', '-' (it names the ranks' log folder, programs/NAME/). "
+                 "Default: TYPE#INDEX (its logs in programs/program/)."},
         "command": {"anyOf": [{"type": "string", "minLength": 1},
-                              {"type": "array", "minItems": 1, "items": {"type": "string"}}]},
-        "launcher": {"enum": ["env", "mpirun"]},
-        "hosts": {"type": "array", "minItems": 1, "uniqueItems": True, "items": {"type": "string"}},
-        "port": {"type": "integer", "minimum": 1024, "maximum": 65535},
-        "env": {"type": "object", "additionalProperties": {"type": ["string", "number", "boolean"]}},
-        "mpirun_args": {"type": "array", "items": {"type": "string"}},
-        "timeout_s": {"type": "number", "minimum": 1, "maximum": 3600},
-        "figures": {"type": "object", "additionalProperties": FIGURE},
-        "expect": {"enum": ["success", "failure"]},
+                              {"type": "array", "minItems": 1, "items": {"type": "string"}}],
+                    "description": "What every rank runs: a string (split as a shell would) or a list of words; "
+                                   "{python} stands for the hosts' Python."},
+        "launcher": {"enum": ["env", "mpirun"], "default": "env",
+                     "description": "env: each rank started in its host with the environment torchrun and "
+                                    "tf.distribute expect (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, TF_CONFIG, "
+                                    "...); mpirun: one Open MPI job, a rank per host (hosts: netns only)."},
+        "hosts": {"type": "array", "minItems": 1, "uniqueItems": True, "items": {"type": "string"},
+                  "description": "The job's hosts in rank order. Default: every GPU host, server by server."},
+        "port": {"type": "integer", "minimum": 1024, "maximum": 65535, "default": 29500,
+                 "description": "MASTER_PORT and TF_CONFIG's port (launcher env)."},
+        "env": {"type": "object", "additionalProperties": {"type": ["string", "number", "boolean"]}, "default": {},
+                "description": "More environment variables for every rank."},
+        "mpirun_args": {"type": "array", "items": {"type": "string"}, "default": [],
+                        "description": "More arguments to mpirun (launcher mpirun)."},
+        "timeout_s": {"type": "number", "minimum": 1, "maximum": 3600, "default": 300,
+                      "description": "Seconds the job may take before its ranks are killed."},
+        "figures": {"type": "object", "additionalProperties": FIGURE, "default": {},
+                    "description": "Numbers the program prints, by name."},
+        "expect": {"enum": ["success", "failure"], "default": "success",
+                   "description": "success: every rank exits 0; failure: the job ends on its own with an error (how "
+                                  "a library takes a crashed peer)."},
     },
 }
 DEFAULTS = {"launcher": "env", "port": 29500, "env": {}, "mpirun_args": [], "timeout_s": 300, "figures": {},
@@ -196,17 +226,18 @@ def describe(s: dict, hosts: list, procs: dict, ends: dict, started: float, logs
                        last_error=last_line(os.path.join(logs, row["stderr"])) if end["exit"] else "")
         ranks.append(row)
     texts = {}
-    for name, fig in s["figures"].items():
-        r = fig.get("rank", 0)
-        if r not in texts:
-            with open(os.path.join(logs, f"rank{r}.stdout"), errors="replace") as f:
-                texts[r] = f.read()
+    for r in {0} | {fig.get("rank", 0) for fig in s["figures"].values()}:
+        with open(os.path.join(logs, f"rank{r}.stdout"), errors="replace") as f:
+            texts[r] = f.read()
     figures = {name: figure(texts[fig.get("rank", 0)], fig) for name, fig in s["figures"].items()}
     result = {"type": "program", "launcher": s["launcher"], "command": s["command"], "world": len(hosts),
               "hosts": [h.name for h in hosts], "ranks": ranks, "figures": figures,
               "units": {n: f["unit"] for n, f in s["figures"].items() if "unit" in f},
               "seconds": round(max(e["ended_at"] for e in ends.values()) - started, 3),
-              "logs": logs, "started_at": started}
+              "logs": logs, "started_at": started,
+              # the end of what rank 0 printed, JSON lines aside: a benchmark's own table, for the summary
+              "output": [line[:160] for line in texts[0].splitlines() if line.strip()
+                         and not line.lstrip().startswith("{")][-12:]}
     if mpi:
         end = ends[0]
         result["mpirun"] = {"exit": end["exit"], "ended": how_ended(end["exit"]),
@@ -289,15 +320,19 @@ def checks(s: dict, result: dict) -> list[dict]:
         if lo is None and hi is None:
             continue
         ok = isinstance(v, (int, float)) and (lo is None or v >= lo) and (hi is None or v <= hi)
+        bounds = " and ".join(b for b in (f">= {lo}" if lo is not None else "", f"<= {hi}" if hi is not None else "")
+                              if b)
         out.append({"name": f"figure {name}", "ok": ok,
-                    "detail": f"{v} {fig.get('unit', '')}".strip() + f" (expected {'>= ' + str(lo) if lo is not None else ''}"
-                              f"{' and ' if lo is not None and hi is not None else ''}"
-                              f"{'<= ' + str(hi) if hi is not None else ''})"})
+                    "detail": f"{number(v)} {fig.get('unit', '')}".strip() + f" (expected {bounds})"})
     return out
 
 
+def number(v) -> str:
+    return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+
 def summary(result: dict) -> str:
-    figs = ", ".join(f"{k} {v:.4g}" if isinstance(v, (int, float)) else f"{k} {v}"
+    figs = ", ".join(f"{k} {number(v)}" + (f" {result['units'][k]}" if k in result["units"] else "")
                      for k, v in result["figures"].items() if v is not None)
     line = (f"{result['launcher']}: {result['world']} ranks, {result['seconds']:.2f} s"
             + (f", {figs}" if figs else "") + f", NICs sent {result['nic_bytes'] / 1e6:.2f} MB")
@@ -311,8 +346,11 @@ def tables(result: dict) -> list[str]:
         m = result["mpirun"]
         lines.append(f"# mpirun {m['ended']} after {m['seconds']:.2f} s")
         lines += [f"#   {line}" for line in m["said"]]
-    lines.append(f"# {'rank':>4} {'host':<10} {'ended':<28} {'at s':>7}  last error")
-    for r in result["ranks"]:
-        lines.append(f"  {r['rank']:>4} {r['host']:<10} {r.get('ended', '(under mpirun)'):<28} "
-                     f"{r['seconds'] if 'seconds' in r else '-':>7}  {r.get('last_error', '')}")
+        lines.append("# " + ", ".join(f"rank {r['rank']} {r['host']}" for r in result["ranks"]))
+    else:
+        lines.append(f"# {'rank':>4} {'host':<10} {'ended':<28} {'at s':>7}  last error")
+        lines += [f"  {r['rank']:>4} {r['host']:<10} {r['ended']:<28} {r['seconds']:>7}  {r['last_error']}"
+                  for r in result["ranks"]]
+    if result.get("output"):
+        lines += ["# rank 0 printed (the end):"] + [f"  {line}" for line in result["output"]]
     return ["\n".join(lines)]

@@ -77,7 +77,8 @@ def mpirun_argv(hosts: list, spec: dict, agent_map: str, output_dir: str, python
         env.pop(per_rank)          # Open MPI gives each rank its own (OMPI_COMM_WORLD_RANK, ...)
     env["TB_MPI_HOSTS"] = agent_map
     mca = {"plm": "rsh", "plm_rsh_agent": f"{python} {AGENT}", "pml": "ob1", "btl": "tcp,self",
-           "btl_tcp_if_include": NIC, "oob_tcp_if_include": NIC}
+           "btl_tcp_if_include": NIC, "oob_tcp_if_include": NIC,
+           "mpi_yield_when_idle": "1"}        # ranks waiting for the network yield the CPU instead of spinning
     return (with_env(env, ["mpirun", "-np", str(len(hosts)), "--host", ",".join(f"{h.ip}:1" for h in hosts),
                            "--bind-to", "none", "--output-filename", output_dir]
                      + [w for k, v in mca.items() for w in ("--mca", k, v)]

@@ -120,7 +120,7 @@ def test_a_job_completes_when_every_rank_exits_0_and_its_figures_are_in_bounds()
     r["figures"] = {"busbw": 4.0, "loss": None}
     c = program.checks(settings(figures={"busbw": {"json": "b", "min": 5}, "loss": {"json": "l"}}), r)
     assert c[0] == {"name": "completed", "ok": True, "detail": "2 ranks exited 0 in 2.50 s"}
-    assert c[1]["name"] == "figure busbw" and not c[1]["ok"] and c[1]["detail"] == "4.0 (expected >= 5)"
+    assert c[1]["name"] == "figure busbw" and not c[1]["ok"] and c[1]["detail"] == "4 (expected >= 5)"
     assert c[2] == {"name": "figure loss", "ok": False, "detail": "rank 0 printed no loss"}
 
 

@@ -1,0 +1,131 @@
+"""Integration (root): users' own distributed programs as the ranks of a job on the fabric: the example
+scenarios (mpirun + mpi4py, torch.distributed gloo, tf.distribute MultiWorkerMirroredStrategy), the launchers'
+environment on a subset of hosts, and a GPU crash under MPI and torch jobs (what each library does, and when)."""
+import importlib.util
+import json
+import os
+import shutil
+import time
+
+import pytest
+
+from testbed import runner
+from testbed.scenario import load
+from testbed.workloads import program
+from tests.paths import SCENARIOS
+
+pytestmark = [pytest.mark.root, pytest.mark.slow]
+
+
+def need(module: str) -> None:
+    if importlib.util.find_spec(module) is None:
+        reason = f"needs the Python package {module} (scripts/setup installs it)"
+        print(f"SKIP: {reason}")
+        pytest.skip(reason)
+
+
+def need_mpirun() -> None:
+    need("mpi4py")
+    if shutil.which("mpirun") is None:
+        print("SKIP: needs Open MPI's mpirun (apt openmpi-bin; scripts/setup installs it)")
+        pytest.skip("needs Open MPI's mpirun (apt openmpi-bin; scripts/setup installs it)")
+
+
+def run(name: str, tmp_path, extra=()):
+    doc = load(os.path.join(SCENARIOS, f"program-{name}.yaml"), [])
+    doc["workloads"] += list(extra)
+    out = str(tmp_path / name)
+    t0 = time.monotonic()
+    r = runner.run(doc, out, echo=lambda *a: None)
+    print(runner.summary_table(r))
+    print(f"{name}: {time.monotonic() - t0:.1f} s with bring-up")
+    return r, out
+
+
+def rank_logs(out: str, w: dict) -> list[str]:
+    texts = []
+    for r in w["ranks"]:
+        for stream in ("stdout", "stderr"):
+            assert os.path.exists(os.path.join(out, w["logs"], r[stream]))
+        with open(os.path.join(out, w["logs"], r["stdout"])) as f:
+            texts.append(f.read())
+    return texts
+
+
+def last_json(text: str) -> dict:
+    return json.loads([line for line in text.splitlines() if line.startswith("{")][-1])
+
+
+def test_mpi_sweep_under_mpirun_checks_every_result_and_reports_busbw_per_rank_logs_and_link_bytes(tmp_path):
+    need_mpirun()
+    r, out = run("mpi", tmp_path)
+    assert r["ok"], r["checks"]
+    w = r["workloads"][0]
+    assert w["launcher"] == "mpirun" and w["mpirun"]["exit"] == 0 and w["world"] == 4
+    texts = rank_logs(out, w)
+    assert "busbw MB/s" in texts[0] and "Open MPI" in texts[0]         # the nccl-tests-style table, rank 0's
+    res = last_json(texts[0])
+    assert res["correct"] and res["ranks"] == 4 and len(res["rows"]) == 6
+    assert all(row["wrong"] == 0 for row in res["rows"])
+    assert 0 < w["figures"]["busbw"] <= 50 / 8                           # at most the NIC rate (50 Mbit/s)
+    # 4 ranks x (3/2 x Allreduce + 3/4 x Allgather) x 580 KiB x 4 runs: the NICs carried at least that
+    assert w["nic_bytes"] >= 4 * (1.5 + 0.75) * (4 + 64 + 512) * 1024 * 4
+    assert any(port.startswith("spine") for port in w["link_bytes"])   # s0 <-> s1 crossed the spine
+
+
+def test_torch_gloo_sweep_and_ddp_steps_and_the_env_launcher_on_a_subset(tmp_path):
+    need("torch")
+    probe = {"type": "program", "name": "env-probe", "hosts": ["s1g1", "s0g0", "s1g0"],
+             "command": ["{python}", "-c", "import json, os; print(json.dumps({k: os.environ[k] for k in "
+                                           "('RANK', 'WORLD_SIZE', 'LOCAL_RANK', 'LOCAL_WORLD_SIZE', 'MASTER_ADDR', "
+                                           "'TF_CONFIG', 'TB_HOST')}))"],
+             "figures": {"world": {"json": "WORLD_SIZE", "rank": 2}}}
+    r, out = run("torch", tmp_path, [probe])
+    assert r["ok"], r["checks"]
+    w, p = r["workloads"]
+    assert [x["exit"] for x in w["ranks"]] == [0, 0, 0, 0]
+    res = last_json(rank_logs(out, w)[0])
+    assert res["correct"] and res["weight_spread"] == 0 and res["losses"][-1] < 0.9 * res["losses"][0]
+    assert w["figures"]["weight_spread"] == 0 and 0 < w["figures"]["busbw"] <= 50 / 8
+    envs = [last_json(t) for t in rank_logs(out, p)]
+    assert [e["TB_HOST"] for e in envs] == ["s1g1", "s0g0", "s1g0"]
+    assert [e["RANK"] for e in envs] == ["0", "1", "2"] and p["figures"]["world"] == 3
+    assert [e["LOCAL_RANK"] for e in envs] == ["0", "0", "1"] and [e["LOCAL_WORLD_SIZE"] for e in envs] == ["2", "1", "2"]
+    assert {e["MASTER_ADDR"] for e in envs} == {"10.11.1.2"}                  # s1g1's NIC: rank 0's
+    assert json.loads(envs[2]["TF_CONFIG"])["task"] == {"type": "worker", "index": 2}
+
+
+def test_tf_multi_worker_mirrored_strategy_trains_with_identical_weights_on_every_worker(tmp_path):
+    need("tensorflow")
+    r, out = run("tf", tmp_path)
+    assert r["ok"], r["checks"]
+    w = r["workloads"][0]
+    results = [last_json(t) for t in rank_logs(out, w)]
+    assert [x["worker"] for x in results] == [0, 1, 2, 3] and {x["workers"] for x in results} == {4}
+    assert all(x["weight_spread"] == 0 for x in results)
+    assert all(x["losses"][-1] < 0.5 * x["losses"][0] for x in results)
+    assert len({tuple(x["losses"]) for x in results}) == 1       # the global loss, the same on every worker
+    assert w["nic_bytes"] > 0
+
+
+def test_a_gpu_crash_aborts_the_mpi_job_and_makes_torch_raise_with_the_times(tmp_path):
+    need_mpirun()
+    need("torch")
+    r, out = run("crash", tmp_path)
+    assert r["ok"], r["checks"]
+    mpi, torch = r["workloads"]
+    assert mpi["mpirun"]["exit"] not in (0, None) and mpi["seconds"] < 30
+    assert any("noticed" in line or "lost communication" in line.lower() for line in mpi["mpirun"]["said"]) or \
+        mpi["mpirun"]["said"], mpi["mpirun"]
+    crashed = {x["rank"]: x for x in torch["ranks"]}
+    assert crashed[2]["host"] == "s1g0" and crashed[2]["exit"] == -9
+    survivors = [x for x in torch["ranks"] if x["host"] != "s1g0"]
+    assert any(x["exit"] not in (0, None) and x["last_error"] for x in survivors)
+    assert all(x["exit"] is not None for x in survivors)                  # nobody hung
+    for fault, w in zip(r["faults"], (mpi, torch)):
+        assert fault["processes"] > 0 and fault["recovery"] == "abort"
+        assert fault["at_s"] <= fault["detected_s"] <= fault["at_s"] + 5, fault
+        assert w["first_error_at"] is not None
+    print(mpi["reaction"])
+    print(torch["reaction"])
+    assert program.summary(torch).count("rank") >= 1
