@@ -1,80 +1,182 @@
 """Scenario files: YAML, validated against a JSON schema, with `--set key=value` overrides.
 
-Errors are ScenarioError with one line that names the problem and where it is.
+Errors are ScenarioError with one line that names the problem and where it is: FILE:LINE:COLUMN, the key's
+path, and for an unknown key or value the closest allowed one. Every key carries a description and its
+default, so `testbed schema` serves editors and docs/scenario-reference.md is generated from it.
 """
 from __future__ import annotations
 
 import copy
+import difflib
 import re
 
 import jsonschema
 import yaml
 
+from testbed import __version__
 from testbed.fabric.topo import KINDS
+from testbed.scenario_marks import Marks, parse
 from testbed.schema import RATE, SIZE, ScenarioError, parse_size
 from testbed.workloads import REGISTRY
 
 FABRIC = {
     "type": "object", "additionalProperties": False, "required": ["kind"],
+    "description": "The emulated cluster: GPU servers (HB domains), the switches between them, spares, CPU hosts.",
     "properties": {
-        "kind": {"enum": list(KINDS)},
-        "servers": {"type": "integer", "minimum": 1},
-        "gpus_per_server": {"type": "integer", "minimum": 1},
-        "spines": {"type": "integer", "minimum": 1},
-        "oversubscription": {"type": "number", "minimum": 1},
-        "nic_mbps": RATE, "hb_mbps": RATE,
-        "cpu_hosts": {"type": "integer", "minimum": 0},
-        "spares_per_server": {"type": "integer", "minimum": 0},     # idle GPUs per HB domain (recovery: spare)
-        "spare_servers": {"type": "integer", "minimum": 0},         # idle servers (recovery: migrate)
+        "kind": {"enum": list(KINDS), "description": "The design: rail-only (one switch per rail, no spines: "
+                 "cross-rail traffic is relayed through the HB domain), rail-optimized (rails under a spine "
+                 "layer), or clos (a ToR per server under a spine layer)."},
+        "servers": {"type": "integer", "minimum": 1, "default": 2,
+                    "description": "Servers, each an HB domain of gpus_per_server GPUs (up to 200)."},
+        "gpus_per_server": {"type": "integer", "minimum": 1, "default": 2,
+                            "description": "GPUs per server: the HB-domain size, and the number of rails (up to 64)."},
+        "spines": {"type": "integer", "minimum": 1, "default": 2,
+                   "description": "Spine switches over the leaves (up to 64); a rail-only fabric has none."},
+        "oversubscription": {"type": "number", "minimum": 1, "default": 1,
+                             "description": "Leaf down:up capacity ratio (1 to 64): each uplink runs at the "
+                             "leaf's downlinks x nic_mbps / (spines x oversubscription). Not on rail-only."},
+        "nic_mbps": {**RATE, "default": 5, "description": "Each GPU NIC's link rate in Mbit/s (up to 100000), "
+                     "scaled down so that the machine's CPUs are never the bottleneck."},
+        "hb_mbps": {**RATE, "description": "Each GPU's HB-domain (NVLink) port rate in Mbit/s. "
+                    "Default: 9 x nic_mbps (NVLink 3.6 Tbit/s to a 400 Gbit/s NIC)."},
+        "cpu_hosts": {"type": "integer", "minimum": 0, "default": 0,
+                      "description": "CPU hosts cpu0, cpu1, ... on a front-end switch cabled to every leaf "
+                      "(for the offload workload's tf.data.service)."},
+        "spares_per_server": {"type": "integer", "minimum": 0, "default": 0,
+                              "description": "Idle spare GPUs in every server's HB domain (for recovery: spare)."},
+        "spare_servers": {"type": "integer", "minimum": 0, "default": 0,
+                          "description": "Idle spare servers (for recovery: migrate)."},
     },
 }
 
 FAULT = {"type": "object", "additionalProperties": False, "required": ["at", "kind", "target"],
-         "properties": {"at": {"type": "number", "minimum": 0},
-                        "kind": {"enum": ["link-down", "link-up", "link-flap", "switch-down", "port-disable", "gpu-crash", "gpu-hang",
-                                          "gpu-stall", "gpu-declared", "server-down", "nic-down", "partition"]},
-                        "target": {"type": "string"},
-                        "workload": {"type": "string"},     # `at` counts from this workload's start
-                        "duration": {"type": "number", "exclusiveMinimum": 0},
-                        "count": {"type": "integer", "minimum": 1, "maximum": 100}}}
+         "description": "One failure, injected while the workloads run.",
+         "properties": {
+             "at": {"type": "number", "minimum": 0,
+                    "description": "When, in seconds after the workloads start (or after `workload` starts)."},
+             "kind": {"enum": ["link-down", "link-up", "link-flap", "switch-down", "port-disable", "gpu-crash",
+                               "gpu-hang", "gpu-stall", "gpu-declared", "server-down", "nic-down", "partition"],
+                      "description": "What fails. link-down, switch-down: cables cut (carrier lost); link-up: "
+                      "mended; link-flap: down and up `count` times; port-disable: the switch port set down by "
+                      "OpenFlow; gpu-crash: the GPU's ranks killed; gpu-hang: stopped; gpu-stall: the GPU hangs, "
+                      "its host alive; gpu-declared: declared failed; server-down: a server's GPUs crash; "
+                      "nic-down: a GPU's NIC cable cut; partition: a server's NIC cables cut at the switches."},
+             "target": {"type": "string",
+                        "description": "A link (rail0-spine1, HOST/nic, HOST/hb, path:SRC>DST) or a switch; for GPU "
+                        "faults a GPU host (s1g2); for server-down and partition a server (s1)."},
+             "workload": {"type": "string", "description": "The name of the workload whose start `at` counts from. "
+                          "Default: none (`at` counts from the start of the first workload)."},
+             "duration": {"type": "number", "exclusiveMinimum": 0,
+                          "description": "Seconds until it is mended (cable restored, GPU resumed); link-flap: "
+                          "each way. Default: never mended (link-flap: 0.5)."},
+             "count": {"type": "integer", "minimum": 1, "maximum": 100, "default": 3,
+                       "description": "link-flap: the number of down-up cycles."}}}
 CAPTURE = {"type": "object", "additionalProperties": False, "required": ["point"],
-           "properties": {"point": {"type": "string"}, "filter": {"type": "string"},
-                          "snaplen": {"type": "integer", "minimum": 64, "maximum": 262144},
-                          "max_packets": {"type": "integer", "minimum": 1}}}
+           "description": "One packet capture (tcpdump), written to the results' pcaps/.",
+           "properties": {
+               "point": {"type": "string", "description": "Where: HOST/nic, HOST/hb or SWITCH:PORT."},
+               "filter": {"type": "string", "default": "",
+                          "description": "A tcpdump filter, e.g. 'udp port 4791' (RoCEv2)."},
+               "snaplen": {"type": "integer", "minimum": 64, "maximum": 262144, "default": 262144,
+                           "description": "Bytes kept of each packet; below the frame size it cuts RoCEv2 ICRCs."},
+               "max_packets": {"type": "integer", "minimum": 1, "default": 1000000,
+                               "description": "tcpdump stops after this many packets."}}}
+ROUTING_MODES = ["single", "ecmp", "spray", "split:2", "split:4", "rr"]
 
 SCHEMA = {
     "type": "object", "additionalProperties": False, "required": ["name", "fabric", "workloads"],
+    "description": "A testbed scenario: a fabric, the workloads run on it, faults injected and packets captured.",
     "properties": {
-        "name": {"type": "string", "pattern": r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"},
-        "description": {"type": "string"},
+        "name": {"type": "string", "pattern": r"^[A-Za-z0-9][A-Za-z0-9_.-]*$",
+                 "description": "The experiment's name (letters, digits, '_', '.', '-'); results go to "
+                 "results/NAME/TIMESTAMP."},
+        "description": {"type": "string", "description": "What the experiment shows, in a line. Default: none."},
         "fabric": FABRIC,
-        "routing": {"type": "object", "additionalProperties": False,
-                    "properties": {"mode": {"type": "string"}, "failover": {"type": "boolean"}}},
-        "workloads": {"type": "array", "minItems": 1, "items": {
-            "type": "object", "required": ["type"],
-            "properties": {"type": {"enum": list(REGISTRY)}},
-            "allOf": [{"if": {"properties": {"type": {"const": t}}}, "then": w.SCHEMA} for t, w in REGISTRY.items()]}},
-        "faults": {"type": "array", "items": FAULT},
-        "capture": {"type": "array", "items": CAPTURE},
-        "hosts": {"enum": ["netns", "docker"]},        # emulated hosts: network namespaces or Docker containers
-        "host_limits": {"type": "object", "additionalProperties": False,      # per Docker host
-                        "properties": {"cpus": {"type": "number", "exclusiveMinimum": 0, "maximum": 64},
-                                       "memory": SIZE}},
+        "routing": {"type": "object", "additionalProperties": False, "default": {},
+                    "description": "How the controller routes.",
+                    "properties": {"mode": {"type": "string", "default": "ecmp", "examples": ROUTING_MODES,
+                                            "description": "single (one shortest path), ecmp (hash over equal-cost "
+                                            "paths), spray (a new UDP source port per packet), split:K (K sub-flows "
+                                            "per message, K from 2 to 16) or rr (exact round robin by the "
+                                            "controller)."},
+                                   "failover": {"type": "boolean", "default": True,
+                                                "description": "Data-plane fast failover: a cut link's traffic moves "
+                                                "at once, before the controller recomputes routes."},
+                                   # the controller acts on a port change this long after hearing of it
+                                   "controller_delay_ms": {"type": "number", "minimum": 0, "maximum": 10000,
+                                                           "default": 0,
+                                                           "description": "The controller acts on a port change "
+                                                           "this many ms after hearing of it (a remote, busy "
+                                                           "controller)."}}},
+        "workloads": {"type": "array", "minItems": 1,
+                      "description": "What runs on the fabric, one after the other; each item's `type` decides "
+                      "its other keys.",
+                      "items": {
+                          "type": "object", "required": ["type"],
+                          "properties": {"type": {"enum": list(REGISTRY), "description": "The workload type."}},
+                          "allOf": [{"if": {"properties": {"type": {"const": t}}}, "then": w.SCHEMA}
+                                    for t, w in REGISTRY.items()]}},
+        "faults": {"type": "array", "items": FAULT, "default": [],
+                   "description": "Failures injected while the workloads run."},
+        "capture": {"type": "array", "items": CAPTURE, "default": [],
+                    "description": "Packet captures taken while the workloads run."},
+        "hosts": {"enum": ["netns", "docker"], "default": "netns",
+                  "description": "Emulated hosts: network namespaces (netns) or Docker containers (docker)."},
+        "host_limits": {"type": "object", "additionalProperties": False, "default": {},
+                        "description": "CPU and memory limits of each Docker host (with hosts: docker only).",
+                        "properties": {"cpus": {"type": "number", "exclusiveMinimum": 0, "maximum": 64, "default": 1,
+                                                "description": "CPU cores of each container."},
+                                       "memory": {**SIZE, "default": "1GiB",
+                                                  "description": "Memory of each container, 32MiB to 64GiB."}}},
     },
 }
 MIN_HOST_MEMORY, MAX_HOST_MEMORY = 32 * 2**20, 64 * 2**30
 
 
-def _where(error: jsonschema.ValidationError) -> str:
-    return ".".join(str(p) for p in error.absolute_path) or "top level"
+VALIDATOR = jsonschema.Draft7Validator(SCHEMA)
+NOT_A_MAPPING = "a scenario must be a YAML mapping with name, fabric and workloads"
+
+
+def export() -> dict:
+    """The scenario schema as a JSON Schema document (`testbed schema`): for editors' YAML plugins and docs."""
+    return {"$schema": "http://json-schema.org/draft-07/schema#", "$id": f"urn:testbed:scenario:{__version__}",
+            "title": "testbed scenario", **SCHEMA}
+
+
+def _close(word, choices) -> str | None:
+    found = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1)
+    return found[0] if found else None
+
+
+def _explain(err: jsonschema.ValidationError) -> list[ScenarioError]:
+    """One error per offending key or value, naming where it is, with a suggestion for an unknown key or value."""
+    path = tuple(err.absolute_path)
+    where = ".".join(str(p) for p in path) or "top level"
+    if err.validator == "additionalProperties" and isinstance(err.instance, dict):
+        allowed = list(err.schema.get("properties", {}))
+        return [ScenarioError(f"{where}: Additional properties are not allowed ({k!r} was unexpected)"
+                              + (f"; did you mean {close!r}?" if (close := _close(k, allowed))
+                                 else f"; the keys here are {', '.join(allowed)}"), path, key=k)
+                for k in err.instance if k not in allowed]
+    close = _close(err.instance, err.validator_value) if err.validator == "enum" and isinstance(err.instance, str) \
+        else None
+    return [ScenarioError(f"{where}: {err.message}" + (f"; did you mean {close!r}?" if close else ""), path)]
+
+
+def problems(doc) -> list[ScenarioError]:
+    """Every place the document breaks the schema (not the checks beyond it: see validate())."""
+    if not isinstance(doc, dict):
+        return [ScenarioError(NOT_A_MAPPING)]
+    # best_match of each error alone descends into anyOf to the branch the value most likely meant
+    return [e for err in VALIDATOR.iter_errors(doc) for e in _explain(jsonschema.exceptions.best_match([err]))]
 
 
 def validate(doc) -> dict:
     if not isinstance(doc, dict):
-        raise ScenarioError("a scenario must be a YAML mapping with name, fabric and workloads")
-    err = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(SCHEMA).iter_errors(doc))
+        raise ScenarioError(NOT_A_MAPPING)
+    err = jsonschema.exceptions.best_match(VALIDATOR.iter_errors(doc))
     if err is not None:
-        raise ScenarioError(f"{_where(err)}: {err.message}")
+        raise _explain(err)[0]
     mode = doc.get("routing", {}).get("mode", "ecmp")
     if mode not in ("single", "ecmp", "spray", "rr") and not re.fullmatch(r"split:([2-9]|1[0-6])", mode):
         raise ScenarioError(f"routing.mode: {mode!r} is not a routing mode; choose single, ecmp, spray, rr "
@@ -139,10 +241,12 @@ def apply_set(doc: dict, assignment: str) -> None:
         raise ScenarioError(f"--set {path}: no such key {last!r}")
 
 
-def load(path: str, overrides: list[str] = ()) -> dict:
+def read(path: str, overrides: list[str] = ()) -> tuple[object, Marks]:
+    """The file's document with the overrides applied, and where each of its keys is; ScenarioError naming
+    the file (and line) if it cannot be read as one YAML document."""
     try:
-        with open(path) as f:
-            doc = yaml.safe_load(f)
+        with open(path, "rb") as f:
+            doc, root = parse(f.read().decode("utf-8"))
     except OSError as exc:
         raise ScenarioError(f"{path}: {exc.strerror}") from None
     except UnicodeDecodeError as exc:
@@ -153,15 +257,26 @@ def load(path: str, overrides: list[str] = ()) -> dict:
                             f"a scenario is YAML") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or "malformed YAML"
-        raise ScenarioError(f"{path}: malformed YAML{where}: {problem}") from None
-    doc = copy.deepcopy(doc)
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else path
+        problem = getattr(exc, "problem", None) or "not one YAML document"
+        raise ScenarioError(f"{where}: malformed YAML: {problem}") from None
+    except ValueError as exc:                     # a value YAML resolves but cannot build: a date like 2024-13-45
+        raise ScenarioError(f"{path}: malformed YAML: {exc}") from None
+    marks = Marks(path, root)
+    marks.duplicate_keys()
+    doc = copy.deepcopy(doc)                      # YAML aliases share objects: an override must change one place
     for assignment in overrides:
         if not isinstance(doc, dict):
             break
         apply_set(doc, assignment)
+        marks.overridden.append((tuple(assignment.split("=", 1)[0].strip().split(".")), assignment))
+    return doc, marks
+
+
+def load(path: str, overrides: list[str] = ()) -> dict:
+    """The validated scenario; ScenarioError 'FILE:LINE:COLUMN: where: problem' (one line) otherwise."""
+    doc, marks = read(path, overrides)
     try:
         return validate(doc)
     except ScenarioError as exc:
-        raise ScenarioError(f"{path}: {exc}") from None
+        raise marks.located(exc) from None

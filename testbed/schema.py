@@ -14,10 +14,19 @@ MAX_FLOW_BYTES = 1 << 30
 SIZE = {"type": ["integer", "string"]}     # parse_size() checks the form and says what is wrong
 RATE = {"type": "number", "exclusiveMinimum": 0}
 POSITIVE_INT = {"type": "integer", "minimum": 1}
+NAME = {"type": "string", "description": "The workload's name in the results and for a fault's `workload`. "
+        "Default: TYPE#INDEX (collective#1: the second workload)."}
 
 
 class ScenarioError(ValueError):
-    """A scenario that cannot be run; the message is one line naming the problem."""
+    """A scenario that cannot be run; the message is one line naming the problem.
+
+    path (the JSON path of the offending value, e.g. ("workloads", 0, "sizes")) and key (an offending key
+    under it) say where it is when the raiser knows; testbed/scenario_marks.py turns them into a file line."""
+
+    def __init__(self, message: str, path=(), key=None):
+        super().__init__(message)
+        self.path, self.key = tuple(path), key
 
 
 def parse_size(value, low: int = 1, high: int = MAX_FLOW_BYTES) -> int:

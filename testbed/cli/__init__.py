@@ -24,13 +24,13 @@ import argparse
 import sys
 import traceback
 
-from testbed.cli import clean, console, down, fault, pcap, plan, run, runs, shell, status, topo, up
+from testbed.cli import clean, console, down, fault, pcap, plan, run, runs, shell, status, topo, up, validate
 from testbed.cli.errors import EXIT_FAILED, EXIT_USAGE, Parser, UsageError
 from testbed.cli.verbosity import add_flags as add_output_flags, configure as configure_output
 from testbed.fabric.topo import TopologyError
 
 # each module adds its own subcommand(s)
-VERBS = (topo, run, runs, clean, fault, pcap, plan, up, status, shell, console, down)
+VERBS = (topo, run, runs, clean, fault, pcap, plan, up, status, shell, console, down, validate)
 
 
 def parser() -> argparse.ArgumentParser:

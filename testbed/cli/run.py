@@ -21,6 +21,9 @@ def cmd_run(args) -> int:
         path = runs.scenario_of(args.again) if args.again else args.scenario
     except runs.RunsError as exc:
         raise UsageError(str(exc)) from None
+    if args.dry_run:                                # the checks alone, and what would run (testbed/cli/validate.py)
+        from testbed.cli import validate
+        return validate.dry_run(path, args.set or [])
     doc = scenario.load(path, args.set or [])
     fabric = runner.fabric_of(doc)                  # validates sizes before anything is touched
     runner.check(doc, fabric)
@@ -62,5 +65,6 @@ def register(subparsers) -> None:
     r.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="override a scenario value, e.g. fabric.servers=4 or workloads.0.size=2MiB")
     r.add_argument("--out", help="output directory (default results/<scenario>/<timestamp>)")
+    r.add_argument("--dry-run", action="store_true", help="check the scenario and say what would run; no root needed")
     verbosity.add_flags(r, verb=True)
     r.set_defaults(func=cmd_run)

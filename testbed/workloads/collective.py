@@ -20,38 +20,72 @@ from testbed.fabric.links import transport_options, worst_queueing_delay
 from testbed.results import models
 from testbed.runtime import progress, recovery
 from testbed.runtime.launch import run_on_hosts
-from testbed.schema import SIZE, ScenarioError, parse_size
+from testbed.schema import NAME, SIZE, ScenarioError, parse_size
 from testbed.workloads import traffic
 
 # This workload's part of the scenario schema (the scenario file's `workloads:` items of its type).
 SCHEMA = {
     "type": "object", "additionalProperties": False, "required": ["type", "op", "algo"],
+    "description": "A collective (allreduce, allgather, ...) on one rank per GPU host, swept over sizes and "
+                   "measured like nccl-tests (time, algbw, busbw) against the link-rate bound.",
     "properties": {
-        "type": {"const": "collective"}, "name": {"type": "string"},
-        "op": {"enum": list(ALGOS)},
-        "algo": {"type": "string"},
-        "sizes": {"type": "array", "minItems": 1, "items": SIZE},
+        "type": {"const": "collective", "description": "A collective benchmark."}, "name": NAME,
+        "op": {"enum": list(ALGOS), "description": "The collective operation."},
+        "algo": {"type": "string", "examples": sorted({a for algos in ALGOS.values() for a in algos}),
+                 "description": "The algorithm; by op: " + "; ".join(f"{op}: {', '.join(a)}" for op, a in ALGOS.items())
+                 + ". hierarchical and two-step go through the HB domain first (rail-only has no cross-rail path)."},
+        "sizes": {"type": "array", "minItems": 1, "items": SIZE,
+                  "description": "Message sizes (4096, 64KiB, 1MiB, 10MB), each a separate launch. "
+                                 "Default: the sweep, else 1MiB."},
         "sweep": {"type": "object", "additionalProperties": False, "required": ["min", "max"],
-                  "properties": {"min": SIZE, "max": SIZE, "factor": {"type": "integer", "minimum": 2}}},
-        "dtype": {"enum": ["float32", "float16"]},
-        "reduce": {"enum": ["sum", "max"]},
-        "root": {"type": "integer", "minimum": 0},
-        "iterations": {"type": "integer", "minimum": 1, "maximum": 100},
-        "warmup": {"type": "integer", "minimum": 0, "maximum": 10},
-        "check": {"type": "boolean"},
-        "timeout_s": {"type": "number", "minimum": 1, "maximum": 3600},
-        "loss": {"type": "number", "minimum": 0, "maximum": 0.5},
-        "congestion": {"enum": ["delay", "none"]},
-        "ring": {"enum": ["rail", "rank"]},
-        "recovery": {"enum": ["abort", "shrink", "spare", "migrate"]},
+                  "description": "Sizes from min to max, times factor each step (used when sizes is absent). "
+                                 "Default: none.",
+                  "properties": {"min": {**SIZE, "description": "The first size."},
+                                 "max": {**SIZE, "description": "The largest size."},
+                                 "factor": {"type": "integer", "minimum": 2, "default": 2,
+                                            "description": "Each size is the previous one times this."}}},
+        "dtype": {"enum": ["float32", "float16"], "default": "float32", "description": "The element type."},
+        "reduce": {"enum": ["sum", "max"], "default": "sum", "description": "The reduction (allreduce, "
+                   "reduce_scatter)."},
+        "root": {"type": "integer", "minimum": 0, "default": 0, "description": "The root rank (broadcast)."},
+        "iterations": {"type": "integer", "minimum": 1, "maximum": 100, "default": 3,
+                       "description": "Measured iterations per size; a row reports their mean."},
+        "warmup": {"type": "integer", "minimum": 0, "maximum": 10, "default": 1,
+                   "description": "Unmeasured iterations before them."},
+        "check": {"type": "boolean", "default": True, "description": "Check every rank's result against numpy's."},
+        "timeout_s": {"type": "number", "minimum": 1, "maximum": 3600, "default": 60,
+                      "description": "Seconds a rank waits on its peers before the collective fails."},
+        "loss": {"type": "number", "minimum": 0, "maximum": 0.5, "default": 0,
+                 "description": "Probability that a rank drops each packet it sends (iptables), to exercise "
+                                "retransmission."},
+        "congestion": {"enum": ["delay", "none"], "default": "none",
+                       "description": "delay: delay-based congestion control in the transport (Swift-like)."},
+        "ring": {"enum": ["rail", "rank"], "default": "rail",
+                 "description": "The ring's order: rail (rail-aware: down each rail, across the HB domain) or "
+                                "rank (rank order, whose server-crossing hops use the spines)."},
+        "recovery": {"enum": ["abort", "shrink", "spare", "migrate"], "default": "abort",
+                     "description": "After a GPU failure: abort (the workload fails), shrink (the survivors go "
+                                    "on), spare (a spare GPU of the HB domain takes over; fabric.spares_per_server) "
+                                    "or migrate (a spare server takes over; fabric.spare_servers)."},
         "heartbeat": {"anyOf": [{"const": False}, {     # false: detection by transport timeouts only
             "type": "object", "additionalProperties": False,
-            "properties": {"period_s": {"type": "number", "minimum": 0.01, "maximum": 5},
-                           "timeout_s": {"type": "number", "minimum": 0.1, "maximum": 60},
-                           "stall_s": {"type": "number", "minimum": 0.2, "maximum": 600}}}]},   # the watchdog's bound
-        "multicast_scope": {"enum": ["fabric", "rail"]},
-        "expect": {"type": "object", "additionalProperties": False,
-                   "properties": {"min_bus_ratio": {"type": "number", "minimum": 0}}},
+            "properties": {"period_s": {"type": "number", "minimum": 0.01, "maximum": 5, "default": 0.15,
+                                        "description": "Seconds between a rank's heartbeats."},
+                           "timeout_s": {"type": "number", "minimum": 0.1, "maximum": 60, "default": 1.0,
+                                         "description": "A peer silent this long is failed."},
+                           "stall_s": {"type": "number", "minimum": 0.2, "maximum": 600, "default": 2.0,
+                                       "description": "The progress watchdog's bound: a peer that beats but has "
+                                                      "not progressed this long is stalled."}}}],
+                      "default": {}, "description": "Failure detection by heartbeats over the network; false: "
+                                                    "by transport timeouts only."},
+        "multicast_scope": {"enum": ["fabric", "rail"], "default": "fabric",
+                            "description": "algo multicast: replicate across the fabric, or in each rail and then "
+                                           "the HB domain (always rail on rail-only)."},
+        "expect": {"type": "object", "additionalProperties": False, "default": {},
+                   "description": "Checks on the figures.",
+                   "properties": {"min_bus_ratio": {"type": "number", "minimum": 0,
+                                                    "description": "Fail if any size's busbw / bound is lower. "
+                                                                   "Default: no such check."}}},
     },
 }
 PACE = 0.97

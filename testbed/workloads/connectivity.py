@@ -8,12 +8,15 @@ from __future__ import annotations
 import time
 
 from testbed.runtime.launch import run_on_hosts
+from testbed.schema import NAME
 
 # This workload's part of the scenario schema (the scenario file's `workloads:` items of its type).
 SCHEMA = {
     "type": "object", "additionalProperties": False, "required": ["type"],
-    "properties": {"type": {"const": "connectivity"}, "name": {"type": "string"},
-                   "timeout_s": {"type": "number", "minimum": 0.5, "maximum": 60}},
+    "description": "Every pair the fabric should connect reaches each other; no other pair does.",
+    "properties": {"type": {"const": "connectivity", "description": "A reachability check."}, "name": NAME,
+                   "timeout_s": {"type": "number", "minimum": 0.5, "maximum": 60, "default": 3.0,
+                                 "description": "Seconds the probes have to reach every address."}},
 }
 
 

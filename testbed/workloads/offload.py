@@ -23,31 +23,51 @@ from hosts.tfdata import budget
 from testbed import PROJECT_ROOT
 from testbed.fabric.hosts import backend_class
 from testbed.monitor.fidelity import CpuSampler
-from testbed.schema import RATE, ScenarioError
+from testbed.schema import NAME, RATE, ScenarioError
 from testbed.workloads import offload_compare as compare
 
 # This workload's part of the scenario schema (the scenario file's `workloads:` items of its type).
 SCHEMA = {
     "type": "object", "additionalProperties": False, "required": ["type"],
+    "description": "Input-pipeline offloading to tf.data.service on CPU hosts: FastFlow against a sweep of fixed "
+                   "off-ratios (TF-NO, TF-DSLR, TF-DSR among them); needs fabric.cpu_hosts and hosts: netns.",
     "properties": {
-        "type": {"const": "offload"}, "name": {"type": "string"},
-        "pipelines": {"type": "array", "minItems": 1, "items": {"enum": ["compute", "data"]}},
-        "pipeline_cfg": {"type": "object"},
-        "trainer": {"type": "string"},
-        "gpu_steps_per_s": RATE, "local_cores": RATE, "worker_cores": RATE,
-        "seconds": {"type": "number", "minimum": 1, "maximum": 600},
-        "profile_s": {"type": "number", "minimum": 0.5, "maximum": 60},
-        "warmup_s": {"type": "number", "minimum": 0, "maximum": 30},
-        "threshold": {"type": "number", "minimum": 1},
+        "type": {"const": "offload", "description": "Input-pipeline offloading."}, "name": NAME,
+        "pipelines": {"type": "array", "minItems": 1, "items": {"enum": ["compute", "data"]}, "default": ["compute"],
+                      "description": "compute (image decoding and augmentation: CPU-heavy) and/or data (large "
+                                     "elements, cheap ops: network-heavy)."},
+        "pipeline_cfg": {"type": "object", "default": {}, "description": "Per pipeline, settings over its defaults: "
+                         "compute {batch: 16, image: 320, crop: 288, out: 64, pool: 16}, data {batch: 4, "
+                         "element_kib: 128, pool: 8}."},
+        "trainer": {"type": "string", "default": "s0g0", "description": "The GPU host the trainer runs in."},
+        "gpu_steps_per_s": {**RATE, "default": 25, "description": "The emulated GPU's training steps per second."},
+        "local_cores": {**RATE, "default": 0.3, "description": "CPU cores of the trainer's own preprocessing."},
+        "worker_cores": {**RATE, "default": 0.3, "description": "CPU cores of each tf.data.service worker."},
+        "seconds": {"type": "number", "minimum": 1, "maximum": 600, "default": 6,
+                    "description": "Seconds of training per run."},
+        "profile_s": {"type": "number", "minimum": 0.5, "maximum": 60, "default": 3,
+                      "description": "Seconds of FastFlow's profiling."},
+        "warmup_s": {"type": "number", "minimum": 0, "maximum": 30, "default": 1.5,
+                     "description": "Seconds before measuring."},
+        "threshold": {"type": "number", "minimum": 1, "default": 1.1,
+                      "description": "FastFlow offloads only if the GPU's rate / the local rate reaches this."},
         "ratios": {"type": "array", "minItems": 1, "items": {"type": "number", "minimum": 0, "maximum": 1},
-                  "contains": {"const": 0}},
-        "candidates": {"type": "array", "minItems": 1, "items": {"enum": ["p'1", "p'2", "p'3"]}},
-        "noise": {"type": "number", "minimum": 0, "maximum": 1},
-        "ratio_tolerance": {"type": "number", "minimum": 0, "maximum": 1},
-        "best_fraction": {"type": "number", "minimum": 0, "maximum": 1},
-        "timeout_s": {"type": "number", "minimum": 10, "maximum": 3600},
-        "repeats": {"type": "integer", "minimum": 1, "maximum": 9},
-        "epoch_steps": {"type": "integer", "minimum": 1},
+                   "contains": {"const": 0}, "default": [0.0, 0.25, 0.5, 0.75, 1.0],
+                   "description": "The fixed off-ratios swept (0 = local only, 1 = remote only); must hold 0."},
+        "candidates": {"type": "array", "minItems": 1, "items": {"enum": ["p'1", "p'2", "p'3"]},
+                       "default": ["p'2", "p'3"], "description": "The remote pipelines FastFlow may choose."},
+        "noise": {"type": "number", "minimum": 0, "maximum": 1, "default": 0.05,
+                  "description": "FastFlow may fall this fraction below TF-NO and still pass."},
+        "ratio_tolerance": {"type": "number", "minimum": 0, "maximum": 1, "default": 0.25,
+                            "description": "FastFlow's ratio is near the sweep's best if within this..."},
+        "best_fraction": {"type": "number", "minimum": 0, "maximum": 1, "default": 0.9,
+                          "description": "... or if its rate reaches this fraction of the best's."},
+        "timeout_s": {"type": "number", "minimum": 10, "maximum": 3600, "default": 180,
+                      "description": "Seconds a trainer run may take."},
+        "repeats": {"type": "integer", "minimum": 1, "maximum": 9, "default": 3,
+                    "description": "Runs per policy, interleaved; medians are reported with their spread."},
+        "epoch_steps": {"type": "integer", "minimum": 1, "default": 1000,
+                        "description": "The steps of the epoch whose time is reported."},
     },
 }
 

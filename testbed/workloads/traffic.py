@@ -16,26 +16,37 @@ import time
 from testbed.fabric import ovs
 from testbed.fabric.links import transport_options
 from testbed.runtime.launch import run_on_hosts
-from testbed.schema import RATE, SIZE, ScenarioError, parse_size
+from testbed.schema import NAME, RATE, SIZE, ScenarioError, parse_size
 
 # This workload's part of the scenario schema (the scenario file's `workloads:` items of its type).
 SCHEMA = {
     "type": "object", "additionalProperties": False, "required": ["type"],
+    "description": "Concurrent UDP and/or TCP flows between GPU hosts, measured per flow, with the bytes each "
+                   "spine uplink carried.",
     "properties": {
-        "type": {"const": "traffic"}, "name": {"type": "string"},
-        "pattern": {"enum": ["permutation", "all-to-all", "pairs"]},
+        "type": {"const": "traffic", "description": "Flows between GPU hosts."}, "name": NAME,
+        "pattern": {"enum": ["permutation", "all-to-all", "pairs"], "default": "permutation",
+                    "description": "permutation: s{i}g{j} -> s{i+1}g{j+1} (s{i+1}g{j} on rail-only); all-to-all: "
+                                   "every pair the network connects; pairs: the `pairs` list."},
         "pairs": {"type": "array", "minItems": 1,
-                  "items": {"type": "array", "items": {"type": "string"}, "minItems": 2, "maxItems": 2}},
-        "protocol": {"enum": ["udp", "tcp", "both"]},
-        "size": SIZE,
-        "flows_per_pair": {"type": "integer", "minimum": 1, "maximum": 64},
-        "rate_mbps": RATE,
+                  "items": {"type": "array", "items": {"type": "string"}, "minItems": 2, "maxItems": 2},
+                  "description": "[source, destination] host names (pattern: pairs). Default: none."},
+        "protocol": {"enum": ["udp", "tcp", "both"], "default": "udp", "description": "The flows' transport."},
+        "size": {**SIZE, "default": "1MiB", "description": "Bytes per flow."},
+        "flows_per_pair": {"type": "integer", "minimum": 1, "maximum": 64, "default": 1,
+                           "description": "Flows per pair (and per protocol)."},
+        "rate_mbps": {**RATE, "description": "UDP senders' pacing in Mbit/s. Default: 0.9 x nic_mbps / the "
+                                             "busiest host's flow count."},
         "expect": {
-            "type": "object", "additionalProperties": False,
+            "type": "object", "additionalProperties": False, "default": {},
+            "description": "Checks on the figures.",
             "properties": {
-                "max_loss": {"type": "number", "minimum": 0, "maximum": 1},
-                "all_uplinks_used": {"type": "boolean"},
-                "uplinks_used": {"type": "integer", "minimum": 0},
+                "max_loss": {"type": "number", "minimum": 0, "maximum": 1, "default": 0.01,
+                             "description": "The fraction of a UDP flow's bytes that may be lost."},
+                "all_uplinks_used": {"type": "boolean", "description": "Whether every spine uplink must carry "
+                                     ">= 10% of a fair share (true) or some must not (false). Default: no such check."},
+                "uplinks_used": {"type": "integer", "minimum": 0, "description": "The number of uplinks that must "
+                                 "carry >= 10% of a fair share. Default: no such check."},
             },
         },
     },

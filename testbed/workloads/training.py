@@ -29,33 +29,60 @@ from testbed.fabric import ovs
 from testbed.fabric.links import transport_options, worst_queueing_delay
 from testbed.planning.prediction import Prediction
 from testbed.runtime.launch import run_on_hosts
-from testbed.schema import POSITIVE_INT, RATE
+from testbed.schema import NAME, POSITIVE_INT, RATE
 from testbed.workloads import collective, traffic
 from testbed.workloads.training_plan import Plan, make_plan, settings
 
 # This workload's part of the scenario schema (the scenario file's `workloads:` items of its type).
 SCHEMA = {
     "type": "object", "additionalProperties": False, "required": ["type", "plan"],
+    "description": "The real traffic of training iterations of a (tp, pp, dp) plan, scaled to the emulated "
+                   "links, against the analytical model.",
     "properties": {
-        "type": {"const": "training_iteration"}, "name": {"type": "string"},
+        "type": {"const": "training_iteration", "description": "Training iterations."}, "name": NAME,
         "plan": {"type": "object", "additionalProperties": False, "required": ["tp", "pp", "dp"],
-                 "properties": {"tp": POSITIVE_INT, "pp": POSITIVE_INT, "dp": POSITIVE_INT}},
-        "micro_batches": {"type": "integer", "minimum": 1, "maximum": 64},
-        "schedule": {"enum": ["1f1b", "gpipe"]},
-        "model": {"type": "object", "additionalProperties": False,
-                  "properties": {"layers": POSITIVE_INT, "hidden": POSITIVE_INT, "seq_len": POSITIVE_INT,
-                                 "micro_batch": POSITIVE_INT, "params": RATE, "bytes_per_param": {"enum": [2, 4]},
-                                 "recompute": {"type": "boolean"}}},
-        "hardware": {"type": "object", "additionalProperties": False,
-                     "properties": {"gpu_tflops": RATE, "nic_gbps": RATE, "hb_gbps": RATE,
-                                    "utilisation": {"type": "number", "exclusiveMinimum": 0, "maximum": 1}}},
-        "scale": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
-        "target_s": {"type": "number", "minimum": 1, "maximum": 600},
-        "iterations": {"type": "integer", "minimum": 1, "maximum": 10},
-        "check": {"type": "boolean"},
-        "timeout_s": {"type": "number", "minimum": 1, "maximum": 3600},
-        "expect": {"type": "object", "additionalProperties": False,
-                   "properties": {"max_ratio": {"type": "number", "exclusiveMinimum": 0}}},
+                 "description": "The parallelism; tp x pp x dp must be the fabric's GPU count.",
+                 "properties": {"tp": {**POSITIVE_INT, "description": "Tensor-parallel degree (divides "
+                                       "gpus_per_server)."},
+                                "pp": {**POSITIVE_INT, "description": "Pipeline stages (divides model.layers)."},
+                                "dp": {**POSITIVE_INT, "description": "Data-parallel degree."}}},
+        "micro_batches": {"type": "integer", "minimum": 1, "maximum": 64, "default": 4,
+                          "description": "Micro-batches per iteration."},
+        "schedule": {"enum": ["1f1b", "gpipe"], "default": "1f1b", "description": "The pipeline schedule."},
+        "model": {"type": "object", "additionalProperties": False, "default": {},
+                  "description": "The full-scale model the run stands for.",
+                  "properties": {"layers": {**POSITIVE_INT, "default": 4, "description": "Transformer layers."},
+                                 "hidden": {**POSITIVE_INT, "default": 8192, "description": "Hidden size."},
+                                 "seq_len": {**POSITIVE_INT, "default": 2048, "description": "Sequence length."},
+                                 "micro_batch": {**POSITIVE_INT, "default": 1, "description": "Sequences per "
+                                                 "micro-batch."},
+                                 "params": {**RATE, "default": 3.2e9, "description": "Parameter count."},
+                                 "bytes_per_param": {"enum": [2, 4], "default": 2,
+                                                     "description": "2 (float16) or 4 (float32)."},
+                                 "recompute": {"type": "boolean", "default": True,
+                                               "description": "Activation recomputation in the backward pass."}}},
+        "hardware": {"type": "object", "additionalProperties": False, "default": {},
+                     "description": "The full-scale cluster the run stands for.",
+                     "properties": {"gpu_tflops": {**RATE, "default": 989.0, "description": "Peak TFLOP/s per GPU."},
+                                    "nic_gbps": {**RATE, "default": 400.0, "description": "NIC rate, Gbit/s."},
+                                    "hb_gbps": {**RATE, "default": 3600.0, "description": "HB-domain rate, Gbit/s."},
+                                    "utilisation": {"type": "number", "exclusiveMinimum": 0, "maximum": 1,
+                                                    "default": 0.5, "description": "The fraction of peak reached."}}},
+        "scale": {"type": "number", "exclusiveMinimum": 0, "maximum": 1,
+                  "description": "Message sizes x this. Default: what brings an iteration to target_s."},
+        "target_s": {"type": "number", "minimum": 1, "maximum": 600, "default": 15.0,
+                     "description": "The emulated iteration's length in seconds (unless scale is given)."},
+        "iterations": {"type": "integer", "minimum": 1, "maximum": 10, "default": 1,
+                       "description": "Iterations run."},
+        "check": {"type": "boolean", "default": True,
+                  "description": "Check the AllReduces' results against numpy's, and the pipeline data."},
+        "timeout_s": {"type": "number", "minimum": 1, "maximum": 3600, "default": 60,
+                      "description": "Seconds a rank waits on its peers before failing."},
+        "expect": {"type": "object", "additionalProperties": False, "default": {},
+                   "description": "Checks on the figures.",
+                   "properties": {"max_ratio": {"type": "number", "exclusiveMinimum": 0,
+                                                "description": "Fail if measured / predicted iteration time is "
+                                                               "higher. Default: no such check."}}},
     },
 }
 

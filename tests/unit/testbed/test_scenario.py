@@ -17,7 +17,7 @@ ERRORS = {
     "servers": "fabric.servers: 0 is less than the minimum of 1",
     "gpus": "gpus_per_server must be between 1 and 64, got 65",
     "unknown_key": "routing: Additional properties are not allowed ('hashing' was unexpected)",
-    "yaml": "malformed YAML at line 4",
+    "yaml": "yaml_error.yaml:4:11: malformed YAML: mapping values are not allowed here",
     "size": "size '12 parsecs' is not a size",
     "workload": "workloads.0.type: 'allreduce' is not one of",
     "mode": "routing.mode: 'split:1' is not a routing mode; choose single, ecmp, spray, rr or split:K",
