@@ -43,8 +43,9 @@ def clock(seconds: float) -> str:
 
 
 def eta(elapsed: float, frac: float) -> float | None:
-    """Seconds left if the rest goes at the pace so far; None before anything is done (not known yet)."""
-    if frac <= 0 or elapsed <= 0:
+    """Seconds left if the rest goes at the pace so far; None before anything is done (not known yet) and
+    once all is."""
+    if frac <= 0 or frac >= 1 or elapsed <= 0:      # nothing done yet, or nothing left
         return None
     return elapsed * (1 - min(frac, 1.0)) / frac
 

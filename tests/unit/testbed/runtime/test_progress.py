@@ -140,7 +140,7 @@ def test_debug_shows_the_traceback_of_an_unexpected_error():
 def test_eta_extrapolates_the_share_of_work_done():
     assert progress.eta(10.0, 0.25) == pytest.approx(30.0)
     assert progress.eta(10.0, 0.0) is None and progress.eta(0.0, 0.5) is None
-    assert progress.eta(10.0, 1.0) == 0.0
+    assert progress.eta(10.0, 1.0) is None
     p, _, _ = reporter()
     p.clock.t = 2.0
     p.workload_started(3, 6, "sweep")
