@@ -178,7 +178,7 @@ def last_line(path: str) -> str:
             lines = [line.strip() for line in f if line.strip()]
     except OSError:
         return ""
-    return lines[-1][:300] if lines else ""
+    return lines[-1][:160] if lines else ""
 
 
 def log_dir(net, name: str) -> str:
@@ -223,7 +223,8 @@ def describe(s: dict, hosts: list, procs: dict, ends: dict, started: float, logs
         row = {"rank": r, "host": h.name, "ip": h.ip, "stdout": f"rank{r}.stdout", "stderr": f"rank{r}.stderr"}
         if not mpi:
             row.update(exit=end["exit"], ended=how_ended(end["exit"]), seconds=round(end["ended_at"] - started, 3),
-                       last_error=last_line(os.path.join(logs, row["stderr"])) if end["exit"] else "")
+                       last_error=last_line(os.path.join(logs, row["stderr"]))
+                       if end["exit"] not in (0, -signal.SIGKILL) else "")     # a crash's log says nothing of it
         ranks.append(row)
     texts = {}
     for r in {0} | {fig.get("rank", 0) for fig in s["figures"].values()}:
@@ -247,16 +248,21 @@ def describe(s: dict, hosts: list, procs: dict, ends: dict, started: float, logs
     return result
 
 
-MPI_NEWS = re.compile(r"noticed that|exited on signal|MPI_ABORT|aborted|terminated|non-zero exit", re.IGNORECASE)
-
-
 def mpirun_said(path: str) -> list[str]:
-    """What mpirun reported about how the job ended (its banner's telling lines)."""
+    """What mpirun reported about how the job ended: the first sentence of each of its banners (the blocks
+    between dashed lines), and its 'noticed that process rank N ... exited on signal' lines."""
     try:
         with open(path, errors="replace") as f:
-            return [line.strip() for line in f if MPI_NEWS.search(line)][:6]
+            text = f.read()
     except OSError:
         return []
+    said = []
+    for block in re.split(r"^-{20,}\s*$", text, flags=re.MULTILINE):
+        words = " ".join(block.split())
+        if words:
+            said.append(re.split(r"(?<=[.:])\s", words, maxsplit=1)[0][:200])
+    said += [line.strip()[:200] for line in text.splitlines() if "noticed that" in line]
+    return list(dict.fromkeys(said))[:6]
 
 
 def library_reaction(result: dict, ends: dict, started: float) -> dict:
@@ -274,9 +280,10 @@ def library_reaction(result: dict, ends: dict, started: float) -> dict:
         return {"first_error_at": None}
     first = min(failed, key=lambda r: r["seconds"])
     return {"first_error_at": started + first["seconds"],
-            "reaction": "; ".join(f"rank {r['rank']} ({r['host']}) {r['ended']} at +{r['seconds']:.2f} s"
-                                  + (f": {r['last_error']}" if r["last_error"] else "")
-                                  for r in sorted(failed, key=lambda r: r["seconds"])[:4])}
+            "reaction": f"rank {first['rank']} ({first['host']}) {first['ended']} at +{first['seconds']:.2f} s"
+                        + (f": {first['last_error']}" if first["last_error"] else "")
+                        + (f"; then {len(failed) - 1} more rank(s) by +{max(r['seconds'] for r in failed):.2f} s"
+                           if len(failed) > 1 else "")}
 
 
 def traffic(fabric, before: dict, after: dict) -> dict:

@@ -115,8 +115,7 @@ def test_a_gpu_crash_aborts_the_mpi_job_and_makes_torch_raise_with_the_times(tmp
     assert r["ok"], r["checks"]
     mpi, torch = r["workloads"]
     assert mpi["mpirun"]["exit"] not in (0, None) and mpi["seconds"] < 30
-    assert any("noticed" in line or "lost communication" in line.lower() for line in mpi["mpirun"]["said"]) or \
-        mpi["mpirun"]["said"], mpi["mpirun"]
+    assert mpi["mpirun"]["said"] and mpi["reaction"].startswith("mpirun exited")      # in Open MPI's own words
     crashed = {x["rank"]: x for x in torch["ranks"]}
     assert crashed[2]["host"] == "s1g0" and crashed[2]["exit"] == -9
     survivors = [x for x in torch["ranks"] if x["host"] != "s1g0"]
@@ -128,4 +127,4 @@ def test_a_gpu_crash_aborts_the_mpi_job_and_makes_torch_raise_with_the_times(tmp
         assert w["first_error_at"] is not None
     print(mpi["reaction"])
     print(torch["reaction"])
-    assert program.summary(torch).count("rank") >= 1
+    assert torch["reaction"] in program.summary(torch)

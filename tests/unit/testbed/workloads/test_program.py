@@ -139,15 +139,32 @@ def test_a_crashed_peer_the_library_reports_is_a_failure_on_its_own_with_the_tim
     assert not program.checks(settings(), r)[0]["ok"]
 
 
-def test_mpirun_ending_in_error_is_the_libraries_reaction(tmp_path):
+DASHES = "-" * 74
+MPIRUN_STDERR = f"""{DASHES}
+ORTE was unable to reliably start one or more daemons.
+This usually is caused by:
+
+* not finding the required libraries and/or binaries on
+{DASHES}
+{DASHES}
+An MPI communication peer process has unexpectedly disconnected.  This
+usually indicates a failure in the peer process (e.g., a crash or
+{DASHES}
+mpirun noticed that process rank 2 with PID 0 on node 10.11.1.1 exited on signal 9 (Killed).
+"""
+
+
+def test_mpirun_ending_in_error_is_the_libraries_reaction_in_its_own_words(tmp_path):
     err = tmp_path / "mpirun.stderr"
-    err.write_text("----\nPrimary job  terminated normally, but 1 process returned\n"
-                   "mpirun noticed that process rank 1 with PID 0 on node 10.11.0.2 exited on signal 9 (Killed).\n")
+    err.write_text(MPIRUN_STDERR)
     said = program.mpirun_said(str(err))
-    assert said[-1].startswith("mpirun noticed that process rank 1")
-    r = {"launcher": "mpirun", "mpirun": {"exit": 137, "ended": "exited 137", "seconds": 4.5, "said": said}}
-    out = program.library_reaction(r, {0: {"exit": 137, "ended_at": 1004.5}}, 1000.0)
-    assert out["first_error_at"] == 1004.5 and out["reaction"].startswith("mpirun exited 137 at +4.50 s: ")
+    assert said == ["ORTE was unable to reliably start one or more daemons.",      # each banner's first sentence
+                    "An MPI communication peer process has unexpectedly disconnected.",
+                    "mpirun noticed that process rank 2 with PID 0 on node 10.11.1.1 exited on signal 9 (Killed)."]
+    r = {"launcher": "mpirun", "mpirun": {"exit": 9, "ended": "exited 9", "seconds": 4.5, "said": said}}
+    out = program.library_reaction(r, {0: {"exit": 9, "ended_at": 1004.5}}, 1000.0)
+    assert out["first_error_at"] == 1004.5
+    assert out["reaction"] == "mpirun exited 9 at +4.50 s: ORTE was unable to reliably start one or more daemons."
 
 
 def test_how_a_process_ended():
