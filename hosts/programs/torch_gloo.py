@@ -97,12 +97,14 @@ def main() -> int:
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=float(os.environ.get("TB_TIMEOUT_S", 60))))
     rank, n = dist.get_rank(), dist.get_world_size()
     rows = sweep([size(s) for s in a.sizes.split(",")], a.iters, rank, n)
-    losses, spread = train(a.steps, rank)
+    losses, spread = train(a.steps, rank) if a.steps else ([], 0.0)       # --steps 0: the sweep alone
     if rank == 0:
-        print(f"# DDP {a.steps} steps: loss {losses[0]:.4f} -> {losses[-1]:.4f}, weights differ by at most {spread}")
+        if losses:
+            print(f"# DDP {a.steps} steps: loss {losses[0]:.4f} -> {losses[-1]:.4f}, weights differ by at most "
+                  f"{spread}")
         print(json.dumps({"ranks": n, "rows": rows, "busbw_MBps": max(r["busbw_MBps"] for r in rows),
                           "correct": all(r["wrong"] == 0 for r in rows), "losses": losses,
-                          "loss_ratio": losses[-1] / losses[0], "weight_spread": spread}))
+                          "loss_ratio": losses[-1] / losses[0] if losses else None, "weight_spread": spread}))
     dist.barrier()                                        # every rank done before rank 0's store goes away
     dist.destroy_process_group()
     return 0 if all(r["wrong"] == 0 for r in rows) and spread == 0 else 1

@@ -1,0 +1,82 @@
+"""Benchmark: our ring AllReduce (RoCEv2 in user space) side by side with the libraries a user would pick instead,
+on one fabric, the same sizes and links: Open MPI (mpi4py, TCP), gloo (torch.distributed, TCP) and TensorFlow's
+ring (MultiWorkerMirroredStrategy, gRPC), each run by the `program` workload. Prints busbw and busbw / line rate
+per size, nccl-tests' busbw (algbw x 2(n-1)/n) for all four (printed, not asserted).
+
+    sudo .venv/bin/python benchmarks/peers.py [--sizes 64KiB,256KiB,1MiB] [--nic-mbps 50] [--iters 3] [--out DIR]
+
+The fabric is rail-optimized with one GPU per server, so every byte of every library crosses a NIC (none takes
+the HB domain). Our rows are the mean over iterations of the slowest rank; MPI's and gloo's too; TensorFlow's are
+back-to-back calls (each waits for the slowest worker). A peer whose package is missing (torch) is left out.
+"""
+import argparse
+import importlib.util
+import json
+import os
+import shutil
+import sys
+import tempfile
+
+from testbed import runner
+
+PEERS = {   # name -> (column, program workload, the package it needs)
+    "mpi": ("Open MPI, TCP", {"launcher": "mpirun", "command": "{python} hosts/programs/mpi_sweep.py --ops allreduce"
+                                                                " --sizes {sizes} --iters {iters}"}, "mpi4py"),
+    "gloo": ("gloo, TCP", {"command": "{python} hosts/programs/torch_gloo.py --sizes {sizes} --iters {iters} "
+                                      "--steps 0"}, "torch"),
+    "tf": ("TF ring, gRPC", {"command": "{python} hosts/programs/tf_allreduce.py --sizes {sizes} --iters {iters}"},
+           "tensorflow"),
+}
+
+
+def scenario(sizes: str, iters: int, nic_mbps: float, peers: list[str]) -> dict:
+    workloads = [{"type": "collective", "name": "ours", "op": "allreduce", "algo": "ring",
+                  "sizes": sizes.split(","), "iterations": iters}]
+    for name in peers:
+        spec = dict(PEERS[name][1])
+        spec["command"] = spec["command"].format(python="{python}", sizes=sizes, iters=iters)
+        workloads.append({"type": "program", "name": name, "timeout_s": 300, **spec})
+    return {"name": "peers", "fabric": {"kind": "rail-optimized", "servers": 4, "gpus_per_server": 1, "spines": 1,
+                                        "nic_mbps": nic_mbps}, "workloads": workloads}
+
+
+def program_rows(out: str, w: dict) -> dict[int, float]:
+    """bytes -> busbw (MB/s) from the JSON line rank 0 of a program printed last."""
+    with open(os.path.join(out, w["logs"], "rank0.stdout")) as f:
+        lines = [line for line in f if line.startswith("{")]
+    return {r["bytes"]: r["busbw_MBps"] for r in json.loads(lines[-1])["rows"]} if lines else {}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--sizes", default="64KiB,256KiB,1MiB")
+    p.add_argument("--nic-mbps", type=float, default=50)
+    p.add_argument("--iters", type=int, default=3)
+    p.add_argument("--out")
+    a = p.parse_args()
+    peers = [n for n, (_, _, pkg) in PEERS.items() if importlib.util.find_spec(pkg) is not None]
+    for n in set(PEERS) - set(peers):
+        print(f"# {PEERS[n][0]} left out: the Python package {PEERS[n][2]} is not installed")
+    if "mpi" in peers and shutil.which("mpirun") is None:
+        peers.remove("mpi")
+        print("# Open MPI left out: no mpirun (apt openmpi-bin)")
+    out = a.out or tempfile.mkdtemp(prefix="tb-peers-")
+    r = runner.run(scenario(a.sizes, a.iters, a.nic_mbps, peers), out, echo=lambda *x: None)
+    line = a.nic_mbps * 1e6 / 8 / 1e6
+    by = {w["name"]: w for w in r["workloads"]}
+    cols = {"ours": {row["bytes"]: row["busbw_MBps"] for row in by["ours"].get("rows", [])}}
+    cols.update({n: program_rows(out, by[n]) for n in peers if n in by})
+    names = {"ours": "ours: ring, RoCEv2", **{n: PEERS[n][0] for n in peers}}
+    print(f"#  AllReduce, 4 GPUs on one rail switch (one NIC each), NIC {a.nic_mbps:g} Mbit/s = line rate "
+          f"{line:.3f} MB/s; busbw MB/s (busbw / line rate)")
+    print(f"# {'size':>10} " + " ".join(f"{names[n]:>22}" for n in cols))
+    for size in sorted({s for c in cols.values() for s in c}):
+        cells = [f"{c[size]:>9.3f} ({c[size] / line:4.2f})" if size in c else "-" for c in cols.values()]
+        print(f"  {size:>10} " + " ".join(f"{cell:>22}" for cell in cells))
+    print("# CPU idle % during each: " + ", ".join(f"{n} {by[n]['cpu_idle_mean_pct']}" for n in cols if n in by))
+    print(f"# checks: {'all passed' if r['ok'] else [c for c in r['checks'] if not c['ok']]}; results in {out}")
+    return 0 if r["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
