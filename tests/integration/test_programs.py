@@ -131,3 +131,26 @@ def test_a_gpu_crash_aborts_the_mpi_job_and_makes_torch_raise_with_the_times(tmp
     print(mpi["reaction"])
     print(torch["reaction"])
     assert torch["reaction"] in program.summary(torch)
+
+
+@pytest.mark.docker
+def test_the_env_launcher_runs_a_program_in_docker_hosts(tmp_path):
+    from testbed.fabric.hosts.dockerhost import DockerUnavailable, engine
+    try:
+        engine()
+    except DockerUnavailable as exc:
+        print(f"SKIP: no Docker engine can run here: {exc}")
+        pytest.skip(f"no Docker engine can run here: {exc}")
+    doc = {"name": "program-docker", "hosts": "docker",
+           "fabric": {"kind": "rail-optimized", "servers": 2, "gpus_per_server": 2, "spines": 1, "nic_mbps": 50},
+           "workloads": [{"type": "program", "name": "gather", "hosts": ["s1g0", "s0g0", "s0g1"],
+                          "command": "{python} hosts/programs/tcp_gather.py", "timeout_s": 60,
+                          "figures": {"world": {"json": "world", "min": 3, "max": 3}}}]}
+    out = str(tmp_path / "docker")
+    r = runner.run(doc, out, echo=lambda *a: None)
+    print(runner.summary_table(r))
+    assert r["ok"], r["checks"]
+    w = r["workloads"][0]
+    got = last_json(rank_logs(out, w)[0])["ranks"]
+    assert [g["TB_HOST"] for g in got] == ["s1g0", "s0g0", "s0g1"]
+    assert [g["LOCAL_RANK"] for g in got] == ["0", "0", "1"] and {g["MASTER_ADDR"] for g in got} == {"10.11.1.1"}
