@@ -186,8 +186,11 @@ def log_dir(net, name: str) -> str:
     out = getattr(net, "out_dir", None)
     if out is None:
         return tempfile.mkdtemp(prefix=f"tb-program-{name}-")
-    path = os.path.join(out, "programs", name)
-    os.makedirs(path, exist_ok=True)
+    path, n = os.path.join(out, "programs", name), 1
+    while os.path.exists(path):                 # a second job of that name (or unnamed) keeps its own logs
+        n += 1
+        path = os.path.join(out, "programs", f"{name}-{n}")
+    os.makedirs(path)
     return path
 
 

@@ -167,6 +167,14 @@ def test_mpirun_ending_in_error_is_the_libraries_reaction_in_its_own_words(tmp_p
     assert out["reaction"] == "mpirun exited 9 at +4.50 s: ORTE was unable to reliably start one or more daemons."
 
 
+def test_each_job_keeps_its_logs_in_its_own_folder_of_the_results(tmp_path):
+    class Net:
+        out_dir = str(tmp_path)
+    first, second = program.log_dir(Net, "job"), program.log_dir(Net, "job")
+    assert first == str(tmp_path / "programs" / "job") and second == str(tmp_path / "programs" / "job-2")
+    assert os.path.isdir(first) and os.path.isdir(second)
+
+
 def test_how_a_process_ended():
     assert program.how_ended(0) == "exited 0"
     assert program.how_ended(-9) == "killed by SIGKILL"
