@@ -17,7 +17,9 @@ packets/s at most.
 Failures: with data-plane failover (--failover) select-group buckets watch their port, and
 single-path routes become fast-failover groups over the equal-cost ports, so a switch moves traffic
 off a dead port by itself. In every case the controller recomputes the routes on each PORT_STATUS and
-updates the switches whose routes changed; on link up it restores them.
+updates the switches whose routes changed; on link up it restores them. With a delay (--delay-ms) it acts
+on each port change that long after hearing of it, as a remote controller or a switch slow to update its
+rules would: the time data-plane failover saves.
 Installed state is written to the state file (controllers/state.py) so the testbed knows when routing is ready.
 """
 from __future__ import annotations
@@ -29,13 +31,15 @@ import time
 
 try:  # os-ken is the maintained fork; Ryu has the same API under another name
     from os_ken.base import app_manager
-    from os_ken.controller import ofp_event
+    from os_ken.controller import event as app_event, ofp_event
     from os_ken.controller.handler import CONFIG_DISPATCHER, MAIN_DISPATCHER, set_ev_cls
+    from os_ken.lib import hub
     from os_ken.ofproto import ofproto_v1_5
 except ImportError:  # pragma: no cover - exercised only under ryu-manager
     from ryu.base import app_manager
-    from ryu.controller import ofp_event
+    from ryu.controller import event as app_event, ofp_event
     from ryu.controller.handler import CONFIG_DISPATCHER, MAIN_DISPATCHER, set_ev_cls
+    from ryu.lib import hub
     from ryu.ofproto import ofproto_v1_5
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -57,6 +61,15 @@ def selection_method(name: str = "dp_hash") -> list[int]:
     return list(struct.unpack("!7I", body))
 
 
+class PortChangeDue(app_event.EventBase):
+    """A port change whose reaction was put off (--delay-ms): it comes back through the app's own event queue,
+    so it is handled in order with every other event, as an immediate one is."""
+
+    def __init__(self, name: str, port: int, up: bool, heard_at: float):
+        super().__init__()
+        self.name, self.port, self.up, self.heard_at = name, port, up, heard_at
+
+
 class FabricRouting(app_manager.OSKenApp if hasattr(app_manager, "OSKenApp") else app_manager.RyuApp):
     OFP_VERSIONS = [ofproto_v1_5.OFP_VERSION]
 
@@ -64,7 +77,7 @@ class FabricRouting(app_manager.OSKenApp if hasattr(app_manager, "OSKenApp") els
         super().__init__(*args, **kwargs)
         conf = settings.load()
         self.topo = Topology(conf.topology)
-        self.mode, self.failover = conf.routing, conf.failover
+        self.mode, self.failover, self.delay_s = conf.routing, conf.failover, conf.delay_s
         if self.mode not in ("single", "ecmp", "rr"):
             raise ValueError(f"unknown routing mode {self.mode!r}; choose single, ecmp or rr")
         self.rr_next: dict[tuple[str, str], int] = {}     # round robin position per (switch, dst IP)
@@ -243,7 +256,17 @@ class FabricRouting(app_manager.OSKenApp if hasattr(app_manager, "OSKenApp") els
         if change is None:
             return
         name, port, up = change
-        t0 = time.time()
+        if self.delay_s:        # the reaction waits; other events (barrier replies, the cable's other end) do not
+            hub.spawn_after(self.delay_s, self.send_event, self.name, PortChangeDue(name, port, up, time.time()))
+        else:
+            self.react(name, port, up, time.time())
+
+    @set_ev_cls(PortChangeDue)
+    def port_change_due(self, ev):
+        self.react(ev.name, ev.port, ev.up, ev.heard_at)
+
+    def react(self, name: str, port: int, up: bool, t0: float) -> None:
+        """Reroute around (or back onto) a port whose state changed; t0 is when the controller heard of it."""
         if not self.topo.set_port(name, port, up):
             return
         wanted = self.wanted()

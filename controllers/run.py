@@ -18,8 +18,10 @@ def main() -> None:
     ap.add_argument("--port", type=int, default=6653)
     ap.add_argument("--state", required=True)
     ap.add_argument("--failover", action="store_true", help="data-plane fast failover (watch ports)")
+    ap.add_argument("--delay-ms", type=float, default=0.0,
+                    help="act on a port change this long after hearing of it (a remote, busy controller)")
     args = ap.parse_args()
-    settings.export(args.topology, args.mode, args.state, args.failover)
+    settings.export(args.topology, args.mode, args.state, args.failover, args.delay_ms)
 
     from os_ken import cfg, log
     from os_ken.base import app_manager  # before os_ken.controller.controller, which needs its options

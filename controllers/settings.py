@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 TOPOLOGY, ROUTING, STATE, FAILOVER = "TESTBED_TOPOLOGY", "TESTBED_ROUTING", "TESTBED_STATE", "TESTBED_FAILOVER"
+DELAY = "TESTBED_CONTROLLER_DELAY_MS"
 
 
 @dataclass(frozen=True)
@@ -19,15 +20,16 @@ class Settings:
     routing: str                   # single, ecmp or rr
     failover: bool                 # data-plane fast failover (select groups watch their ports)
     state_path: Optional[str]      # where the apps write their installed state (controllers/state.py)
+    delay_s: float = 0.0           # how long the routing app waits before acting on a port change
 
 
-def export(topology_path: str, routing: str, state_path: str, failover: bool) -> None:
+def export(topology_path: str, routing: str, state_path: str, failover: bool, delay_ms: float = 0.0) -> None:
     os.environ.update({TOPOLOGY: topology_path, ROUTING: routing, STATE: state_path,
-                       FAILOVER: "1" if failover else "0"})
+                       FAILOVER: "1" if failover else "0", DELAY: str(delay_ms)})
 
 
 def load() -> Settings:
     with open(os.environ[TOPOLOGY]) as f:
         topology = json.load(f)
     return Settings(topology, os.environ.get(ROUTING, "ecmp"), os.environ.get(FAILOVER, "0") == "1",
-                    os.environ.get(STATE))
+                    os.environ.get(STATE), float(os.environ.get(DELAY, "0")) / 1e3)

@@ -34,7 +34,8 @@ def serve(doc: dict, source: str, ready_fd: int | None) -> int:
     from testbed.scenario import host_limits
     routing = doc.get("routing", {})
     net = Network(runner.fabric_of(doc), routing=routing.get("mode", "ecmp"), failover=routing.get("failover", True),
-                  hosts=doc.get("hosts", "netns"), host_limits=host_limits(doc))
+                  hosts=doc.get("hosts", "netns"), host_limits=host_limits(doc),
+                  controller_delay_ms=routing.get("controller_delay_ms", 0))
     stop = _Stop()
     try:
         net.start()

@@ -37,8 +37,8 @@ def free_port() -> int:
 class Controller:
     """One controller process per fabric; its files live in the run directory."""
 
-    def __init__(self, run_dir: str, routing: str, failover: bool):
-        self.run_dir, self.routing, self.failover = run_dir, routing, failover
+    def __init__(self, run_dir: str, routing: str, failover: bool, delay_ms: float = 0.0):
+        self.run_dir, self.routing, self.failover, self.delay_ms = run_dir, routing, failover, delay_ms
         self.port = free_port()
         self.state_path = os.path.join(run_dir, "controller-state.json")
         self.log_path = os.path.join(run_dir, "controller.log")
@@ -53,7 +53,8 @@ class Controller:
         with open(self.log_path, "w") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "controllers.run", "--topology", topo, "--mode", controller_mode(self.routing),
-                 "--port", str(self.port), "--state", self.state_path] + (["--failover"] if self.failover else []),
+                 "--port", str(self.port), "--state", self.state_path, "--delay-ms", str(self.delay_ms)]
+                + (["--failover"] if self.failover else []),
                 stdout=log, stderr=subprocess.STDOUT, env=env, cwd=PROJECT_ROOT, start_new_session=True)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

@@ -12,6 +12,13 @@ import html
 import json
 import os
 
+
+def controller_delay(fabric: dict) -> str:
+    """The routing's added controller delay, as the reports' fabric line says it."""
+    delay = fabric.get("controller_delay_ms")
+    return f", controller delayed {delay} ms" if delay else ""
+
+
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1100px; color: #222; }
 h1 { margin-bottom: 0.2em; } h2 { border-bottom: 1px solid #ddd; padding-bottom: 0.2em; margin-top: 1.6em; }
@@ -127,7 +134,8 @@ def write(results: dict, out_dir: str, summary_text: str) -> str:
              f"<span class=\"{'pass' if ok else 'fail'}\">{'PASS' if ok else 'FAIL'}</span></h1>",
              f"<p>{html.escape(f['kind'])}: {f['servers']} servers x {f['gpus_per_server']} GPUs, {f['switches']} "
              f"switches; NIC {f['nic_mbps']} Mbit/s, HB {f['hb_mbps']} Mbit/s; routing {html.escape(f['routing'])}"
-             f"{' with data-plane failover' if f.get('failover') else ''}; {html.escape(str(f.get('datapath')))} "
+             f"{' with data-plane failover' if f.get('failover') else ''}"
+             f"{controller_delay(f)}; {html.escape(str(f.get('datapath')))} "
              f"datapath; hosts {html.escape(str(f.get('host_backend')))}; transport "
              f"{html.escape(str(f.get('transport', '-')))}. Started {html.escape(results.get('started', '-'))}.</p>"]
     env_path = os.path.join(out_dir, "environment.json")

@@ -143,7 +143,8 @@ def summary_markdown(results: dict, table: str) -> str:
     lines = [f"# {results['scenario']}", "",
              f"{f['kind']}: {f['servers']} servers x {f['gpus_per_server']} GPUs, {f['switches']} switches, "
              f"NIC {f['nic_mbps']} Mbit/s, HB {f['hb_mbps']} Mbit/s, routing {f['routing']}"
-             f"{' with data-plane failover' if f.get('failover') else ''}, {f['datapath']} datapath. "
+             f"{' with data-plane failover' if f.get('failover') else ''}"
+             f"{htmlreport.controller_delay(f)}, {f['datapath']} datapath. "
              f"Result: **{'PASS' if results['ok'] else 'FAIL'}**.", ""]
     if results.get("warnings"):
         lines += ["## Warnings", ""] + [f"- {w}" for w in results["warnings"]] + [""]

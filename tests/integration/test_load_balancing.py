@@ -45,3 +45,18 @@ def test_split_delivers_a_flow_over_k_subflows():
     a, b = up_bytes(result)
     assert a + b >= 512 * 1024
     assert min(a, b) >= 0.1 * (a + b), (a, b)            # the subflows hash onto both spines
+
+
+def test_spray_spreads_the_same_flows_more_evenly_than_ecmp():
+    """Three equal flows of one pair over two spines. ECMP places whole flows, so one spine carries at least
+    two of the three (4/3 of the mean or more, whatever the hash); spraying splits every flow per packet."""
+    imbalance = {}
+    for mode in ("ecmp", "spray"):
+        result = one_flow(mode, flows_per_pair=3, rate_mbps=3)
+        assert result["ok"], result["checks"]
+        a, b = up_bytes(result)
+        assert a + b >= 3 * 512 * 1024
+        imbalance[mode] = max(a, b) / ((a + b) / 2)
+        print(f"{mode}: 3 flows over the spines {a} / {b} bytes, busiest spine {imbalance[mode]:.3f} x the mean")
+    assert imbalance["ecmp"] >= 1.3                       # the arithmetic of whole flows, if counters are right
+    assert imbalance["spray"] < 1.15 and imbalance["spray"] < imbalance["ecmp"] - 0.15, imbalance

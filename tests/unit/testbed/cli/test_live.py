@@ -171,7 +171,7 @@ class FakeNetwork:
     """What the fabric process asks of a Network."""
     fail = None
 
-    def __init__(self, fabric, routing, failover, hosts, host_limits, run_dir):
+    def __init__(self, fabric, routing, failover, hosts, host_limits, run_dir, controller_delay_ms=0):
         self.routing, self.failover, self.run_dir = routing, failover, run_dir
         self.rdma, self.timings, self.calls = {"transport": "uroce"}, {"bring_up_s": 0.25}, []
 
