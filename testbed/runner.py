@@ -94,7 +94,8 @@ def run(scenario: dict, out_dir: str, echo=print, report: progress.Progress | No
         raise Interrupted(f"signal {signum}")
     previous = signal.signal(signal.SIGTERM, on_term)
     net = Network(fabric, routing=results["fabric"]["routing"], failover=results["fabric"]["failover"],
-                  hosts=results["fabric"]["host_backend"], host_limits=host_limits(scenario))
+                  hosts=results["fabric"]["host_backend"], host_limits=host_limits(scenario),
+                  controller_delay_ms=results["fabric"]["controller_delay_ms"])
     net.out_dir = out_dir            # the results folder: workloads keep files there (a program's per-rank logs)
     live = _Live(captures=capture.Captures(net, scenario.get("capture", []), out_dir))
     try:
@@ -142,6 +143,7 @@ def _results_skeleton(scenario: dict, fabric: topo.Fabric) -> dict:
     return {"scenario": scenario["name"], "testbed_version": __version__,
             "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "fabric": fabric.counts() | {"routing": routing.get("mode", "ecmp"), "failover": routing.get("failover", True),
+                                         "controller_delay_ms": routing.get("controller_delay_ms", 0),
                                          "datapath": ovs.datapath(), "host_backend": scenario.get("hosts", "netns"),
                                          "nic_mbps": fabric.params["nic_mbps"], "hb_mbps": fabric.params["hb_mbps"]},
             "workloads": [], "links": {}, "checks": [], "timings": {}, "warnings": warnings(scenario, fabric)}
@@ -198,6 +200,8 @@ def _run_workloads(net: Network, scenario: dict, results: dict, live: _Live, rep
     results["checks"] += fault_timing.late_checks(scenario.get("faults", []), results["faults"], results["workloads"])
     end = net.counters()
     results["captures"] = live.captures.stop()
+    results["checks"] += [{"name": f"capture {c['point']}", "ok": False, "detail": c["ended_early"]}
+                          for c in results["captures"] if "ended_early" in c]
     results["links"] = {p: {k: ovs.growth(start, end, p, k) for k in ("tx_bytes", "rx_bytes")} for p in end}
 
 

@@ -116,7 +116,8 @@ class Captures:
     def stop(self) -> list[dict]:
         out = []
         for spec, path, proc in self.procs:
-            if proc.poll() is None:
+            ended = proc.poll()             # before we asked: it died (and its file may be cut short)
+            if ended is None:
                 proc.send_signal(signal.SIGINT)
                 try:
                     proc.wait(5)
@@ -125,6 +126,8 @@ class Captures:
                     proc.wait()
             out.append({"point": spec["point"], "file": path, "filter": spec.get("filter", ""),
                         "snaplen": spec.get("snaplen", WHOLE_FRAMES),
-                        "bytes": os.path.getsize(path) if os.path.exists(path) else 0, **contents(path)})
+                        "bytes": os.path.getsize(path) if os.path.exists(path) else 0, **contents(path),
+                        **({"ended_early": f"tcpdump exited with {ended} before the run ended"}
+                           if ended is not None else {})})
         self.procs = []
         return out

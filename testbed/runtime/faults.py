@@ -160,15 +160,17 @@ def cut_nics(net, kind: str, target: str, up: bool) -> dict:
 
 
 def host_processes(net, host: str) -> list[int]:
-    """PIDs running in an emulated host's namespace, except the host's own shell."""
-    shell = net.host(host).pid
+    """PIDs running in an emulated host's namespace, except the host's own shell and the testbed's tools
+    there (captures): a failed GPU takes its programs down, not the probe watching its NIC."""
+    node = net.host(host)
+    shell, tools = node.pid, getattr(node, "tool_pids", frozenset())
     try:
         ns = os.readlink(f"/proc/{shell}/ns/net")
     except OSError:
         return []
     pids = []
     for entry in os.listdir("/proc"):
-        if entry.isdigit() and int(entry) != shell:
+        if entry.isdigit() and int(entry) != shell and int(entry) not in tools:
             try:
                 if os.readlink(f"/proc/{entry}/ns/net") == ns:
                     pids.append(int(entry))

@@ -40,9 +40,13 @@ class NamespaceHost(Host):
     """A Mininet host (its own network namespace, the machine's file system and interpreter)."""
 
     python = sys.executable
+    tool_pids: frozenset = frozenset()
 
     def tool_popen(self, *args, **kwargs):
-        return self.popen(*args, **kwargs)
+        """A tool of the testbed's own in the host (a capture): a GPU fault in the host spares it."""
+        proc = self.popen(*args, **kwargs)
+        self.tool_pids = self.tool_pids | {proc.pid}
+        return proc
 
     def fail(self, sig) -> int | None:
         return None

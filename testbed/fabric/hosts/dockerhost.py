@@ -251,7 +251,9 @@ class DockerHost(Host):
 
     def tool_popen(self, *args, **kwargs):
         """A process of the machine's own in the container's network namespace (captures)."""
-        return Host.popen(self, *args, **kwargs)
+        proc = Host.popen(self, *args, **kwargs)
+        self.tool_pids = getattr(self, "tool_pids", frozenset()) | {proc.pid}
+        return proc
 
     def fail(self, sig) -> int | None:
         """A Docker host fails as a whole (kill, pause, unpause); a declared failure (SIGUSR1) is the rank's."""
