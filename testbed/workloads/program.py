@@ -13,6 +13,7 @@ how a library takes a crashed peer), and each figure was printed within its boun
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
