@@ -114,7 +114,8 @@ def collect_mpi_output(logs: str, world: int) -> None:
 
 def supervise(procs: dict, timeout: float) -> dict[int, dict]:
     """Wait for every process (poll: each end time is when it ended, not when it was looked at); kill what
-    outlives the timeout. rank -> {exit (None if killed at the timeout), ended_at}."""
+    outlives the timeout (SIGTERM, then SIGKILL 5 s later). rank -> {exit (None if stopped at the timeout),
+    ended_at}."""
     ends: dict[int, dict] = {}
     deadline = time.monotonic() + timeout
     while len(ends) < len(procs) and time.monotonic() < deadline:
@@ -122,11 +123,16 @@ def supervise(procs: dict, timeout: float) -> dict[int, dict]:
             if r not in ends and p.poll() is not None:
                 ends[r] = {"exit": p.returncode, "ended_at": time.time()}
         time.sleep(0.02)
-    for r, (p, _, _) in procs.items():
-        if r not in ends:
+    late = [(r, p) for r, (p, _, _) in procs.items() if r not in ends]
+    for _, p in late:
+        p.terminate()              # mpirun passes it on to its daemons and ranks in the other hosts
+    for r, p in late:
+        try:
+            p.wait(timeout=5)
+        except subprocess.TimeoutExpired:
             p.kill()
             p.wait()
-            ends[r] = {"exit": None, "ended_at": time.time()}
+        ends[r] = {"exit": None, "ended_at": time.time()}
     return ends
 
 

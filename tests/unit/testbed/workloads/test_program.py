@@ -220,3 +220,15 @@ def test_example_scenarios_load_and_name_programs_that_exist():
         for w in doc["workloads"]:
             script = next(word for word in launch.argv(w["command"], "py") if word.startswith("hosts/"))
             assert os.path.exists(os.path.join(paths.ROOT, script)), (f, script)
+
+
+def test_supervise_times_each_end_and_stops_what_outlives_the_timeout():
+    import time
+    procs = {0: (subprocess.Popen(["true"]), "", ""), 1: (subprocess.Popen(["sleep", "30"]), "", ""),
+             2: (subprocess.Popen(["sh", "-c", "trap '' TERM; exec sleep 30"]), "", "")}
+    t0 = time.time()
+    ends = launch.supervise(procs, timeout=1.0)
+    assert ends[0]["exit"] == 0 and ends[0]["ended_at"] - t0 < 0.5
+    assert ends[1]["exit"] is None and procs[1][0].returncode == -signal.SIGTERM      # asked to stop first
+    assert ends[2]["exit"] is None and procs[2][0].returncode == -signal.SIGKILL      # ... then killed
+    assert time.time() - t0 < 8
