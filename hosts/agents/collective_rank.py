@@ -119,6 +119,7 @@ class CollectiveRank:
         self.warmup = spec.get("warmup", 1)
         self.steps = self.warmup + spec.get("iterations", 5)
         self.times: list[float | None] = [None] * (self.steps - self.warmup)
+        self.phases: list[list | None] = [None] * (self.steps - self.warmup)
         self.result = {"rank": spec["rank"], "host": self.me, "recoveries": [], "lost_steps": 0}
         self.correct, self.retries, self.in_op = True, 0, False
 
@@ -158,7 +159,8 @@ class CollectiveRank:
             if self.hb is not None:
                 self.hb.watch(())                 # done: peers that leave from now on have not failed
             self._progress(waiting=True)          # on the others, in the teardown's barrier: not stalled
-            self.result.update(count=count, times=self.times, correct=self.correct if want is not None else None,
+            self.result.update(count=count, times=self.times, phases=self.phases,
+                               correct=self.correct if want is not None else None,
                                counters=comm.counters(), world=world, epoch=self.epoch,
                                recovered_chunks=mcast_allgather.stats(comm).get("recovered_chunks", 0))
             finish(comm, store, rank, world)
@@ -175,12 +177,15 @@ class CollectiveRank:
             if self.forming is not None and "reformed_at" not in self.forming:
                 self.forming["reformed_at"] = formed          # every member of the new epoch is in
             self._progress(waiting=True)
+            comm.phase_log = []                   # per-phase times of hierarchical algorithms (phases.py)
             self.in_op, t0 = True, time.monotonic()
             out = run_op(comm, self.spec, x)
             self.in_op = False
             self._progress(waiting=False)
             if self.step >= self.warmup:
                 self.times[self.step - self.warmup] = time.monotonic() - t0
+                if comm.phase_log:
+                    self.phases[self.step - self.warmup] = comm.phase_log
             if want is not None:
                 self.correct = self.correct and bool(np.array_equal(out, want))
             if self.forming is not None and "first_success_at" not in self.forming:

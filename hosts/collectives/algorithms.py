@@ -1,7 +1,9 @@
 """Collective algorithms over a Communicator, on numpy arrays.
 
-    allreduce(comm, x, op, algo)        ring | rhd (recursive halving-doubling) | hierarchical (rail-aware)
+    allreduce(comm, x, op, algo)        ring | rhd (recursive halving-doubling) | hierarchical (rail-aware,
+                                        hierarchical.py) | hierarchical-pipelined (its phases overlapped, pipeline.py)
     allgather(comm, shard, algo)        ring | rd (recursive doubling, Bruck's form for any n) | hierarchical
+                                        | hierarchical-pipelined
                                         | multicast (switch replication, mcast_allgather.py)
     reduce_scatter(comm, x, op, algo)   ring            -> this rank's segment of the reduced x
     broadcast(comm, x, root, algo)      chain (pipelined) | multicast
@@ -16,12 +18,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from hosts.collectives import mcast_allgather
-from hosts.collectives.groups import (bounds, check_grid, gather_hb_stage, hb_group, hb_rows, rail_group,
-                                      ring_allgather, ring_reduce_scatter)
+from hosts.collectives import hierarchical, mcast_allgather, pipeline
+from hosts.collectives.groups import bounds, check_grid, hb_rows, ring_allgather, ring_reduce_scatter
+from hosts.collectives.phases import phase
 
 OPS = {"sum": np.add, "max": np.maximum}
-ALGOS = {"allreduce": ("ring", "rhd", "hierarchical"), "allgather": ("ring", "rd", "hierarchical", "multicast"),
+ALGOS = {"allreduce": ("ring", "rhd", "hierarchical", "hierarchical-pipelined"),
+         "allgather": ("ring", "rd", "hierarchical", "hierarchical-pipelined", "multicast"),
          "reduce_scatter": ("ring",), "broadcast": ("chain", "multicast"), "alltoall": ("direct", "two-step")}
 
 
@@ -39,16 +42,9 @@ def allreduce(comm, x: np.ndarray, op: str = "sum", algo: str = "ring") -> np.nd
     elif algo == "rhd":
         _rhd_allreduce(comm, x, fn)
     elif algo == "hierarchical":
-        check_grid(comm)
-        hb, rail = hb_group(comm), rail_group(comm)
-        segs = bounds(len(x), len(hb))
-        mine = ring_reduce_scatter(comm, hb, x, segs, fn)       # HB: each GPU reduces 1/K of x
-        lo, hi = segs[mine]
-        part = x[lo:hi]                                          # rail: allreduce that part across servers
-        rsegs = bounds(len(part), len(rail))
-        ring_reduce_scatter(comm, rail, part, rsegs, fn)
-        ring_allgather(comm, rail, part, rsegs)
-        ring_allgather(comm, hb, x, segs)                        # HB: everyone gets every part
+        hierarchical.allreduce(comm, x, fn)
+    elif algo == "hierarchical-pipelined":
+        pipeline.allreduce(comm, x, fn)
     else:
         raise ValueError(f"unknown allreduce algorithm {algo!r}")
     return x
@@ -107,13 +103,9 @@ def allgather(comm, shard: np.ndarray, algo: str = "ring") -> np.ndarray:
     if algo == "multicast":   # comm.multicast_scope "rail": the fabric replicates only inside a rail
         return mcast_allgather.allgather(comm, shard, getattr(comm, "multicast_scope", "fabric"))
     if algo == "hierarchical":
-        servers, per = check_grid(comm)
-        rail = rail_group(comm)
-        mid = np.empty(servers * m, dtype=shard.dtype)            # rail stage: this rail's shards
-        i = rail.index(comm.rank)
-        mid[i * m:(i + 1) * m] = shard
-        ring_allgather(comm, rail, mid, [(q * m, (q + 1) * m) for q in range(servers)])
-        return gather_hb_stage(comm, mid, out, servers, per, m)   # HB stage: every rail's shards
+        return hierarchical.allgather(comm, shard)
+    if algo == "hierarchical-pipelined":
+        return pipeline.allgather(comm, shard)
     raise ValueError(f"unknown allgather algorithm {algo!r}")
 
 
@@ -204,7 +196,8 @@ def alltoall(comm, x: np.ndarray, algo: str = "direct") -> np.ndarray:
         blocks = np.concatenate([x[rows[j2][i2] * m:(rows[j2][i2] + 1) * m] for i2 in range(servers)])
         sends.append((rows[j2][si], blocks))
         recvs.append((rows[j2][si], stage[j2]))
-    comm.exchange(sends=sends, recvs=recvs)
+    with phase(comm, "hb_exchange"):
+        comm.exchange(sends=sends, recvs=recvs)
     # Step 2, the rail: send each server on my rail the blocks of every local source for it.
     back = np.empty((servers, per, m), dtype=x.dtype)         # [source server][source local rank]
     back[si] = stage[:, si]
@@ -214,7 +207,8 @@ def alltoall(comm, x: np.ndarray, algo: str = "direct") -> np.ndarray:
             continue
         sends.append((rows[lj][i2], np.ascontiguousarray(stage[:, i2])))
         recvs.append((rows[lj][i2], back[i2]))
-    comm.exchange(sends=sends, recvs=recvs)
+    with phase(comm, "rail_exchange"):
+        comm.exchange(sends=sends, recvs=recvs)
     for i2 in range(servers):
         for j2 in range(per):
             src = rows[j2][i2]

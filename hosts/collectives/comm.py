@@ -252,15 +252,17 @@ class Communicator:
         if (what := self.peer_failure()) is not None:
             raise self.fail(what)
 
-    def _share_links(self, channels) -> None:
-        """Pace each queue pair at its link's rate divided by the peers it shares the link with in
+    def _share_links(self, senders) -> None:
+        """Pace each queue pair at its link's rate divided by the peers it SENDS to over that link in
         this step, as a NIC shares its line rate among its queue pairs: without this, an all-to-all
-        sends several times the NIC's rate into the NIC's own queue. Queues further on (oversubscribed
+        sends several times the NIC's rate into the NIC's own queue. Peers this rank only receives from
+        take none of its line rate (a ring step sends to one neighbour and receives from the other:
+        counting both halved every ring over the HB domain). Queues further on (oversubscribed
         uplinks, incast) are congestion control's business (`congestion: delay`)."""
         per_path: dict[str, int] = {}
-        for ch in channels:
+        for ch in senders:
             per_path[ch.path] = per_path.get(ch.path, 0) + 1
-        for ch in channels:
+        for ch in senders:
             ch.set_rate(per_path[ch.path])
 
     # -- the progress engine ------------------------------------------------------------------
@@ -284,7 +286,7 @@ class Communicator:
                 inbound.setdefault(rank, deque()).append([view, 0])
         self.check_peers()
         channels = {r: self.channel(r) for r in sorted(set(out) | set(inbound))}
-        self._share_links(channels.values())
+        self._share_links([channels[r] for r, q in out.items() if q])
         in_flight = 0
 
         def absorb(ch: Channel, slot: int, length: int) -> None:

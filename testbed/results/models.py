@@ -4,6 +4,10 @@ Rates are in bytes/s: C_S is a GPU's NIC (scale-out) rate, C_F its HB-domain (sc
 x = GPUs per HB domain, y = HB domains (servers), n = x*y ranks. S is the operation's size in bytes
 as nccl-tests counts it (AllGather: the whole output buffer; AlltoAll: one rank's send buffer).
 
+Hierarchical algorithms are modelled phase by phase (`phases`): each phase's bytes per rank over the rate of
+the one link it uses (HB or NIC). The sequential model is their sum; the pipelined model (`pipelined_time`)
+runs the lock-step schedule of hosts/collectives/pipeline.py, where a step lasts as long as its busiest link.
+
 busbw factors follow nccl-tests: AllReduce 2(n-1)/n, AllGather / ReduceScatter / AlltoAll (n-1)/n,
 Broadcast 1. The bound busbw of an algorithm is the busbw it would reach running exactly at its
 model time: busbw_bound = S * factor / T_model.
@@ -11,6 +15,8 @@ model time: busbw_bound = S * factor / T_model.
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from hosts.collectives.pipeline import pieces
 
 
 def bus_factor(op: str, n: int) -> float:
@@ -40,19 +46,13 @@ def time_model(op: str, algo: str, size: float, c: Cluster) -> float:
     n, x, y = c.n, c.x, c.y
     if n <= 1:
         return 0.0
-    if op == "allreduce" and algo == "hierarchical":
-        hb = 2 * (x - 1) / x * size / c.c_f if x > 1 else 0.0
-        rail = 2 * (y - 1) / y * (size / x) / c.c_s if y > 1 else 0.0
-        return hb + rail
-    if op == "allgather" and algo == "hierarchical":
-        # Wang et al.: (y-1)D/(xy C_S) + (x-1)D/(x C_F)
-        return (y - 1) * size / (x * y * c.c_s) + (x - 1) * size / (x * c.c_f)
+    if algo in ("hierarchical", "two-step") and phases(op, algo, size, c):
+        return sum(p.seconds for p in phases(op, algo, size, c))      # sequential: one phase after the other
+    if algo == "hierarchical-pipelined" and op in ("allreduce", "allgather"):
+        return pipelined_time(op, size, c)
     if op == "alltoall":
         d = size / n                           # bytes per ordered pair (size = one rank's send buffer)
-        rail_opt = x * (y - 1) * d / c.c_s
-        if algo == "two-step":                 # rail-only: through the HB domain, then the rail
-            return rail_opt + y * (x - 1) * d / c.c_f
-        return max(rail_opt, (x - 1) * d / c.c_f)
+        return max(x * (y - 1) * d / c.c_s, (x - 1) * d / c.c_f)
     # ring-like algorithms (ring, rd, rhd, chain): every byte crosses the ring's slowest link
     return size * bus_factor(op, n) / c.ring_rate()
 
@@ -60,3 +60,67 @@ def time_model(op: str, algo: str, size: float, c: Cluster) -> float:
 def bound_busbw(op: str, algo: str, size: float, c: Cluster) -> float:
     t = time_model(op, algo, size, c)
     return size * bus_factor(op, c.n) / t if t > 0 else float("inf")
+
+
+@dataclass(frozen=True)
+class Phase:
+    name: str       # as hosts/collectives/phases.py logs it
+    link: str       # "hb" or "nic"
+    bytes: float    # what each rank sends over that link in this phase
+    rate: float     # the link's rate, bytes/s
+
+    @property
+    def seconds(self) -> float:
+        return self.bytes / self.rate
+
+
+def phases(op: str, algo: str, size: float, c: Cluster) -> list[Phase]:
+    """The phases of a hierarchical algorithm in the order they run, [] for any other algorithm.
+
+    AllReduce: HB reduce-scatter (x-1)/x S, the rail's allreduce of a 1/x part 2(y-1)/y S/x, HB all-gather
+    (x-1)/x S. AllGather (Wang et al.): rail (y-1) S/(xy), then HB (x-1) S/x. Two-step all-to-all with d = S/n
+    per pair: HB y(x-1)d, then rail x(y-1)d."""
+    x, y = c.x, c.y
+    hb = lambda name, b: Phase(name, "hb", b, c.c_f)          # noqa: E731
+    nic = lambda name, b: Phase(name, "nic", b, c.c_s)        # noqa: E731
+    if op == "allreduce" and algo in ("hierarchical", "hierarchical-pipelined"):
+        return [hb("hb_reduce_scatter", (x - 1) / x * size), nic("rail_exchange", 2 * (y - 1) / y * size / x),
+                hb("hb_allgather", (x - 1) / x * size)]
+    if op == "allgather" and algo in ("hierarchical", "hierarchical-pipelined"):
+        return [nic("rail_allgather", (y - 1) * size / (x * y)), hb("hb_allgather", (x - 1) * size / x)]
+    if op == "alltoall" and algo == "two-step":
+        d = size / c.n
+        return [hb("hb_exchange", y * (x - 1) * d), nic("rail_exchange", x * (y - 1) * d)]
+    return []
+
+
+def pipeline_stages(op: str, size: float, c: Cluster) -> list[Phase]:
+    """The stages one piece goes through in the pipelined variant (its rail allreduce is two direct steps)."""
+    ph = phases(op, "hierarchical", size, c)
+    if op == "allreduce":
+        half = Phase("rail_exchange", "nic", ph[1].bytes / 2, c.c_s)
+        return [ph[0], half, half, ph[2]]
+    return ph
+
+
+def pipelined_time(op: str, size: float, c: Cluster, k: int | None = None) -> float:
+    """The lock-step pipeline of k pieces (by default as many as the implementation cuts): step s runs stage j
+    of piece s - j for every j at once and lasts as long as its busiest link; k = 1 is the sequential model."""
+    k = k or pieces(int(size))
+    stages = pipeline_stages(op, size, c)
+    total = 0.0
+    for s in range(k + len(stages) - 1):
+        load: dict[str, float] = {}
+        for j, st in enumerate(stages):
+            if 0 <= s - j < k:
+                load[st.link] = load.get(st.link, 0.0) + st.seconds / k
+        total += max(load.values())
+    return total
+
+
+def pipelined_limit(op: str, size: float, c: Cluster) -> float:
+    """The pipeline's time with infinitely many pieces: the busiest link's total."""
+    load: dict[str, float] = {}
+    for ph in phases(op, "hierarchical", size, c):
+        load[ph.link] = load.get(ph.link, 0.0) + ph.seconds
+    return max(load.values())

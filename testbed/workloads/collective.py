@@ -21,7 +21,7 @@ from testbed.results import models
 from testbed.runtime import progress, recovery
 from testbed.runtime.launch import run_on_hosts
 from testbed.schema import NAME, SIZE, ScenarioError, parse_size
-from testbed.workloads import traffic
+from testbed.workloads import collective_phases, traffic
 
 # This workload's part of the scenario schema (the scenario file's `workloads:` items of its type).
 SCHEMA = {
@@ -33,7 +33,8 @@ SCHEMA = {
         "op": {"enum": list(ALGOS), "description": "The collective operation."},
         "algo": {"type": "string", "examples": sorted({a for algos in ALGOS.values() for a in algos}),
                  "description": "The algorithm; by op: " + "; ".join(f"{op}: {', '.join(a)}" for op, a in ALGOS.items())
-                 + ". hierarchical and two-step go through the HB domain first (rail-only has no cross-rail path)."},
+                 + ". hierarchical, hierarchical-pipelined (its phases overlapped) and two-step go through the HB "
+                 "domain first (rail-only has no cross-rail path)."},
         "sizes": {"type": "array", "minItems": 1, "items": SIZE,
                   "description": "Message sizes (4096, 64KiB, 1MiB, 10MB), each a separate launch. "
                                  "Default: the sweep, else 1MiB."},
@@ -90,6 +91,7 @@ SCHEMA = {
 }
 PACE = 0.97
 ALL_PAIRS = {"rhd", "rd", "direct"}            # algorithms that may pair any two ranks
+HIERARCHICAL = ("hierarchical", "hierarchical-pipelined", "two-step")   # HB domain first: no cross-rail path
 
 
 def ranks(fabric) -> list:
@@ -119,7 +121,7 @@ def check_paths(fabric, spec: dict) -> None:
     """Refuse an algorithm that needs a pair of GPUs the fabric does not connect (rail-only)."""
     hosts = ranks(fabric)
     algo = spec["algo"]
-    if algo in ("hierarchical", "two-step"):
+    if algo in HIERARCHICAL:
         return
     if algo == "multicast" and multicast_scope(fabric, spec) == "rail":
         if spec["op"] == "broadcast" and fabric.kind == "rail-only":
@@ -156,7 +158,7 @@ def validate(fabric, spec: dict, scenario: dict | None = None) -> None:
     if spec["algo"] not in ALGOS[spec["op"]]:
         raise ScenarioError(f"{spec['op']} has no algorithm {spec['algo']!r}; choose one of "
                             f"{', '.join(ALGOS[spec['op']])}")
-    if model_algo(fabric, spec) in ("hierarchical", "two-step") and fabric.params["servers"] * \
+    if model_algo(fabric, spec) in HIERARCHICAL and fabric.params["servers"] * \
             fabric.params["gpus_per_server"] != len(fabric.gpus()):
         raise ScenarioError("hierarchical algorithms need whole servers")
     check_paths(fabric, spec)
@@ -384,7 +386,8 @@ def row(fabric, spec: dict, size: int, outs: list[dict], before: dict, after: di
             "send_nic_bytes": send_nic_bytes(fabric, before, after),
             "recovered_chunks": sum(o.get("recovered_chunks", 0) for o in outs),
             "drops": sum(v for k, v in counters.items() if k.startswith("drop")),
-            "transport": {k: v for k, v in sorted(counters.items()) if v and not k.endswith(("packets", "bytes"))}}
+            "transport": {k: v for k, v in sorted(counters.items()) if v and not k.endswith(("packets", "bytes"))},
+            **collective_phases.extra_fields(spec["op"], spec["algo"], nbytes, cluster(fabric), outs)}
 
 
 def send_nic_bytes(fabric, before: dict, after: dict) -> int:
@@ -429,7 +432,8 @@ def table_row(r: dict) -> str:
         if r.get("requested_bytes", r["bytes"]) != r["bytes"] else ""
     return (f"{note}  {r['bytes']:>10} {r['count']:>10} {r['dtype']:>8} {r['seconds'] * 1e6:>12.0f} "
             f"{r['algbw_MBps']:>11.3f} {r['busbw_MBps']:>11.3f} {r['bound_busbw_MBps']:>8.3f} "
-            f"{r['bus_ratio']:>6.2f} {'ok' if r['correct'] else 'WRONG':>6}")
+            f"{r['bus_ratio']:>6.2f} {'ok' if r['correct'] else 'WRONG':>6}") + \
+        (f"\n{phases}" if (phases := collective_phases.table_lines(r)) else "")
 
 
 def summary(w: dict) -> str:
