@@ -7,7 +7,7 @@
     testbed compare RESULTS_DIR_A RESULTS_DIR_B         two runs' measurements side by side
     testbed clean
     testbed pcap summarize FILE [--json]
-    testbed fault TARGET down|up|crash|hang|resume      (into the fabric a run has up)
+    testbed fault TARGET down|up|crash|hang|stall|resume|declare   (into the fabric a run has up)
     testbed up SCENARIO | --topo KIND[,KEY=VALUE...] [--cli]   a fabric kept up (see testbed/cli/up.py)
     testbed status [--json] | exec HOST -- CMD | shell HOST | cli | down      (on the fabric that is up)
     testbed plan --gpus G --hb-size K --radix R [--kind ...] [--predict] [--json]   (see testbed/cli/plan.py)

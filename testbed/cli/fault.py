@@ -10,9 +10,10 @@ from testbed.runtime.handfaults import HandFaultError, running_fabric
 def register(subparsers) -> None:
     p = subparsers.add_parser("fault", help="inject a fault by hand into the running fabric")
     p.add_argument("target", help="rail0-spine1 | HOST/nic | HOST/hb | path:SRC>DST | SWITCH | GPU host")
-    p.add_argument("action", choices=("down", "up", "crash", "hang", "resume", "declare"),
-                   help="down/up for links and switches; crash/hang/resume/declare (declared failed) for a "
-                        "GPU host's processes")
+    p.add_argument("action", choices=("down", "up", "crash", "hang", "stall", "resume", "declare"),
+                   help="down/up for links and switches; for a GPU host's processes: crash, hang (all of it "
+                        "stops), stall (its rank blocks at its next kernel, its heartbeats go on), resume, "
+                        "declare (declared failed)")
     p.set_defaults(func=run)
 
 
@@ -25,7 +26,7 @@ def run(args) -> int:
             raise HandFaultError(str(exc)) from None
         print(f"{args.target}: {args.action} ({rec['links']} links)")
         return 0
-    sig = {"crash": signal.SIGKILL, "hang": signal.SIGSTOP, "resume": signal.SIGCONT,
+    sig = {"crash": signal.SIGKILL, "hang": signal.SIGSTOP, "stall": signal.SIGUSR2, "resume": signal.SIGCONT,
            "declare": signal.SIGUSR1}[args.action]
     try:
         hosts = faults.gpu_hosts(net.fabric, "gpu-crash", args.target)

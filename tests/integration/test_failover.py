@@ -121,7 +121,7 @@ def test_gpu_failure_is_detected_by_its_peers_and_aborts_cleanly(kind, tmp_path)
     print(f"{kind}: detected {fault['detected_s'] - fault['at_s']:.2f} s after the failure")
 
 
-def test_faults_by_hand_into_a_running_fabric():
+def test_faults_by_hand_into_a_running_fabric(tmp_path):
     fabric = build("rail-optimized", 2, 2, spines=2)
 
     def cli(*args):
@@ -136,10 +136,20 @@ def test_faults_by_hand_into_a_running_fabric():
         p = cli("s0g0/nic", "down")
         assert p.returncode == 0 and "DOWN" in net.host("s0g0").cmd("ip -o link show eth0")
         cli("s0g0/nic", "up")
+        # a stall goes to the rank program alone (it blocks at its next kernel): a stand-in rank notes it
+        noted = str(tmp_path / "stalled")
+        rank = net.host("s1g1").popen([sys.executable, "-c", "import signal, sys, time; signal.signal("
+                                       "signal.SIGUSR2, lambda *a: open(sys.argv[1], 'w').close()); time.sleep(60)",
+                                       noted, "hosts.agents.collective_rank"])
         sleeper = net.host("s1g1").popen(["sleep", "60"])
-        p = cli("s1g1", "crash")
+        time.sleep(0.5)
+        p = cli("s1g1", "stall")
         assert p.returncode == 0 and "1 processes signalled" in p.stdout, p.stdout + p.stderr
-        assert sleeper.wait(5) == -9
+        time.sleep(0.3)
+        assert os.path.exists(noted) and sleeper.poll() is None
+        p = cli("s1g1", "crash")
+        assert p.returncode == 0 and "2 processes signalled" in p.stdout, p.stdout + p.stderr
+        assert sleeper.wait(5) == -9 and rank.wait(5) == -9
         bad = cli("rail9-spine0", "down")
         assert bad.returncode == 2 and "unknown fault target" in bad.stderr
 
