@@ -3,11 +3,15 @@ SHELL := /bin/bash
 PY := .venv/bin/python
 SCENARIO ?= scenarios/demo.yaml
 OUT ?=
+# Optional extras (scripts/setup --extras): tf (TensorFlow, for the offload workload), torch. The tests use both.
+EXTRAS ?=
 
 .PHONY: setup demo test test-unit test-fast clean vm vm-test vm-down
 
 setup:
-	@scripts/setup
+	@scripts/setup $(if $(EXTRAS),--extras $(EXTRAS))
+
+test test-unit test-fast: EXTRAS = tf,torch
 
 # Start and stop in one shell: the services count that shell as their user until it stops them.
 demo: setup

@@ -50,15 +50,16 @@ vm_env() {
     export TESTBED_VM_SERIAL_LOG=$PWD/build/vm/serial.log
 }
 
-# Python wheels of requirements.txt (and the editable install's build backend) for offline provisioning,
-# from the host's own pip configuration; remade when requirements.txt changes.
+# Python wheels of requirements.txt and the tf extra (the VM provisions with it), and the editable install's
+# build backend, for offline provisioning, from the host's own pip configuration; remade when either changes.
 vm_wheels() {
     local dir=build/wheels
-    if cmp -s requirements.txt "$dir/.requirements" 2>/dev/null; then return 0; fi
+    if cat requirements.txt requirements-tf.txt | cmp -s - "$dir/.requirements" 2>/dev/null; then return 0; fi
     echo "vm: collecting Python wheels into $dir"
     mkdir -p "$dir"
-    .venv/bin/pip wheel -q --disable-pip-version-check -w "$dir" -r requirements.txt 'setuptools>=61' wheel
-    cp requirements.txt "$dir/.requirements"
+    .venv/bin/pip wheel -q --disable-pip-version-check -w "$dir" -r requirements.txt -r requirements-tf.txt \
+        'setuptools>=61' wheel
+    cat requirements.txt requirements-tf.txt > "$dir/.requirements"
 }
 
 # vagrant, without the box upload's thousands of carriage-return progress lines.
