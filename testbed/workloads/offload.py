@@ -11,6 +11,7 @@ between FastFlow's profiling and its training.
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import select
@@ -80,11 +81,22 @@ DEFAULTS = {"pipelines": ["compute"], "trainer": "s0g0", "gpu_steps_per_s": 25, 
             "repeats": 3, "epoch_steps": 1000}
 
 
+def tensorflow_installed() -> bool:
+    """Whether the venv has TensorFlow, an optional extra (requirements-tf.txt), without importing it (seconds)."""
+    try:
+        return importlib.util.find_spec("tensorflow") is not None
+    except (ImportError, ValueError):           # ValueError: blocked (sys.modules["tensorflow"] is None)
+        return False
+
+
 def validate(fabric, spec: dict, scenario: dict | None = None) -> dict:
     """The spec with its defaults filled in; ScenarioError for what this fabric (or host backend) cannot run."""
     backend = (scenario or {}).get("hosts", "netns")
     if not backend_class(backend).carries_tensorflow:
         raise ScenarioError(f"offload runs TensorFlow, which hosts: {backend} do not carry; run it with hosts: netns")
+    if not tensorflow_installed():
+        raise ScenarioError("offload needs TensorFlow, an optional extra: run `make setup EXTRAS=tf` "
+                            "(scripts/setup --extras tf)")
     s = {**DEFAULTS, **spec}
     cpus = [h for h in fabric.hosts if h.startswith("cpu")]
     if not cpus:

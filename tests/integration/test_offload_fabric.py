@@ -11,7 +11,7 @@ from testbed.fabric.topo import build
 from testbed.workloads import offload
 
 pytestmark = pytest.mark.root
-import tensorflow  # noqa: E402,F401  -- a dependency (requirements.txt): missing is an error, not a skip
+import tensorflow  # noqa: E402,F401  -- the tf extra `make test` installs: missing is an error, not a skip
 
 
 @pytest.mark.slow
