@@ -18,7 +18,7 @@ from testbed.fabric.network import Network
 from testbed.monitor import capture
 from testbed.monitor.fidelity import CpuSampler
 from testbed.monitor.timeline import Timeline
-from testbed.results import report, runs
+from testbed.results import report, results_schema, runs
 from testbed.runtime import fault_outcomes, fault_timing, faults, progress
 from testbed.runtime.fault_echo import FaultEcho
 from testbed.scenario import ScenarioError, host_limits
@@ -140,7 +140,8 @@ class _Live:
 
 def _results_skeleton(scenario: dict, fabric: topo.Fabric) -> dict:
     routing = scenario.get("routing", {})
-    return {"scenario": scenario["name"], "testbed_version": __version__,
+    return {"schema_version": results_schema.SCHEMA_VERSION, "scenario": scenario["name"],
+            "testbed_version": __version__,
             "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "fabric": fabric.counts() | {"routing": routing.get("mode", "ecmp"), "failover": routing.get("failover", True),
                                          "controller_delay_ms": routing.get("controller_delay_ms", 0),
@@ -228,6 +229,7 @@ def _run_workload(net: Network, spec: dict, label: str, schedule, checks: list) 
 
 def _write(results: dict, fabric: topo.Fabric, timeline, out_dir: str) -> None:
     results["ok"] = all(c["ok"] for c in results["checks"])
+    results_schema.relative_flows(results)                  # one time base (testbed/results/results_schema.py)
     for c in results.get("captures", []):
         c["file"] = os.path.relpath(c["file"], out_dir)      # the folder can move: paths are relative to it
     results["report"] = [os.path.relpath(p, out_dir)

@@ -17,6 +17,18 @@ def root_problem() -> str | None:
     return None
 
 
+@pytest.fixture(autouse=True)
+def _results_follow_their_schema(request):
+    """Every results.json a test's run writes under its tmp_path follows the results schema and its time base."""
+    tmp = request.getfixturevalue("tmp_path") if "tmp_path" in request.fixturenames else None
+    yield
+    if tmp is not None:
+        from tests.results_schema_check import check_tree
+        found = check_tree(str(tmp))
+        if found:
+            pytest.fail("results.json off its schema:\n" + "\n".join(found[:20]), pytrace=False)
+
+
 def pytest_collection_modifyitems(config, items):
     problem = None
     for item in items:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 
 from testbed.results.runs import (
     checks_passed,
@@ -11,6 +12,7 @@ from testbed.results.runs import (
     headline,
     load,
     load_quietly,
+    version_problem,
 )
 
 
@@ -20,10 +22,15 @@ def cmd_ls(args) -> int:
         print(f"no runs under {args.root}")
         return 0
     print(f"{'started':<26} {'scenario':<22} {'ok':<4} {'checks':>7}  {'folder':<40} best figures")
+    problems = []
     for d in runs:
         r = load_quietly(d)
         print(f"{r.get('started', '?'):<26} {r.get('scenario', '?'):<22} {('yes' if r.get('ok') else 'NO'):<4} "
               f"{checks_passed(r):>7}  {os.path.relpath(d):<40} {headline(r)}")
+        if version_problem(r):
+            problems.append(f"warning: {os.path.relpath(d)}: {version_problem(r)}")
+    for line in problems:                 # after the table, which stays one line per run
+        print(line, file=sys.stderr)
     return 0
 
 

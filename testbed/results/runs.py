@@ -4,7 +4,9 @@ Beside results.json, summary.md, plots/ and pcaps/, every run writes
   scenario.yaml      the scenario exactly as it ran (after --set): `testbed run --again DIR` runs it again
   environment.json   the command line, the testbed's version and git commit, kernel, Open vSwitch, Python,
                      CPU count and memory of the machine it ran on
-Paths inside results.json are relative to its folder, so a folder can be moved or shared whole.
+  hosts/HOST/        what the host programs printed (testbed/runtime/hostlogs.py)
+Paths inside results.json are relative to its folder, so a folder can be moved or shared whole; its schema is
+versioned (testbed/results/results_schema.py) and `testbed ls` flags a folder of another major version.
 """
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ import sys
 import yaml
 
 from testbed import PROJECT_ROOT, __version__
-
+from testbed.results import results_schema
 
 
 class RunsError(ValueError):
@@ -87,6 +89,14 @@ def load_quietly(run_dir: str) -> dict:
         return load(run_dir)
     except RunsError:
         return {}
+
+
+def version_problem(r: dict) -> str | None:
+    """Why this testbed may misread a results.json: written under another major schema version."""
+    version = r.get("schema_version")
+    if version is None or results_schema.known_version(r):
+        return None
+    return f"results.json schema {version}; this testbed reads {results_schema.MAJOR}.x, figures may be misread"
 
 
 def headline(r: dict) -> str:

@@ -13,7 +13,7 @@ import subprocess
 import time
 
 from testbed import PROJECT_ROOT
-from testbed.runtime import progress
+from testbed.runtime import hostlogs, progress
 
 
 class LaunchError(RuntimeError):
@@ -63,9 +63,11 @@ def run_on_hosts(net, commands: dict[str, list[str]], timeout: float, partial: b
                 out, err = proc.communicate(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 proc.kill()
-                proc.communicate()
+                out, err = proc.communicate()
+                hostlogs.keep(net, host, commands[host][0], proc.returncode, out, err)
                 errors.append(f"{host}: `{' '.join(commands[host][:1])}` still running after {timeout:.0f} s")
                 continue
+            hostlogs.keep(net, host, commands[host][0], proc.returncode, out, err)    # RESULTS/hosts/HOST/
             try:
                 results[host] = json.loads(out.strip().splitlines()[-1])
             except (ValueError, IndexError):

@@ -52,6 +52,21 @@ def test_ls_and_compare_read_past_runs(tmp_path):
     assert p.returncode == 2 and "no results.json" in p.stderr and "Traceback" not in p.stderr
 
 
+def test_ls_flags_a_run_of_another_major_schema_version(tmp_path):
+    for name, version in (("old", None), ("future", "2.1")):
+        fake_run(tmp_path / "results" / name, f"2026-01-0{len(name)}T00:00:00+00:00", 0.9, 0.01)
+        if version:
+            path = tmp_path / "results" / name / "results.json"
+            path.write_text(json.dumps({**json.loads(path.read_text()), "schema_version": version}))
+    (tmp_path / "results" / "now").mkdir()          # a real run's (1.0)
+    with open(os.path.join(ROOT, "tests", "data", "results", "sample.json")) as f:
+        (tmp_path / "results" / "now" / "results.json").write_text(f.read())
+    p = cli("ls", str(tmp_path / "results"))
+    assert p.returncode == 0 and len(p.stdout.splitlines()) == 4, p.stdout + p.stderr
+    assert p.stderr.splitlines() == [f"warning: {os.path.relpath(tmp_path / 'results' / 'future', ROOT)}: "
+                                     "results.json schema 2.1; this testbed reads 1.x, figures may be misread"]
+
+
 def test_run_needs_a_scenario_or_a_results_folder(tmp_path):
     p = cli("run")
     assert p.returncode == 2 and "--again RESULTS_DIR" in p.stderr
