@@ -68,6 +68,16 @@ def rail_ring(peers: list[Peer]) -> list[int]:
     return [peers[i].rank for i in order] if order is not None else [p.rank for p in peers]
 
 
+class Message:
+    """One message of Communicator.stream: a view of its array (what is sent is the array's content when it is
+    sent), sent chunk by chunk once it is first in its peer's queue and `ready`."""
+    __slots__ = ("data", "off", "ready")
+
+    def __init__(self, arr, ready: bool = True):
+        self.data = memoryview(arr).cast("B")
+        self.off, self.ready = 0, ready
+
+
 class Channel:
     """The queue pairs to one peer ("lanes": 1, or K with split:K striping), with send and receive
     slots. Chunk i travels on lane i % K, so the receiver restores the order lane by lane."""
@@ -266,27 +276,34 @@ class Communicator:
             ch.set_rate(per_path[ch.path])
 
     # -- the progress engine ------------------------------------------------------------------
-    # Long on purpose: the per-chunk progress loop of every collective; absorb/drain close over its queues.
     def exchange(self, sends=(), recvs=()) -> None:
         """Send each (peer, array) and fill each (peer, array) concurrently; returns when all are done.
 
         Arrays must be C-contiguous; receives must be writable. Several entries for one peer are
         served in the order given, which must match the order the peer sends them in.
         """
+        self.stream([(rank, Message(np.ascontiguousarray(arr))) for rank, arr in sends],
+                    [(rank, arr, None) for rank, arr in recvs])
+
+    # Long on purpose: the per-chunk progress loop of every collective; absorb/drain close over its queues.
+    def stream(self, sends, recvs) -> None:
+        """exchange() for data computed while it runs (the pipelined collectives, pipeline.py): sends are
+        (peer, Message), each sent once it is first in its peer's queue and ready; recvs are (peer, array, then),
+        then() called once the array is filled (at once if it is empty), where it may mark messages ready.
+        Per peer, sends and recvs go in the order given, which must match the peer's."""
         out: dict[int, deque] = {}
-        for rank, arr in sends:
-            data = memoryview(np.ascontiguousarray(arr)).cast("B")
-            q = out.setdefault(rank, deque())
-            for off in range(0, len(data), self.chunk):
-                q.append(data[off: off + self.chunk])
+        for rank, msg in sends:
+            out.setdefault(rank, deque()).append(msg)
         inbound: dict[int, deque] = {}
-        for rank, arr in recvs:
+        for rank, arr, then in recvs:
             view = memoryview(arr).cast("B")
             if len(view):
-                inbound.setdefault(rank, deque()).append([view, 0])
+                inbound.setdefault(rank, deque()).append([view, 0, then])
+            elif then is not None:
+                then()
         self.check_peers()
         channels = {r: self.channel(r) for r in sorted(set(out) | set(inbound))}
-        self._share_links([channels[r] for r, q in out.items() if q])
+        self._share_links([channels[r] for r, q in out.items() if any(len(m.data) for m in q)])
         in_flight = 0
 
         def absorb(ch: Channel, slot: int, length: int) -> None:
@@ -297,13 +314,15 @@ class Communicator:
                 if not pending:
                     raise self.fail(f"rank {ch.peer.rank} ({ch.peer.name}) sent more than expected")
                 target = pending[0]
-                view, off = target
+                view, off, then = target
                 n = min(len(view) - off, length - pos)
                 view[off: off + n] = data[pos: pos + n]
                 target[1] += n
                 pos += n
                 if target[1] == len(view):
                     pending.popleft()
+                    if then is not None:
+                        then()
             if not pending:
                 del inbound[ch.peer.rank]
             ch.post_recv(slot)
@@ -319,9 +338,14 @@ class Communicator:
         while True:
             for rank, q in out.items():
                 ch = channels[rank]
-                while q and ch.can_send():
-                    ch.post_send(q.popleft())
-                    in_flight += 1
+                while q and q[0].ready and (q[0].off >= len(q[0].data) or ch.can_send()):
+                    msg = q[0]
+                    if msg.off < len(msg.data):
+                        ch.post_send(msg.data[msg.off: msg.off + self.chunk])
+                        msg.off += self.chunk
+                        in_flight += 1
+                    if msg.off >= len(msg.data):
+                        q.popleft()
             if not in_flight and not inbound and not any(out.values()):
                 return
             try:

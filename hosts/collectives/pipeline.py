@@ -1,134 +1,164 @@
 """Pipelined hierarchical AllReduce and AllGather: the buffer is cut into pieces that flow HB -> rail -> HB
 concurrently, as NCCL overlaps NVLink and the NIC, instead of one phase after the other.
 
-Every phase of a piece is one direct exchange with the peers of its group (the HB domain is a switch, like
+Every stage of a piece is one direct exchange with the peers of its group (the HB domain is a switch, like
 NVSwitch, and a rail's GPUs share a rail switch, so any two can talk):
 
-    allreduce  HB reduce-scatter -> rail reduce-scatter -> rail all-gather -> HB all-gather   (4 phases)
-    allgather  rail all-gather -> HB all-gather                                                (2 phases)
+    allreduce  HB reduce-scatter -> rail reduce-scatter -> rail all-gather -> HB all-gather   (4 stages)
+    allgather  rail all-gather -> HB all-gather                                                (2 stages)
 
-Global step s runs phase j of piece s - j for every j at once, in ONE exchange, so while piece s crosses the HB
-domain piece s - 1 crosses the rail. A step lasts as long as its slowest link's share; after the first L - 1
-steps (the pipeline filling) every link is busy at once. The analytical model of this schedule is
-testbed/results/models.py's pipelined_time. Within a step, entries for one peer are listed piece by piece and
-phase by phase on both ends, so they match the order the peer sends them in.
+The whole operation is ONE Communicator.stream: every message is queued up front, in the order a lock-step
+schedule would send it (step s runs stage j of piece s - j), and becomes ready when the data it carries is
+computed: a stage's receipts complete, it reduces, and the next stage's messages go. No step waits for the
+slowest link of the last one, so the rail streams while the HB domain works ahead or behind. The analytical
+model of this schedule is testbed/results/models.py's pipelined_time.
 """
 from __future__ import annotations
 
 import numpy as np
 
+from hosts.collectives.comm import Message
 from hosts.collectives.groups import bounds, check_grid, hb_group, rail_group
 from hosts.collectives.phases import phase
 
-MIN_PIECE = 64 * 1024       # bytes of the whole buffer per piece: smaller pieces cost more steps than they save
+MIN_PIECE = 256 * 1024      # bytes of the whole buffer per piece, when the caller does not say how many
 MAX_PIECES = 32
 
 
-def pieces(nbytes: int) -> int:
-    """How many pieces a buffer of nbytes is cut into (the model uses the same count)."""
-    return max(1, min(MAX_PIECES, nbytes // MIN_PIECE))
+def pieces(comm, nbytes: int, elements: int) -> int:
+    """How many pieces to cut a buffer of nbytes (`elements` the length of what is cut) into: comm.pieces if the
+    caller chose (the testbed does, from the link rates: testbed/results/models.py pipeline_pieces), otherwise
+    one per MIN_PIECE."""
+    k = getattr(comm, "pieces", None) or nbytes // MIN_PIECE
+    return max(1, min(MAX_PIECES, k, elements))
 
 
-def _run(comm, k: int, phases) -> None:
-    """Global steps of the pipeline: phase j of piece s - j for every j, each phase (piece, sends, recvs, after)."""
-    with phase(comm, "pipelined"):
-        for s in range(k + len(phases) - 1):
-            sends, recvs, after = [], [], []
-            for j, make in enumerate(phases):
-                if 0 <= s - j < k:
-                    snd, rcv, fin = make(s - j)
-                    sends += snd
-                    recvs += rcv
-                    after.append(fin)
-            comm.exchange(sends=sends, recvs=recvs)
-            for fin in after:
-                if fin is not None:
-                    fin()
+class Gate:
+    """Runs `action` once `need` events have happened: a stage's receipts, plus one for the stage before it
+    being done (its hit() comes from that stage's action, or from the start for a first stage)."""
+
+    def __init__(self, need: int, action):
+        self.need, self.action = need, action
+
+    def hit(self) -> None:
+        self.need -= 1
+        if self.need == 0:
+            self.action()
 
 
-def _reduce_scatter_phase(comm, group, buf_of, seg_of, fn):
-    """Direct reduce-scatter inside `group` of the buffer buf_of(p): this rank reduces its own segment."""
-    me = group.index(comm.rank)
-
-    def make(p):
-        buf = buf_of(p)
-        segs = seg_of(p, len(buf))
-        lo, hi = segs[me]
-        tmp = np.empty((len(group), hi - lo), dtype=buf.dtype)
-        others = [q for q in range(len(group)) if q != me]
-        sends = [(group[q], buf[segs[q][0]:segs[q][1]]) for q in others]
-        recvs = [(group[q], tmp[q]) for q in others]
-
-        def fin():
-            for q in others:
-                fn(buf[lo:hi], tmp[q], out=buf[lo:hi])
-        return sends, recvs, fin
-    return make
+DONE = Gate(0, None)     # receipts nothing waits for (the last stage's)
 
 
-def _allgather_phase(comm, group, buf_of, seg_of):
-    """Direct all-gather inside `group`: every member's segment of buf_of(p) to every other member."""
-    me = group.index(comm.rank)
+def ready(messages):
+    def go():
+        for m in messages:
+            m.ready = True
+    return go
 
-    def make(p):
-        buf = buf_of(p)
-        segs = seg_of(p, len(buf))
-        others = [q for q in range(len(group)) if q != me]
-        sends = [(group[q], buf[segs[me][0]:segs[me][1]]) for q in others]
-        recvs = [(group[q], buf[segs[q][0]:segs[q][1]]) for q in others]
-        return sends, recvs, None
-    return make
+
+class Plan:
+    """The sends and receives of one stream, each tagged with its lock-step position (step, stage) so that
+    both ends of every pair list them in the same order."""
+
+    def __init__(self):
+        self.sends, self.recvs, self.first = [], [], []
+
+    def send(self, at, peer, arr, is_ready=True) -> Message:
+        m = Message(arr, is_ready)
+        self.sends.append((at, peer, m))
+        return m
+
+    def recv(self, at, peer, arr, gate: Gate) -> None:
+        self.recvs.append((at, peer, arr, gate.hit))
+
+    def gate(self, receipts: int, action, first: bool = False) -> Gate:
+        g = Gate(receipts + 1, action)
+        if first:
+            self.first.append(g)
+        return g
+
+    def run(self, comm) -> None:
+        sends = [(peer, m) for _, peer, m in sorted(self.sends, key=lambda e: e[0])]
+        recvs = [(peer, arr, then) for _, peer, arr, then in sorted(self.recvs, key=lambda e: e[0])]
+        with phase(comm, "pipelined"):
+            for g in self.first:          # a first stage waits for nothing before it
+                g.hit()
+            comm.stream(sends, recvs)
 
 
 def allreduce(comm, x: np.ndarray, fn) -> np.ndarray:
     check_grid(comm)
     hb, rail = hb_group(comm), rail_group(comm)
-    k = pieces(x.nbytes)
-    cuts = bounds(len(x), k)
-    me = hb.index(comm.rank)
-
-    def piece(p):
-        return x[cuts[p][0]:cuts[p][1]]
-
-    def part(p):                                   # this GPU's HB segment of piece p, reduced across the rail
-        lo, hi = bounds(cuts[p][1] - cuts[p][0], len(hb))[me]
-        return piece(p)[lo:hi]
-
-    def hb_segs(p, n):
-        return bounds(n, len(hb))
-
-    def rail_segs(p, n):
-        return bounds(n, len(rail))
-    phases = [_reduce_scatter_phase(comm, hb, piece, hb_segs, fn), _reduce_scatter_phase(comm, rail, part, rail_segs, fn),
-              _allgather_phase(comm, rail, part, rail_segs), _allgather_phase(comm, hb, piece, hb_segs)]
-    _run(comm, k, phases)
+    me, mr = hb.index(comm.rank), rail.index(comm.rank)
+    hb_peers = [q for q in range(len(hb)) if q != me]
+    rail_peers = [i for i in range(len(rail)) if i != mr]
+    k = pieces(comm, x.nbytes, len(x))
+    plan = Plan()
+    for p, (plo, phi) in enumerate(bounds(len(x), k)):
+        piece = x[plo:phi]
+        segs = bounds(len(piece), len(hb))
+        part = piece[segs[me][0]:segs[me][1]]          # this GPU's share of the piece, reduced across the rail
+        rsegs = bounds(len(part), len(rail))
+        mine = part[rsegs[mr][0]:rsegs[mr][1]]
+        # the later stages' messages first: the gates of the earlier ones mark them ready
+        hb_ag = [plan.send((p + 3, 3), hb[q], part, False) for q in hb_peers]
+        rail_ag = [plan.send((p + 2, 2), rail[i], mine, False) for i in rail_peers]
+        rail_rs = [plan.send((p + 1, 1), rail[i], part[rsegs[i][0]:rsegs[i][1]], False) for i in rail_peers]
+        for q in hb_peers:
+            plan.send((p, 0), hb[q], piece[segs[q][0]:segs[q][1]])
+            plan.recv((p + 3, 3), hb[q], piece[segs[q][0]:segs[q][1]], DONE)
+        tmp = np.empty((len(hb), len(part)), dtype=x.dtype)
+        rtmp = np.empty((len(rail), len(mine)), dtype=x.dtype)
+        gather = plan.gate(len(rail_peers), ready(hb_ag))
+        rail_reduced = plan.gate(len(rail_peers), _then(_reduce(fn, mine, rtmp, rail_peers), ready(rail_ag),
+                                                        gather.hit))
+        hb_reduced = plan.gate(len(hb_peers), _then(_reduce(fn, part, tmp, hb_peers), ready(rail_rs),
+                                                    rail_reduced.hit), first=True)
+        for q in hb_peers:
+            plan.recv((p, 0), hb[q], tmp[q], hb_reduced)
+        for i in rail_peers:
+            plan.recv((p + 1, 1), rail[i], rtmp[i], rail_reduced)
+            plan.recv((p + 2, 2), rail[i], part[rsegs[i][0]:rsegs[i][1]], gather)
+    plan.run(comm)
     return x
 
 
+def _reduce(fn, into, tmp, rows):
+    def go():
+        for r in rows:
+            fn(into, tmp[r], out=into)
+    return go
+
+
+def _then(*actions):
+    def go():
+        for a in actions:
+            a()
+    return go
+
+
 def allgather(comm, shard: np.ndarray) -> np.ndarray:
-    servers, per = check_grid(comm)
+    check_grid(comm)
     m, n = len(shard), comm.world
     out = np.empty(n * m, dtype=shard.dtype)
     out[comm.rank * m:(comm.rank + 1) * m] = shard
-    k = pieces(shard.nbytes * n)
-    cuts = bounds(m, k)
-    hb, rail = hb_group(comm), rail_group(comm)
     blocks = out.reshape(n, m)
-
-    def rail_phase(p):
-        lo, hi = cuts[p]
-        others = [r for r in rail if r != comm.rank]
-        return ([(r, blocks[comm.rank, lo:hi]) for r in others], [(r, blocks[r, lo:hi]) for r in others], None)
-
-    def hb_phase(p):                               # my rail's pieces to every HB peer, theirs from them
-        lo, hi = cuts[p]
-        sends, recvs = [], []
-        for peer in hb:
+    hb, rail = hb_group(comm), rail_group(comm)
+    rail_peers = [r for r in rail if r != comm.rank]
+    k = pieces(comm, shard.nbytes * n, m)
+    plan = Plan()
+    for p, (lo, hi) in enumerate(bounds(m, k)):
+        hb_msgs = []
+        for peer in hb:                 # my rail's blocks of piece p to every HB peer, theirs from them
             if peer != comm.rank:
-                sends += [(peer, blocks[r, lo:hi]) for r in rail]
-                recvs += [(peer, blocks[r, lo:hi]) for r in _rail_of(comm, peer)]
-        return sends, recvs, None
-    _run(comm, k, [rail_phase, hb_phase])
+                hb_msgs += [plan.send((p + 1, 1), peer, blocks[r, lo:hi], r == comm.rank) for r in rail]
+                for r in _rail_of(comm, peer):
+                    plan.recv((p + 1, 1), peer, blocks[r, lo:hi], DONE)
+        gathered = plan.gate(len(rail_peers), ready(hb_msgs), first=True)
+        for r in rail_peers:
+            plan.send((p, 0), r, blocks[comm.rank, lo:hi])
+            plan.recv((p, 0), r, blocks[r, lo:hi], gathered)
+    plan.run(comm)
     return out
 
 

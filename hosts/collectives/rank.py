@@ -25,6 +25,7 @@ def build_comm(spec: dict, peers: list[Peer], me: Peer, store: FileStore, heartb
                         rc_timeout=spec.get("rc_timeout", 0.05), heartbeat=heartbeat)
     comm.multicast_scope = spec.get("multicast_scope", "fabric")
     comm.congestion = spec.get("congestion")
+    comm.pieces = spec.get("pieces")            # hierarchical-pipelined: how many pieces (pipeline.py)
     return comm
 
 

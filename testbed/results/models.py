@@ -6,7 +6,8 @@ as nccl-tests counts it (AllGather: the whole output buffer; AlltoAll: one rank'
 
 Hierarchical algorithms are modelled phase by phase (`phases`): each phase's bytes per rank over the rate of
 the one link it uses (HB or NIC). The sequential model is their sum; the pipelined model (`pipelined_time`)
-runs the lock-step schedule of hosts/collectives/pipeline.py, where a step lasts as long as its busiest link.
+runs the schedule of hosts/collectives/pipeline.py: pieces of the buffer go through the phases one after the
+other, while each link carries whatever pieces are ready.
 
 busbw factors follow nccl-tests: AllReduce 2(n-1)/n, AllGather / ReduceScatter / AlltoAll (n-1)/n,
 Broadcast 1. The bound busbw of an algorithm is the busbw it would reach running exactly at its
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hosts.collectives.pipeline import pieces
+from hosts.collectives.pipeline import MAX_PIECES
 
 
 def bus_factor(op: str, n: int) -> float:
@@ -103,19 +104,31 @@ def pipeline_stages(op: str, size: float, c: Cluster) -> list[Phase]:
     return ph
 
 
+# What each piece costs beyond its bytes in this emulation (its messages' completions and reductions in Python,
+# the last ACK's round trip). It only chooses the piece count.
+PIECE_OVERHEAD_S = 0.005
+
+
+def pipeline_pieces(op: str, size: float, c: Cluster) -> int:
+    """The piece count the testbed asks the ranks for: the one that minimises the pipelined time plus
+    PIECE_OVERHEAD_S per piece (more pieces fill the pipeline faster but each costs its overhead)."""
+    return min(range(1, MAX_PIECES + 1), key=lambda k: pipelined_time(op, size, c, k) + k * PIECE_OVERHEAD_S)
+
+
 def pipelined_time(op: str, size: float, c: Cluster, k: int | None = None) -> float:
-    """The lock-step pipeline of k pieces (by default as many as the implementation cuts): step s runs stage j
-    of piece s - j for every j at once and lasts as long as its busiest link; k = 1 is the sequential model."""
-    k = k or pieces(int(size))
+    """The pipeline of hosts/collectives/pipeline.py with k pieces (by default pipeline_pieces): each link
+    carries its stages' pieces one after the other in lock-step order (stage j of piece p at step p + j), a
+    piece's stage starting once its previous stage is done and the link is free. k = 1 is the sequential
+    model; many pieces approach the busiest link's total (pipelined_limit)."""
+    k = k or pipeline_pieces(op, size, c)
     stages = pipeline_stages(op, size, c)
-    total = 0.0
-    for s in range(k + len(stages) - 1):
-        load: dict[str, float] = {}
-        for j, st in enumerate(stages):
-            if 0 <= s - j < k:
-                load[st.link] = load.get(st.link, 0.0) + st.seconds / k
-        total += max(load.values())
-    return total
+    free: dict[str, float] = {}
+    done: dict[tuple[int, int], float] = {}
+    for _, j, p in sorted((p + j, j, p) for p in range(k) for j in range(len(stages))):
+        st = stages[j]
+        start = max(free.get(st.link, 0.0), done.get((j - 1, p), 0.0))
+        done[(j, p)] = free[st.link] = start + st.seconds / k
+    return max(done.values())
 
 
 def pipelined_limit(op: str, size: float, c: Cluster) -> float:

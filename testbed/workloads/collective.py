@@ -313,7 +313,8 @@ def _base_spec(net, spec: dict, peers: list[dict], store: str, size: int) -> dic
             "congestion": "delay" if spec.get("congestion", "none") == "delay" else None,
             # senders pace just below the shaped rates, so queues do not build up
             "rate_limit_bps": {"nic": PACE * fabric.params["nic_mbps"] * 1e6,
-                               "hb": PACE * fabric.params["hb_mbps"] * 1e6}}
+                               "hb": PACE * fabric.params["hb_mbps"] * 1e6},
+            **collective_phases.rank_options(spec, size, cluster(fabric))}
 
 
 def _summarize_run(spec: dict, world: int, rows: list, errors: list, error_times: list, recoveries: list,

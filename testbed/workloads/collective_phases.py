@@ -52,6 +52,13 @@ def extra_fields(op: str, algo: str, nbytes: int, c: models.Cluster, outs: list[
     return out
 
 
+def rank_options(spec: dict, size: int, c: models.Cluster) -> dict:
+    """What the ranks of a pipelined collective are told: how many pieces (the count its model assumes)."""
+    if spec["algo"] != PIPELINED:
+        return {}
+    return {"pieces": models.pipeline_pieces(spec["op"], size, c)}
+
+
 def table_lines(r: dict) -> str:
     """Lines under a row's nccl-tests line: one per phase, its time, its bound and their ratio."""
     lines = []

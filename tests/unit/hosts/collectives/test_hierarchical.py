@@ -45,9 +45,33 @@ def test_pipelined_max_reduction(small_pieces):
     assert all(np.array_equal(g, np.max(np.stack(xs), axis=0)) for g in got.values())
 
 
-def test_pieces_are_bounded():
-    assert pipeline.pieces(1) == 1 and pipeline.pieces(pipeline.MIN_PIECE * 3) == 3
-    assert pipeline.pieces(1 << 30) == pipeline.MAX_PIECES
+class Chosen:
+    pieces = None
+
+
+def test_pieces_are_bounded_and_the_callers_choice_wins():
+    assert pipeline.pieces(Chosen, 1, 1) == 1 and pipeline.pieces(Chosen, pipeline.MIN_PIECE * 3, 10**6) == 3
+    assert pipeline.pieces(Chosen, 1 << 30, 1 << 28) == pipeline.MAX_PIECES
+    Chosen.pieces = 5
+    assert pipeline.pieces(Chosen, 1, 100) == 5 and pipeline.pieces(Chosen, 1 << 30, 3) == 3   # at most one per element
+
+
+@pytest.mark.parametrize("op,k,per_piece", [("allreduce", 5, 2 * (2 - 1) + 2 * (3 - 1)), ("allgather", 6, (3 - 1) + (2 - 1) * 3)])
+def test_the_pipeline_is_one_stream_of_every_pieces_messages(op, k, per_piece):
+    """3 servers x 2 GPUs: per piece, AllReduce sends to each HB peer twice (reduce-scatter, all-gather) and to
+    each rail peer twice; AllGather sends its block to each rail peer and its rail's blocks to each HB peer."""
+    def fn(c):
+        c.pieces, calls, real = k, [], c.stream
+        c.stream = lambda sends, recvs: calls.append((len(sends), len(recvs))) or real(sends, recvs)
+        x = inputs(c.world, 600, np.float32)[c.rank]
+        got = algorithms.allgather(c, x, "hierarchical-pipelined") if op == "allgather" else \
+            algorithms.allreduce(c, x.copy(), "sum", "hierarchical-pipelined")
+        return got, calls
+    got = run_ranks(peers_grid(3, 2), fn)
+    xs = inputs(6, 600, np.float32)
+    want = np.concatenate(xs) if op == "allgather" else np.sum(np.stack(xs), axis=0)
+    for rank, (out, calls) in got.items():
+        assert calls == [(k * per_piece, k * per_piece)] and np.array_equal(out, want), rank
 
 
 def timed(op, algo, count):
