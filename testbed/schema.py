@@ -5,6 +5,7 @@ The scenario (testbed/scenario.py) and every workload's own part of the schema (
 from __future__ import annotations
 
 import re
+from decimal import Decimal
 
 SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMG]i?B|B)?\s*$")
 SIZE_UNITS = {None: 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9,
@@ -37,7 +38,7 @@ def parse_size(value, low: int = 1, high: int = MAX_FLOW_BYTES) -> int:
         m = SIZE_RE.match(str(value))
         if not m:
             raise ScenarioError(f"size {value!r} is not a size like 4096, 64KiB, 1MiB or 10MB")
-        size = int(float(m.group(1)) * SIZE_UNITS[m.group(2)])
+        size = int(Decimal(m.group(1)) * SIZE_UNITS[m.group(2)])     # exact: a float of 400 digits is inf
     if not low <= size <= high:
         raise ScenarioError(f"size {value!r} must be between {_human(low)} and {_human(high)}")
     return size
