@@ -11,8 +11,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from hosts.collectives.groups import (bounds, check_grid, gather_hb_stage, hb_group, rail_group, ring_allgather,
-                                      ring_reduce_scatter)
+from hosts.collectives.groups import (
+    bounds,
+    check_grid,
+    gather_hb_stage,
+    hb_group,
+    rail_group,
+    ring_allgather,
+    ring_reduce_scatter,
+)
 from hosts.collectives.phases import phase
 
 

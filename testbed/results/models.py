@@ -82,8 +82,12 @@ def phases(op: str, algo: str, size: float, c: Cluster) -> list[Phase]:
     (x-1)/x S. AllGather (Wang et al.): rail (y-1) S/(xy), then HB (x-1) S/x. Two-step all-to-all with d = S/n
     per pair: HB y(x-1)d, then rail x(y-1)d."""
     x, y = c.x, c.y
-    hb = lambda name, b: Phase(name, "hb", b, c.c_f)          # noqa: E731
-    nic = lambda name, b: Phase(name, "nic", b, c.c_s)        # noqa: E731
+
+    def hb(name: str, nbytes: float) -> Phase:
+        return Phase(name, "hb", nbytes, c.c_f)
+
+    def nic(name: str, nbytes: float) -> Phase:
+        return Phase(name, "nic", nbytes, c.c_s)
     if op == "allreduce" and algo in ("hierarchical", "hierarchical-pipelined"):
         return [hb("hb_reduce_scatter", (x - 1) / x * size), nic("rail_exchange", 2 * (y - 1) / y * size / x),
                 hb("hb_allgather", (x - 1) / x * size)]

@@ -1,7 +1,20 @@
 """Analytical models: the formulas of the issue and the papers, checked on hand-computed cases."""
+import itertools
+
 import pytest
 
-from testbed.results.models import Cluster, bound_busbw, bus_factor, time_model
+from testbed.results.models import (
+    MAX_PIECES,
+    Cluster,
+    bound_busbw,
+    bus_factor,
+    phases,
+    pipeline_pieces,
+    pipeline_stages,
+    pipelined_limit,
+    pipelined_time,
+    time_model,
+)
 
 C = Cluster(x=4, y=2, c_s=1.25e6, c_f=11.25e6)     # 2 servers x 4 GPUs, 10 / 90 Mbit/s
 
@@ -39,8 +52,6 @@ def test_hierarchical_allreduce_sends_a_quarter_over_the_nic():
 
 # -- hierarchical algorithms phase by phase, and the pipelined model ---------------------------------------------
 
-from testbed.results.models import (MAX_PIECES, phases, pipeline_pieces, pipeline_stages,  # noqa: E402
-                                    pipelined_limit, pipelined_time)
 
 GRIDS = [(4, 2), (2, 4), (2, 3), (3, 3), (3, 2), (1, 4), (4, 1), (5, 3)]     # (x GPUs per server, y servers)
 
@@ -80,7 +91,7 @@ def test_one_piece_is_the_sequential_model_and_more_pieces_approach_the_busiest_
     assert pipelined_time(op, size, c, 1) == pytest.approx(seq)
     times = [pipelined_time(op, size, c, k) for k in (1, 2, 4, 8, 16, 32)]
     limit = pipelined_limit(op, size, c)
-    assert all(b <= a + 1e-12 for a, b in zip(times, times[1:]))        # never worse with more pieces
+    assert all(b <= a + 1e-12 for a, b in itertools.pairwise(times))        # never worse with more pieces
     assert all(t >= limit - 1e-12 for t in times)                         # never better than the busiest link
     assert times[-1] <= limit + seq / 32 + 1e-12                          # fill and drain: about one piece
 

@@ -22,7 +22,7 @@ def test_each_phase_is_the_mean_over_ranks_and_iterations_against_its_own_bound(
     rows = collective_phases.phase_rows("allreduce", "hierarchical", 4 << 20, C, outs([log, log]))
     assert [r["name"] for r in rows] == ["hb_reduce_scatter", "rail_exchange", "hb_allgather"]
     assert [r["link"] for r in rows] == ["hb", "nic", "hb"]
-    rs, rail, ag = rows
+    rs, rail, _ = rows
     assert rs["seconds"] == pytest.approx(0.65) and rail["seconds"] == pytest.approx(1.85)
     assert rs["samples"] == 2
     bound = 3 / 4 * (4 << 20) / C.c_f
