@@ -1,37 +1,51 @@
 """Checks on a results.json beyond the code that wrote it: its schema (testbed/results/results_schema.py) and its
-one time base (a value that looks like Unix time sits only under an *_at key or timings.workloads_start).
+one time base (a value that looks like a moment of the run in Unix time, a number within a day of its start,
+sits only under an *_at key or timings.workloads_start).
 
 tests/conftest.py applies them to every results.json a test's run writes under its tmp_path.
 """
 from __future__ import annotations
 
+import datetime
 import glob
 import json
 import os
 
 from testbed.results import results_schema
 
-# Unix times of 2001..2286: floats in this range are moments; byte counts are integers
-EPOCH_RANGE = (1e9, 1e10)
+DAY = 86400.0
 
 
-def epoch_outside_at(doc, path: str = "") -> list[str]:
-    """Values that look like Unix time under a key not named for it."""
-    found = []
-    if isinstance(doc, dict):
-        for k, v in doc.items():
-            if isinstance(v, float) and EPOCH_RANGE[0] <= v < EPOCH_RANGE[1]:
-                if not (k.endswith("_at") or f"{path}.{k}" == ".timings.workloads_start"):
+def origin(results: dict) -> float | None:
+    """The run's start in Unix time: timings.workloads_start, else `started`."""
+    t0 = results.get("timings", {}).get("workloads_start")
+    if t0 is None and results.get("started"):
+        t0 = datetime.datetime.fromisoformat(results["started"]).timestamp()
+    return t0
+
+
+def epoch_outside_at(results: dict) -> list[str]:
+    """Moments of the run in Unix time (floats within a day of its start) under a key not named for it."""
+    t0 = origin(results)
+    if t0 is None:
+        return []
+
+    def moment(v) -> bool:
+        return isinstance(v, float) and abs(v - t0) < DAY
+
+    def walk(doc, path: str) -> list[str]:
+        found = []
+        if isinstance(doc, dict):
+            for k, v in doc.items():
+                if moment(v) and not (k.endswith("_at") or f"{path}.{k}" == ".timings.workloads_start"):
                     found.append(f"{path}.{k}: {v} looks like Unix time, not a *_at key")
-            else:
-                found += epoch_outside_at(v, f"{path}.{k}")
-    elif isinstance(doc, list):
-        for i, v in enumerate(doc):
-            if isinstance(v, float) and EPOCH_RANGE[0] <= v < EPOCH_RANGE[1]:
-                found.append(f"{path}[{i}]: {v} looks like Unix time in a list")
-            else:
-                found += epoch_outside_at(v, f"{path}[{i}]")
-    return found
+                else:
+                    found += walk(v, f"{path}.{k}")
+        elif isinstance(doc, list):
+            for i, v in enumerate(doc):
+                found += [f"{path}[{i}]: {v} looks like Unix time in a list"] if moment(v) else walk(v, f"{path}[{i}]")
+        return found
+    return walk(results, "")
 
 
 def problems(results: dict) -> list[str]:

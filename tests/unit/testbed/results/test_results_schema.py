@@ -124,7 +124,11 @@ def test_flows_are_put_on_the_workloads_time_base():
 def test_a_moment_under_a_key_not_named_for_it_is_found():
     assert epoch_outside_at({"timings": {"workloads_start": T0}, "faults": [{"at_s": T0}]}) == \
         [f".faults[0].at_s: {T0} looks like Unix time, not a *_at key"]
-    assert epoch_outside_at({"links": {"rail0:1": {"tx_bytes": 5_000_000_000}}}) == []     # bytes are integers
+    other_numbers = {"timings": {"workloads_start": T0}, "links": {"rail0:1": {"tx_bytes": int(T0)}},
+                     "workloads": [{"model": {"params": 3.2e9}}]}        # bytes are integers, a model is no moment
+    assert epoch_outside_at(other_numbers) == []
+    started = {"started": "2026-11-24T21:47:50+00:00", "timings": {}, "workloads": [{"recovered": T0}]}
+    assert epoch_outside_at(started) == [f".workloads[0].recovered: {T0} looks like Unix time, not a *_at key"]
 
 
 def test_only_files_a_run_wrote_are_checked(tmp_path):
