@@ -37,6 +37,11 @@ from testbed import PREFIX
 from testbed.fabric.hosts.engine import DockerUnavailable, engine  # noqa: F401 (dockerhost.engine: the API)
 
 LABEL = "testbed"                     # every container of ours carries it, with the run directory
+# nsenter keeps the caller's capabilities (all of root's): a workload process gets Docker's default set only,
+# as the container's init and `docker exec` have (setpriv: util-linux, in every Debian image)
+DEFAULT_CAPS = ("chown", "dac_override", "fsetid", "fowner", "mknod", "net_raw", "setgid", "setuid", "setfcap",
+                "setpcap", "net_bind_service", "sys_chroot", "kill", "audit_write")
+DROP_CAPS = ["setpriv", "--inh-caps=-all", "--bounding-set=-all," + ",".join("+" + c for c in DEFAULT_CAPS)]
 
 
 def container_name(host: str) -> str:
@@ -245,7 +250,7 @@ class DockerHost(Host):
         enter = ["sh", "-c", 'for f in $TB_CGROUPS; do echo $$ > "$f" || exit 125; done; exec "$@"', "tb-enter",
                  "nsenter", "--target", str(self.container_pid), "--mount", f"--uts=/proc/{self.holder_pid}/ns/uts",
                  "--ipc", "--net", "--pid",
-                 "--wd", "--", "env", "-i", *self.containers.env]      # --wd: the init's, the image's WORKDIR
+                 "--wd", "--", *DROP_CAPS, "env", "-i", *self.containers.env]   # --wd: the image's WORKDIR
         env = {"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"), "TB_CGROUPS": " ".join(self.cgroups)}
         return ContainerProcess(enter + cmd, env=env, start_new_session=True, **kwargs)
 
