@@ -9,7 +9,8 @@ hierarchical-pipelined AllReduce and AllGather (optionally the flat ring AllRedu
 is checked against numpy. Printed per case: busbw / bound as the median of the rounds with its spread
 (min-max), each phase's time / bound (sequential variants), and the pipelined variants' busbw over the
 SEQUENTIAL bound (above 1: the overlap beats any sequential schedule). Ratios are taken against bounds in the
-same run, so a busy machine shows as spread rather than as a shifted figure.
+same run, so a busy machine shows as spread rather than as a shifted figure; idle% is the machine's CPU idle
+share during each run (median), near 0 meaning the figure is CPU-bound rather than link-bound.
 """
 import argparse
 import json
@@ -40,16 +41,31 @@ def run_grid(kind: str, servers: int, per: int, args) -> list[dict]:
     with Network(fabric) as net:
         for rnd in range(args.repeat):
             for case in cases(args):
-                load = os.getloadavg()[0]
+                load, cpu = os.getloadavg()[0], cpu_times()
                 res = collective.run(net, {"type": "collective", "iterations": args.iterations, **case})
+                idle = idle_pct(cpu, cpu_times())
                 if not res["rows"]:
                     raise SystemExit(f"{kind} {servers}x{per} {case['op']}/{case['algo']} failed: "
                                      f"{[c['detail'] for c in res['checks'] if not c['ok']]}")
                 r = res["rows"][0]
-                rows.append({**r, "kind": kind, "grid": f"{servers}x{per}", "round": rnd, "load1": load})
-                print(f"  round {rnd} {kind} {servers}x{per} {r['op']}/{r['algo']}: ratio {r['bus_ratio']:.3f}"
+                rows.append({**r, "kind": kind, "grid": f"{servers}x{per}", "round": rnd, "load1": load,
+                             "cpu_idle_pct": idle})
+                print(f"  round {rnd} {kind} {servers}x{per} {r['op']}/{r['algo']}: ratio {r['bus_ratio']:.3f}, "
+                      f"CPU idle {idle:.0f}%"
                       f"{' WRONG' if not r['correct'] else ''}", file=sys.stderr, flush=True)
     return rows
+
+
+def cpu_times() -> list[int]:
+    """The machine's CPU time counters (/proc/stat's first line)."""
+    with open("/proc/stat") as f:
+        return [int(v) for v in f.readline().split()[1:]]
+
+
+def idle_pct(before: list[int], after: list[int]) -> float:
+    """Share of the machine's CPU time that was idle between two readings (idle + iowait)."""
+    delta = [b - a for a, b in zip(before, after)]
+    return 100.0 * (delta[3] + delta[4]) / max(1, sum(delta))
 
 
 def spread(values) -> str:
@@ -61,12 +77,13 @@ def report(rows: list[dict]) -> None:
     for r in rows:
         groups.setdefault((r["kind"], r["grid"], r["op"], r["algo"], r["bytes"]), []).append(r)
     print(f"{'fabric':<16} {'grid':>4} {'op/algo':<34} {'bytes':>8} {'n':>2} {'busbw MB/s':>10} {'bound':>7} "
-          f"{'busbw/bound':>17} {'vs sequential':>17} ok")
+          f"{'busbw/bound':>17} {'vs sequential':>17} {'idle%':>5} ok")
     for (kind, grid, op, algo, nbytes), rs in groups.items():
         seq = [r["busbw_MBps"] / r["sequential_bound_busbw_MBps"] for r in rs if "sequential_bound_busbw_MBps" in r]
         print(f"{kind:<16} {grid:>4} {op + '/' + algo:<34} {nbytes:>8} {len(rs):>2} "
               f"{statistics.median(r['busbw_MBps'] for r in rs):>10.3f} {rs[0]['bound_busbw_MBps']:>7.3f} "
               f"{spread([r['bus_ratio'] for r in rs]):>17} {spread(seq) if seq else '-':>17} "
+              f"{statistics.median(r.get('cpu_idle_pct', 0) for r in rs):>5.0f} "
               f"{'yes' if all(r['correct'] for r in rs) else 'NO'}")
         names = [p["name"] for p in rs[0].get("phases", [])] if algo != "hierarchical-pipelined" else []
         for name in names:
