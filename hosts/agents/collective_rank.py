@@ -12,7 +12,8 @@ SPEC: {"rank": r, "peers": [{"rank", "name", "ip", "hb_ip", "server", "local_ran
        "heartbeat": {"period_s": 0.15, "timeout_s": 1.0, "stall_s": 2.0} | false,
        "join": {"epoch": E, "me": {peer}}}             (a spare taking over a failed rank from epoch E)
 Inputs are integer-valued, drawn from a seed per rank, so every rank can compute the exact expected
-result with numpy. Prints {"rank", "host", "times": [s per measured step], "correct", "counters",
+result with numpy. Prints {"rank", "host", "times": [s per measured step], "phases": [per measured step
+[(phase, s), ...] of hierarchical algorithms, else None], "correct", "counters",
 "recoveries", "heartbeat"}, or {"rank", "host", "error"}, or {"rank", "host", "left"} (a rank moved away).
 
 A failed peer fails the collective: found by the heartbeats over the network (hosts/collectives/heartbeat.py:
