@@ -9,6 +9,10 @@ off the tree, hits fabric_app's lowest-priority drop.
 Coexistence with fabric_app: this app's flows carry COOKIE and are deleted by cookie mask only; its
 group ids start at GROUP_BASE. State goes to the state file + ".mcast" (controllers/state.py): groups, members,
 trees, members they cannot reach, events and errors.
+
+A host is untrusted: it may join at most MAX_GROUPS_PER_HOST groups (TESTBED_MCAST_GROUPS_PER_HOST, default 64),
+so that its joins cannot grow the flow and group tables without bound; joins past the cap, joins of addresses
+that are not multicast, and messages that do not parse are ignored and counted per host in the state ("ignored").
 """
 from __future__ import annotations
 
@@ -21,12 +25,14 @@ try:
     from os_ken.base import app_manager
     from os_ken.controller import ofp_event
     from os_ken.controller.handler import CONFIG_DISPATCHER, MAIN_DISPATCHER, set_ev_cls
+    from os_ken.lib import hub
     from os_ken.lib.packet import igmp, packet
     from os_ken.ofproto import ofproto_v1_5
 except ImportError:  # pragma: no cover - exercised only under ryu-manager
     from ryu.base import app_manager
     from ryu.controller import ofp_event
     from ryu.controller.handler import CONFIG_DISPATCHER, MAIN_DISPATCHER, set_ev_cls
+    from ryu.lib import hub
     from ryu.lib.packet import igmp, packet
     from ryu.ofproto import ofproto_v1_5
 
@@ -40,6 +46,9 @@ GROUP_BASE = 100000
 PRIO_IGMP, PRIO_GROUP = 300, 200
 LINK_LOCAL = ipaddress.ip_network("224.0.0.0/24")
 JOIN_RECORDS = (igmp.MODE_IS_EXCLUDE, igmp.CHANGE_TO_EXCLUDE_MODE)
+MULTICAST = ipaddress.ip_network("224.0.0.0/4")
+MAX_GROUPS_PER_HOST = int(os.environ.get("TESTBED_MCAST_GROUPS_PER_HOST", "64"))
+MAX_ERRORS = 100                       # the errors kept in the state (a hostile host can send any number)
 
 
 def igmp_changes(data: bytes) -> list[tuple[str, bool]]:
@@ -79,7 +88,10 @@ class MulticastTrees(app_manager.OSKenApp if hasattr(app_manager, "OSKenApp") el
         self.next_gid: dict[str, int] = {}
         self.history: list[dict] = []
         self.errors: list[str] = []
+        self.ignored: dict[str, dict[str, int]] = {}     # host -> {"over_cap", "not_multicast", "malformed": count}
         self.awaiting: set[tuple[int, int]] = set()     # (dpid, xid) of barriers sent after the last changes
+        self.unsaved = False                            # ignored messages counted since the last save
+        self.threads.append(hub.spawn(self.flush))
 
     # -- switches ---------------------------------------------------------------------------------
     @set_ev_cls(ofp_event.EventOFPSwitchFeatures, CONFIG_DISPATCHER)
@@ -123,13 +135,22 @@ class MulticastTrees(app_manager.OSKenApp if hasattr(app_manager, "OSKenApp") el
         try:
             changes = igmp_changes(data)
         except Exception as exc:  # a malformed report must not stop the app
-            self.errors.append(f"{name}:{in_port}: bad IGMP message: {exc!r}")
-            self.save_state()
+            self.ignore(host, "malformed", f"{name}:{in_port}: bad IGMP message: {exc!r}")
             return
         changed = False
         for group, joined in changes:
-            if ipaddress.ip_address(group) in LINK_LOCAL:
+            try:
+                address = ipaddress.ip_address(group)
+            except ValueError:
+                address = None
+            if address is None or address not in MULTICAST:
+                self.ignore(host, "not_multicast")         # a unicast "group" would shadow its routes
+                continue
+            if address in LINK_LOCAL:
                 continue                                      # link-local groups are never routed
+            if joined and host not in self.members.get(group, ()) and self.groups_of(host) >= MAX_GROUPS_PER_HOST:
+                self.ignore(host, "over_cap")
+                continue
             members = self.members.setdefault(group, set())
             if joined != (host in members):
                 (members.add if joined else members.discard)(host)
@@ -140,6 +161,23 @@ class MulticastTrees(app_manager.OSKenApp if hasattr(app_manager, "OSKenApp") el
                 del self.members[group]
         if changed:
             self.sync()
+
+    def groups_of(self, host: str) -> int:
+        return sum(1 for members in self.members.values() if host in members)
+
+    def ignore(self, host: str, why: str, error: str | None = None) -> None:
+        counts = self.ignored.setdefault(host, {})
+        counts[why] = counts.get(why, 0) + 1
+        if error and len(self.errors) < MAX_ERRORS:
+            self.errors.append(error)
+        self.unsaved = True
+
+    def flush(self) -> None:
+        """Save ignored-message counts twice a second, not once per message of a flood."""
+        while True:
+            hub.sleep(0.5)
+            if self.unsaved:
+                self.save_state()
 
     @set_ev_cls(ofp_event.EventOFPPortStatus, MAIN_DISPATCHER)
     def port_status(self, ev):
@@ -222,6 +260,7 @@ class MulticastTrees(app_manager.OSKenApp if hasattr(app_manager, "OSKenApp") el
         self.save_state()
 
     def save_state(self) -> None:
+        self.unsaved = False
         if not self.state_path:
             return
         groups = {}
@@ -233,4 +272,5 @@ class MulticastTrees(app_manager.OSKenApp if hasattr(app_manager, "OSKenApp") el
                 "unreachable": mcast_trees.unreachable(self.topo, members)}
         state.write(self.state_path, {"groups": groups, "installed": not self.awaiting,
                                       "rules": sum(len(r) for r in self.installed.values()),
-                                      "events": self.history[-1000:], "errors": self.errors})
+                                      "events": self.history[-1000:], "errors": self.errors,
+                                      "ignored": self.ignored, "max_groups_per_host": MAX_GROUPS_PER_HOST})

@@ -42,7 +42,7 @@ def test_both_apps_save_through_it(tmp_path):
     assert state.read_routing(path) == {"mode": "ecmp", "failover": True, "switches": {"leaf0": {"n": 3}},
                                         "down": [["spine1", 2]], "port_events": [], "errors": []}
     mcast = SimpleNamespace(state_path=state.multicast_path(path), members={}, awaiting={}, installed={"leaf0": [1]},
-                            history=[{"at": 1}], errors=[], topo=None)
+                            history=[{"at": 1}], errors=[], topo=None, ignored={})
     MulticastTrees.save_state(mcast)
     assert state.multicast_groups(path) == {} and state.multicast_installed(path) is True
     assert state.read_routing(path)["mode"] == "ecmp"                 # the two files are separate
