@@ -4,8 +4,8 @@ through the HB domain, never through a spine).
     allreduce(comm, x, fn)   HB reduce-scatter (ring over the server) -> rail allreduce of this GPU's 1/K
                              (ring over the rail) -> HB all-gather; each phase timed (phases.py)
     allgather(comm, shard)   rail all-gather (ring over the rail) -> HB all-gather of the rail's shards
-    allreduce_pipelined / allgather_pipelined (pipeline.py): the same phases on chunks that flow HB -> rail -> HB
-                             concurrently, as NCCL overlaps NVLink and the NIC
+    pipeline.py has the pipelined variants (algo hierarchical-pipelined): the same phases on pieces that
+    flow HB -> rail -> HB concurrently, as NCCL overlaps NVLink and the NIC
 """
 from __future__ import annotations
 
