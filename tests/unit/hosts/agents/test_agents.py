@@ -10,7 +10,7 @@ import pytest
 import hosts
 import hosts.agents
 
-AGENTS = ["collective_rank", "training_rank", "probe", "flows", "tfdata_service", "tfdata_trainer"]
+AGENTS = ["collective_rank", "training_rank", "probe", "flows", "tfdata_service", "tfdata_trainer", "fuzz"]
 
 
 def _has_main_guard(path: str) -> bool:
