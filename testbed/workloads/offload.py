@@ -24,6 +24,7 @@ from hosts.tfdata import budget
 from testbed import PROJECT_ROOT
 from testbed.fabric.hosts import backend_class
 from testbed.monitor.fidelity import CpuSampler
+from testbed.runtime import hostlogs
 from testbed.schema import NAME, RATE, ScenarioError
 from testbed.workloads import offload_compare as compare
 
@@ -113,10 +114,12 @@ class Servers:
         self.net, self.hosts, self.cores, self.start_timeout = net, cpu_hosts, worker_cores, start_timeout
         self.procs: dict[str, subprocess.Popen] = {}
         self.logs: dict = {}
+        self.where: dict[str, str] = {}            # key -> host, for the logs kept in the results folder
         self.ip = net.fabric.hosts[cpu_hosts[0]].ip
 
     def _start(self, key: str, host: str, args: list[str]) -> None:
         err = self.logs[key] = tempfile.TemporaryFile(prefix="tb-tfdata-")   # TF logs a lot to stderr
+        self.where[key] = host
         self.procs[key] = self.net.host(host).popen([sys.executable, "-m", "hosts.agents.tfdata_service", *args],
                                                     cwd=PROJECT_ROOT, stdout=subprocess.PIPE, stderr=err)
 
@@ -160,7 +163,11 @@ class Servers:
             if proc.poll() is None:
                 proc.kill()
             proc.wait()
-        for log in self.logs.values():
+        for key, log in self.logs.items():
+            log.seek(0)
+            hostlogs.keep(self.net, self.where[key], "hosts.agents.tfdata_service",
+                          getattr(self.procs.get(key), "returncode", None), "",
+                          log.read().decode(errors="replace"))
             log.close()
         for h in self.hosts:
             budget.remove(f"{os.getpid()}-worker-{h}")
@@ -184,6 +191,7 @@ def run_trainer(net, host: str, spec: dict, cores: float, timeout: float) -> dic
     try:
         applied = budget.limit(group, proc.pid, cores)
         out, err = proc.communicate(timeout=timeout)
+        hostlogs.keep(net, host, "hosts.agents.tfdata_trainer", proc.returncode, out, err)
         try:
             result = json.loads(out.strip().splitlines()[-1])
         except (ValueError, IndexError):
