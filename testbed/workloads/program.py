@@ -133,7 +133,6 @@ def figure(text: str, fig: dict):
     """The figure a rank's output gives: the last match of the regex (its group `value`, else its first group,
     else the match), or the value at the key (dotted path) of the last JSON line that has it. A number where it
     reads as one; None if the output has none."""
-    import json
     value = None
     if "regex" in fig:
         matches = list(re.finditer(fig["regex"], text, re.MULTILINE))
