@@ -128,8 +128,10 @@ def test_ctrl_c_tears_down(tmp_path):
                              "--out", str(tmp_path / "test-results-int")],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     for line in proc.stdout:
-        if line.startswith("workload"):
+        if re.search(r"\[\d+/\d+\] ", line):          # the progress line of the first workload: "[00:03] [1/3] ..."
             break
+    else:
+        pytest.fail("the run printed no workload's progress line before it ended")
     time.sleep(1)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
