@@ -85,20 +85,30 @@ class Bottleneck:
             return self.free_at - now
 
 
+def bottleneck_queue(make_pair, size, cc) -> float:
+    """The longest queue a 5 Mbit/s bottleneck builds under one WRITE from a sender paced at 20 Mbit/s."""
+    link = Bottleneck(5e6)
+    p = make_pair(fabric=MemoryFabric(delay=link.delay), rate_limit_bps=20e6, cc=cc, timeout=5.0)
+    p.qa.post_send(SendWR(WROpcode.RDMA_WRITE, [p.ma.sge(0, size)], wr_id=1, remote_addr=p.mb.addr,
+                          rkey=p.mb.rkey))
+    wc = p.ca.wait(1, 60)
+    assert wc and wc[0].ok, wc
+    assert p.dst[:size] == p.src[:size]
+    if cc:
+        assert p.qa.counters["cc_rate_cuts"] >= 1
+    return link.max_queue
+
+
 @pytest.mark.parametrize("size", [512 * 1024])
 def test_queue_stays_short_under_congestion_control(make_pair, size):
-    queues = {}
-    for cc in (None, "delay"):
-        link = Bottleneck(5e6)
-        p = make_pair(fabric=MemoryFabric(delay=link.delay), rate_limit_bps=20e6, cc=cc, timeout=5.0)
-        p.qa.post_send(SendWR(WROpcode.RDMA_WRITE, [p.ma.sge(0, size)], wr_id=1, remote_addr=p.mb.addr,
-                              rkey=p.mb.rkey))
-        wc = p.ca.wait(1, 60)
-        assert wc and wc[0].ok, wc
-        assert p.dst[:size] == p.src[:size]
-        queues[cc] = link.max_queue
-        if cc:
-            assert p.qa.counters["cc_rate_cuts"] >= 1
-    print(f"max bottleneck queue: {queues[None] * 1e3:.0f} ms unpaced by CC, {queues['delay'] * 1e3:.0f} ms with it")
-    # without congestion control the queue grows to most of the transfer (3/4 of 0.84 s)
-    assert queues["delay"] < 0.5 * queues[None]
+    # Without congestion control the queue grows to most of the transfer (3/4 of 0.84 s) when the sender keeps
+    # its 20 Mbit/s; on a loaded machine the Python sender falls short of that and both queues shrink, so a
+    # pair of runs is tried up to three times: congestion control that does not work fails every time.
+    ratios = []
+    for _ in range(3):
+        unpaced, paced = (bottleneck_queue(make_pair, size, cc) for cc in (None, "delay"))
+        ratios.append(paced / unpaced)
+        print(f"max bottleneck queue: {unpaced * 1e3:.0f} ms unpaced by CC, {paced * 1e3:.0f} ms with it")
+        if ratios[-1] < 0.5:
+            break
+    assert min(ratios) < 0.5, ratios
