@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 
 EXIT_FAILED, EXIT_USAGE = 1, 2
 
@@ -15,3 +16,16 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+def require_machine(doc: dict, verb: str) -> None:
+    """What bringing a fabric up needs of the machine (root, Open vSwitch, the scenario's host backend),
+    as one-line usage errors."""
+    if os.geteuid() != 0:
+        raise UsageError(f"`testbed {verb}` needs root (namespaces, Open vSwitch); try sudo")
+    from testbed.fabric import hosts, ovs
+    ovs.require_running()
+    try:
+        hosts.require(doc.get("hosts", "netns"))
+    except hosts.BackendUnavailable as exc:
+        raise UsageError(str(exc)) from None

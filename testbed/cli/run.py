@@ -7,7 +7,7 @@ import os
 import sys
 
 from testbed.cli import verbosity
-from testbed.cli.errors import EXIT_FAILED, UsageError
+from testbed.cli.errors import EXIT_FAILED, UsageError, require_machine
 
 
 def cmd_run(args) -> int:
@@ -29,15 +29,7 @@ def cmd_run(args) -> int:
     runner.check(doc, fabric)
     for warning in runner.warnings(doc, fabric):
         print(f"warning: {warning}", file=sys.stderr)
-    if os.geteuid() != 0:
-        raise UsageError("`testbed run` needs root (namespaces, Open vSwitch); try sudo")
-    from testbed.fabric import ovs
-    ovs.require_running()
-    from testbed.fabric import hosts
-    try:
-        hosts.require(doc.get("hosts", "netns"))
-    except hosts.BackendUnavailable as exc:
-        raise UsageError(str(exc)) from None
+    require_machine(doc, "run")
     del fabric
     out = args.out or runner.default_out_dir(doc)
     report = progress.Progress(level)

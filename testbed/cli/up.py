@@ -16,7 +16,7 @@ import sys
 import time
 
 from testbed import RUN_ROOT
-from testbed.cli.errors import EXIT_FAILED, UsageError
+from testbed.cli.errors import EXIT_FAILED, UsageError, require_machine
 
 TOPO_KEYS = {"servers": "servers", "gpus": "gpus_per_server", "gpus_per_server": "gpus_per_server",
              "spines": "spines", "oversubscription": "oversubscription", "nic_mbps": "nic_mbps",
@@ -92,7 +92,7 @@ def cmd_up(args) -> int:
     for key in ignored_params(fabric.kind, doc["fabric"]):
         print(f"warning: fabric.{key}: a {fabric.kind} fabric has no use for it; ignored", file=sys.stderr)
     _refuse_second_fabric()
-    _require_machine(doc)
+    require_machine(doc, "up")
     if args.foreground:
         from testbed.cli import fabricd
         return fabricd.serve(doc, source_of(args), args.ready_fd)
@@ -128,17 +128,6 @@ def _refuse_second_fabric() -> None:
         since = time.strftime("%H:%M:%S", time.localtime(state["live"]["since"]))
         raise UsageError(f"a fabric is already up (pid {state['owner_pid']}, since {since}, from "
                          f"{state['live']['source']}): `testbed down` first")
-
-
-def _require_machine(doc: dict) -> None:
-    if os.geteuid() != 0:
-        raise UsageError("`testbed up` needs root (namespaces, Open vSwitch); try sudo")
-    from testbed.fabric import hosts, ovs
-    ovs.require_running()
-    try:
-        hosts.require(doc.get("hosts", "netns"))
-    except hosts.BackendUnavailable as exc:
-        raise UsageError(str(exc)) from None
 
 
 def _child_argv(args) -> list[str]:
