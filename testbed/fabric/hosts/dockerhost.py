@@ -211,6 +211,7 @@ class DockerHost(Host):
     """A Mininet host whose network namespace is a container's (see the module docstring)."""
 
     python = "python3"            # the image's interpreter runs the hosts package
+    tool_pids: frozenset = frozenset()       # the testbed's own tools in it (captures): spared by GPU faults
 
     def __init__(self, name, pod=None, containers: Containers | None = None, **params):
         self.holder, self.container = pod
@@ -257,7 +258,7 @@ class DockerHost(Host):
     def tool_popen(self, *args, **kwargs):
         """A process of the machine's own in the container's network namespace (captures)."""
         proc = Host.popen(self, *args, **kwargs)
-        self.tool_pids = getattr(self, "tool_pids", frozenset()) | {proc.pid}
+        self.tool_pids = self.tool_pids | {proc.pid}
         return proc
 
     def fail(self, sig) -> int | None:
