@@ -19,7 +19,7 @@ demo: setup
 
 test: setup
 	@trap '.venv/bin/testbed clean >/dev/null; scripts/dockerd-stop; scripts/ovs-stop' EXIT; \
-		scripts/ovs-start && scripts/dockerd-start && $(PY) -m pytest -q -rs tests
+		scripts/ovs-start && scripts/dockerd-start && $(PY) -m pytest -q -rs --durations=15 tests
 
 test-unit: setup
 	$(PY) -m pytest -q -rs -m "not root" tests
