@@ -19,7 +19,7 @@ from testbed.monitor import capture
 from testbed.monitor.fidelity import CpuSampler
 from testbed.monitor.timeline import Timeline
 from testbed.results import report, results_schema, runs
-from testbed.runtime import fault_outcomes, fault_timing, faults, progress
+from testbed.runtime import fault_outcomes, fault_timing, faults, program_outcomes, progress
 from testbed.runtime.fault_echo import FaultEcho
 from testbed.scenario import ScenarioError, host_limits
 from testbed.workloads import REGISTRY
@@ -197,6 +197,7 @@ def _run_workloads(net: Network, scenario: dict, results: dict, live: _Live, rep
     results["faults"] = schedule.results(net.controller_view().get("port_events", []))
     fault_outcomes.gpu_outcomes(results["faults"], results["workloads"], schedule.t0, net.fabric)
     fault_outcomes.traffic_outcomes(results["faults"], results["workloads"], schedule.t0)
+    program_outcomes.attach(results["faults"], results["workloads"], schedule.t0)
     results["checks"] += fault_outcomes.checks(results["faults"])
     results["checks"] += fault_timing.late_checks(scenario.get("faults", []), results["faults"], results["workloads"])
     end = net.counters()
@@ -252,13 +253,14 @@ def summary_table(results: dict) -> str:
     for f in results.get("faults", []):
         if f["kind"] in faults.GPU_FAULTS:
             rows.append(fault_outcomes.describe_gpu_outcome(f)
-                        + (": it hit no process (no rank ran on the target)" if f.get("processes") == 0 else ""))
+                        + (": it hit no process (no rank ran on the target)" if f.get("processes") == 0 else "")
+                        + program_outcomes.describe(f))
             continue
         rows.append(f"fault {f['kind']} {f['target']}: at {f['at_s']} s, controller saw it at {f['detected_s']} s, "
                     f"rules installed (every switch acknowledged) at {f.get('installed_s')} s"
                     + (f", traffic resumed at {f['resumed_s']} s ({f['flows_cut']} flows cut)"
                        if f.get("resumed_s") is not None else "")
-                    + f", restored at {f['restored_s']} s")
+                    + f", restored at {f['restored_s']} s" + program_outcomes.describe(f))
     if results.get("faults"):
         rows.append("")
     for c in results["checks"]:

@@ -69,8 +69,9 @@ def main() -> int:
 
     batches = iter(dataset(a.batch, a.steps, task["index"]))
     losses = []
-    for _ in range(a.epochs):
+    for epoch in range(a.epochs):
         losses.append(sum(float(train_step(*next(batches))) for _ in range(a.steps)) / a.steps)
+        print(f"# epoch {epoch + 1}/{a.epochs}: loss {losses[-1]:.4f}", flush=True)    # how far a job got
     diff = spread(strategy, model)
     print(f"# worker {task['index']} of {strategy.num_replicas_in_sync}: loss {losses[0]:.4f} -> {losses[-1]:.4f}, "
           f"weights differ by at most {diff}")

@@ -105,6 +105,16 @@ FAULT = obj({
     "recovery": d(nullable(STR), "The recovery policy that acted (abort, shrink, spare, migrate)."),
     "replaced_by": d(nullable({"type": "object", "additionalProperties": STR}), "Failed host -> the spare that "
                                                                                "took its rank."),
+    "jobs": arr(obj({"workload": STR, "ended": d({"enum": ["completed", "failed", "hung"]}, "How the job ended."),
+                     "exits": d(arr({"type": ["integer", "null"]}), "Exit codes (mpirun's, or each rank's)."),
+                     "ended_s": rel("when the job ended."),
+                     "error_after_s": dur("from the fault to the library's first error (null: none)."),
+                     "stall_s": dur("the silence of the job's traffic that began with the fault (null: none)."),
+                     "stall_from_s": rel("when that silence began."),
+                     "resumed_s": rel("when the job's traffic resumed (null: never)."),
+                     "longest_silence_s": dur("the job's longest silence over its run.")},
+                    ["workload", "ended"], closed=False),
+                "Program jobs running when it struck: how each took it (testbed/runtime/program_outcomes.py)."),
 }, ["kind", "target", "at_s", "detected_s", "recovered_s", "restored_s"])
 
 CAPTURE = obj({
@@ -234,6 +244,11 @@ PROGRAM = {
     "started_at": at("when the job was launched."), "output": arr(STR),
     "mpirun": {"type": "object"}, "reaction": d(STR, "How the library took a failure, in its words."),
     "fabric_bytes": INT, "nic_bytes": INT, "link_bytes": PORT_COUNTERS,
+    "silences": arr({"type": "array", "prefixItems": [d(NUM, "seconds from the job's launch (started_at)."),
+                                                      dur("how long it lasted."), d(BOOL, "traffic resumed.")],
+                     "items": False, "minItems": 3},
+                    "Stretches in which the job's NICs received nothing: [start, length, resumed]."),
+    "longest_silence_s": dur("the longest of them."), "traffic_samples": INT,
 }
 
 TYPES = {"collective": COLLECTIVE, "traffic": TRAFFIC, "connectivity": CONNECTIVITY,

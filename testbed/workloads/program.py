@@ -9,7 +9,9 @@ rank 0's NIC address, MASTER_PORT, TF_CONFIG), or, with `launcher: mpirun`, as o
 job (program_launch.py). Each rank's stdout and stderr are kept in the results folder (programs/<name>/); a
 number the program prints becomes a figure: the last match of a regular expression, or the last JSON line that
 has the key. The job passes when every rank exits 0 (`expect: failure`: when it ends, on its own, with an error:
-how a library takes a crashed peer), and each figure was printed within its bounds.
+how a library takes a crashed peer; `expect: hang`: when it is still running at its timeout), and each figure
+was printed within its bounds. The bytes delivered to the job's NICs are sampled while it runs
+(program_traffic.py): its silences are what a fault's stall looked like from the network.
 """
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ from testbed.fabric import ovs
 from testbed.schema import ScenarioError
 from testbed.workloads import collective
 from testbed.workloads import program_launch as launch
+from testbed.workloads import program_traffic
 
 FIGURE = {"type": "object", "additionalProperties": False,
           "description": "A number the program prints, read from one rank's stdout; min and max make it a check.",
@@ -71,9 +74,10 @@ SCHEMA = {
                       "description": "Seconds the job may take before its ranks are killed."},
         "figures": {"type": "object", "additionalProperties": FIGURE, "default": {},
                     "description": "Numbers the program prints, by name."},
-        "expect": {"enum": ["success", "failure"], "default": "success",
+        "expect": {"enum": ["success", "failure", "hang"], "default": "success",
                    "description": "success: every rank exits 0; failure: the job ends on its own with an error (how "
-                                  "a library takes a crashed peer)."},
+                                  "a library takes a crashed peer); hang: it is still running at timeout_s (how a "
+                                  "library takes a peer it can no longer reach and never gives up on)."},
     },
 }
 DEFAULTS = {"launcher": "env", "port": 29500, "env": {}, "mpirun_args": [], "timeout_s": 300, "figures": {},
@@ -171,14 +175,21 @@ def how_ended(code: int | None) -> str:
     return f"exited {code}"
 
 
+# A raised exception's line in a Python traceback ("RuntimeError: ...", "tensorflow...UnavailableError: ...")
+EXCEPTION = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Za-z_]\w*(?:Error|Exception|Interrupt|Exit)\b:?")
+
+
 def last_line(path: str) -> str:
-    """The last line of a log that says something (an error's last line: what the library raised)."""
+    """What a rank's log says of its error: the last exception line (what the library raised: its message may
+    go on over more lines, and the traceback's last line can be a TF op's name), else the last line that says
+    something."""
     try:
         with open(path, errors="replace") as f:
             lines = [line.strip() for line in f if line.strip()]
     except OSError:
         return ""
-    return lines[-1][:160] if lines else ""
+    raised = [line for line in lines if EXCEPTION.match(line)]
+    return (raised or lines or [""])[-1][:200]
 
 
 def log_dir(net, name: str) -> str:
@@ -204,7 +215,8 @@ def run(net, spec: dict) -> dict:
         procs = launch.start_mpirun(net, hosts, s, logs, launch.enter_prefix(net))
     else:
         procs = launch.start_env(net, hosts, s, logs)
-    ends = launch.supervise(procs, s["timeout_s"])
+    with program_traffic.Sampler(program_traffic.nic_devices(fabric, hosts)) as sampler:
+        ends = launch.supervise(procs, s["timeout_s"])
     after = net.counters()
     if s["launcher"] == "mpirun":
         launch.collect_mpi_output(logs, len(hosts))
@@ -212,6 +224,7 @@ def run(net, spec: dict) -> dict:
     if getattr(net, "out_dir", None):           # the results folder can move: name the logs relative to it
         result["logs"] = os.path.relpath(logs, net.out_dir)
     result.update(traffic(fabric, before, after))
+    result.update(program_traffic.summary(sampler.samples, started))
     result["checks"] = checks(s, result)
     result["ok"] = all(c["ok"] for c in result["checks"])
     return result
@@ -314,11 +327,16 @@ def checks(s: dict, result: dict) -> list[dict]:
                                                                                    if r["last_error"] else "")
                                  for r in bad[:3]))
         out.append({"name": "completed", "ok": all(c == 0 for c in codes), "detail": detail})
-    else:
+    elif s["expect"] == "failure":
         hung = None in codes
         out.append({"name": "failed on its own", "ok": not hung and any(c != 0 for c in codes),
                     "detail": "still running at the timeout: the library did not notice" if hung
                     else result.get("reaction") or "every rank exited 0: nothing failed"})
+    else:
+        hung = None in codes
+        out.append({"name": "hung", "ok": hung,
+                    "detail": f"still running at the timeout ({s['timeout_s']:g} s): the library waited" if hung
+                    else result.get("reaction") or f"it ended first, in {result['seconds']:.2f} s"})
     for name, fig in s["figures"].items():
         v = result["figures"][name]
         if v is None:

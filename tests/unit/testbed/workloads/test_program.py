@@ -232,3 +232,33 @@ def test_supervise_times_each_end_and_stops_what_outlives_the_timeout():
     assert ends[1]["exit"] is None and procs[1][0].returncode == -signal.SIGTERM      # asked to stop first
     assert ends[2]["exit"] is None and procs[2][0].returncode == -signal.SIGKILL      # ... then killed
     assert time.time() - t0 < 8
+
+
+TF_STDERR = """Traceback (most recent call last):
+  File "hosts/programs/tf_multiworker.py", line 83, in <module>
+tensorflow.python.framework.errors_impl.UnavailableError: Collective ops is aborted by: Socket closed
+Additional GRPC error information from remote target /job:worker/replica:0/task:2:
+ [[{{node CollectiveReduceV2}}]] [Op:__inference_train_step_512]
+"""
+
+
+def test_a_ranks_error_is_the_exception_it_raised_not_the_last_line_of_the_message(tmp_path):
+    err = tmp_path / "rank0.stderr"
+    err.write_text(TF_STDERR)
+    assert program.last_line(str(err)) == ("tensorflow.python.framework.errors_impl.UnavailableError: Collective "
+                                           "ops is aborted by: Socket closed")
+    err.write_text("[W socket.cpp:4] warning\nRuntimeError: Connection closed by peer\n[W gloo] after\n")
+    assert program.last_line(str(err)) == "RuntimeError: Connection closed by peer"
+    err.write_text("no exception here\nlast words\n\n")
+    assert program.last_line(str(err)) == "last words"
+    assert program.last_line(str(tmp_path / "missing")) == ""
+
+
+def test_a_job_expected_to_hang_passes_only_if_it_was_still_running_at_its_timeout():
+    hung = program.checks(settings(expect="hang", timeout_s=20), env_result([None, None], [20.0, 20.0]))[0]
+    assert hung == {"name": "hung", "ok": True, "detail": "still running at the timeout (20 s): the library waited"}
+    r = env_result([1, 1], [9.0, 9.5], {0: "RuntimeError: timed out"})
+    r.update(program.library_reaction(r, {}, 1000.0))
+    ended = program.checks(settings(expect="hang"), r)[0]
+    assert not ended["ok"] and ended["detail"].startswith("rank 0 (s0g0) exited 1 at +9.00 s")
+    assert not program.checks(settings(expect="hang"), env_result([0], [3.0]))[0]["ok"]
