@@ -1,9 +1,13 @@
 """Multicast distribution trees over the fabric, as pure Python (unit-tested without switches).
 
-One shared, bidirectional tree per group and per connected piece of the fabric: a BFS from the member
-switch with the smallest name (the root), keeping the shortest paths to the other member switches.
-Every member sends and receives on the same tree, so senders need not be known in advance; a packet
-that enters a tree switch on tree port p leaves on every other tree port. On rail-only fabrics rails
+One shared, bidirectional tree per group and per connected piece of the fabric: the shortest paths from
+a root to the member switches, the root being the switch whose tree has the fewest links (first tried:
+the member switch with the smallest name, so a tie keeps that tree). A packet crosses each tree link
+once, whoever sent it, so the smallest tree is the fewest bytes for every sender at once; on leaf-spine
+fabrics it is a minimal Steiner tree (one spine and the member leaves), also after a leaf-spine link
+fails (a root on a member leaf would then need a second spine). Every member sends and receives on
+the same tree, so senders need not be known in advance; a packet that enters a tree switch on tree
+port p leaves on every other tree port. On rail-only fabrics rails
 are disconnected, so a group spanning rails gets one tree per rail and a sender reaches its own rail
 only. Front-end switches never carry GPU multicast, as for unicast routes.
 """
@@ -52,21 +56,36 @@ def trees(topo: Topology, members) -> list[dict[str, set[int]]]:
     left = set(at)
     out = []
     while left:
-        root = min(left)
-        parent = _bfs(topo, root, gpu_group)
-        tree: dict[str, set[int]] = {root: set()}
-        for sw in sorted(left & set(parent)):
-            node = sw
-            while parent[node] is not None:             # walk up to the root, adding the links
-                up, up_port, my_port = parent[node]
-                tree.setdefault(node, set()).add(my_port)
-                tree.setdefault(up, set()).add(up_port)
-                node = up
+        first = min(left)
+        reach = _bfs(topo, first, gpu_group)
+        here = left & set(reach)
+        roots = [first] + sorted(sw for sw in reach if sw != first and (sw in here or _transit(topo, sw, gpu_group)))
+        # the smallest shortest-path tree over the candidate roots (min keeps the first of equals)
+        spts = ((root, _bfs(topo, root, gpu_group)) for root in roots)
+        tree = min((_tree(parent, root, here) for root, parent in spts if here <= set(parent)), key=_links)
         for sw in tree:
             tree[sw] |= at.get(sw, set())
-        left -= set(parent)
+        left -= set(reach)
         out.append(tree)
     return out
+
+
+def _tree(parent: dict, root: str, members: set[str]) -> dict[str, set[int]]:
+    """The shortest paths from root to the member switches: switch -> its ports on those paths."""
+    tree: dict[str, set[int]] = {root: set()}
+    for sw in sorted(members):
+        node = sw
+        while parent[node] is not None:             # walk up to the root, adding the links
+            up, up_port, my_port = parent[node]
+            tree.setdefault(node, set()).add(my_port)
+            tree.setdefault(up, set()).add(up_port)
+            node = up
+    return tree
+
+
+def _links(tree: dict[str, set[int]]) -> int:
+    """Switch-to-switch links in a tree (before member ports are added): each has a port at both ends."""
+    return sum(len(ports) for ports in tree.values()) // 2
 
 
 def forwarding(topo: Topology, members) -> dict[str, dict[int, tuple[int, ...]]]:

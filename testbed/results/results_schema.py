@@ -158,6 +158,10 @@ COLLECTIVE_ROW = obj({
     "fabric_bytes": INT, "uplink_bytes": BYTES_BY_PORT, "uplink_imbalance": d(nullable(NUM), "max / mean uplink."),
     "out_of_order": INT, "retransmits": INT, "send_nic_bytes": INT, "recovered_chunks": INT, "drops": INT,
     "transport": d({"type": "object"}, "Non-zero transport counters."),
+    "hb_bytes": d(INT, "Bytes over the HB links, both ways (warm-up included, as every byte counter)."),
+    "link_bytes": d(INT, "Bytes on all links (SPCL): NIC sends + switch egress + hb_bytes."),
+    "tree_min_bytes": d(INT, "algo multicast: each shard once over each link of its minimal tree, per operation run."),
+    "tree_ratio": d(nullable(NUM), "algo multicast: (NIC sends + switch egress) / tree_min_bytes; 1 is the minimum."),
     "phases": arr(PHASE, "Hierarchical algorithms: each phase against its own link's bound."),
     "sequential_bound_busbw_MBps": d(NUM, "Pipelined variant: the sequential algorithm's bound it beats."),
 }, ["op", "algo", "bytes", "seconds", "algbw_MBps", "busbw_MBps", "bound_busbw_MBps", "bus_ratio"], closed=False)

@@ -15,9 +15,9 @@ from hosts.collectives.algorithms import ALGOS
 from hosts.collectives.benchmark import elements
 from hosts.collectives.comm import rail_order
 from hosts.collectives.membership import peer_entry
-from testbed.fabric import ovs
+from testbed.fabric import hb_counters, ovs
 from testbed.fabric.links import transport_options, worst_queueing_delay
-from testbed.results import models
+from testbed.results import models, multicast_minimum
 from testbed.runtime import progress, recovery
 from testbed.runtime.launch import run_on_hosts
 from testbed.schema import NAME, SIZE, ScenarioError, parse_size
@@ -86,7 +86,12 @@ SCHEMA = {
                    "description": "Checks on the figures.",
                    "properties": {"min_bus_ratio": {"type": "number", "minimum": 0,
                                                     "description": "Fail if any size's busbw / bound is lower. "
-                                                                   "Default: no such check."}}},
+                                                                   "Default: no such check."},
+                                  "max_tree_ratio": {"type": "number", "minimum": 1,
+                                                     "description": "algo multicast: fail if any size's network "
+                                                                    "bytes (NIC sends + switch egress) exceed this "
+                                                                    "many times the minimal trees' bytes. Default: "
+                                                                    "no such check."}}},
     },
 }
 PACE = 0.97
@@ -163,6 +168,8 @@ def validate(fabric, spec: dict, scenario: dict | None = None) -> None:
         raise ScenarioError("hierarchical algorithms need whole servers")
     check_paths(fabric, spec)
     sizes(spec)
+    if "max_tree_ratio" in spec.get("expect", {}) and spec["algo"] != "multicast":
+        raise ScenarioError(f"expect.max_tree_ratio is a check of algo multicast, not {spec['algo']}")
     policy, beat = spec.get("recovery", "abort"), spec.get("heartbeat", {})
     if policy == "spare" and not fabric.params.get("spares_per_server"):
         raise ScenarioError("recovery spare needs spare GPUs in the HB domains: set fabric.spares_per_server")
@@ -243,7 +250,7 @@ def _run(net, spec: dict, hosts: list) -> dict:
             4 * models.time_model(spec["op"], model_algo(fabric, spec), size, cluster(fabric)) + spec.get("timeout_s", 60) + 30
         manager = recovery.JobManager(net, base, store, [{k: v for k, v in p.items() if k != "rank"} for p in peers],
                                       budget).start() if policy != "abort" else None
-        before = net.counters()
+        before, hb_before = net.counters(), hb_counters.read(fabric)
         try:
             out, failed = run_on_hosts(net, commands, timeout=budget, partial=True)
         finally:
@@ -251,7 +258,7 @@ def _run(net, spec: dict, hosts: list) -> dict:
                 manager.stop()
                 out.update(manager.outputs)
                 failed += manager.errors
-            after = net.counters()
+            after, hb_after = net.counters(), hb_counters.read(fabric)
             shutil.rmtree(store, ignore_errors=True)
         fenced = manager.fenced if manager is not None else set()
         done = [o for o in out.values() if "times" in o]
@@ -269,7 +276,7 @@ def _run(net, spec: dict, hosts: list) -> dict:
         if failed:
             errors.append(f"{size} B: " + "; ".join(failed[:4]) + (f" (+{len(failed) - 4} more)" if len(failed) > 4 else ""))
             break
-        rows.append(row(fabric, spec, size, done, before, after))
+        rows.append(row(fabric, spec, size, done, before, after, hb_counters.growth(hb_before, hb_after)))
         sweep.measured(rows[-1])
     return _summarize_run(spec, len(hosts), rows, errors, error_times, recoveries, beats)
 
@@ -357,7 +364,7 @@ def recovery_records(outputs, policy: str, manager) -> list[dict]:
     return records
 
 
-def row(fabric, spec: dict, size: int, outs: list[dict], before: dict, after: dict) -> dict:
+def row(fabric, spec: dict, size: int, outs: list[dict], before: dict, after: dict, hb_bytes: int = 0) -> dict:
     n = outs[0].get("world", len(outs))
     iters = min(len(o["times"]) for o in outs)
     # an iteration takes as long as its slowest rank (of those that ran it: a spare joins late);
@@ -388,7 +395,30 @@ def row(fabric, spec: dict, size: int, outs: list[dict], before: dict, after: di
             "recovered_chunks": sum(o.get("recovered_chunks", 0) for o in outs),
             "drops": sum(v for k, v in counters.items() if k.startswith("drop")),
             "transport": {k: v for k, v in sorted(counters.items()) if v and not k.endswith(("packets", "bytes"))},
-            **collective_phases.extra_fields(spec["op"], spec["algo"], nbytes, cluster(fabric), outs)}
+            **collective_phases.extra_fields(spec["op"], spec["algo"], nbytes, cluster(fabric), outs),
+            **link_traffic(fabric, spec, outs, before, after, hb_bytes)}
+
+
+def link_traffic(fabric, spec: dict, outs: list[dict], before: dict, after: dict, hb_bytes: int) -> dict:
+    """Bytes on all links as SPCL counts them (NIC sends + switch egress, and the HB links' both ways),
+    over the warm-up and measured iterations; multicast rows add the minimal trees' bytes for as many
+    operations and the ratio of the network's bytes to them (1 = every shard once over each tree link)."""
+    network = send_nic_bytes(fabric, before, after) + sum(ovs.growth(before, after, p) for p in after)
+    out = {"hb_bytes": hb_bytes, "link_bytes": network + hb_bytes}
+    hosts = [h.name for h in ranks(fabric)]
+    n = outs[0].get("world", len(outs))
+    if spec["algo"] != "multicast" or n != len(hosts):
+        return out                          # a re-formed job has other members than the fabric's GPUs
+    itemsize = 2 if spec.get("dtype") == "float16" else 4
+    ops = spec.get("warmup", 1) + min(len(o["times"]) for o in outs)
+    if spec["op"] == "allgather":
+        per_op = multicast_minimum.allgather_minimum(fabric, hosts, outs[0]["count"] * itemsize,
+                                                     multicast_scope(fabric, spec))
+    else:
+        per_op = multicast_minimum.broadcast_minimum(fabric, hosts, hosts[spec.get("root", 0)],
+                                                     outs[0]["count"] * itemsize)
+    out.update(tree_min_bytes=ops * per_op, tree_ratio=round(network / (ops * per_op), 4) if per_op else None)
+    return out
 
 
 def send_nic_bytes(fabric, before: dict, after: dict) -> int:
@@ -406,6 +436,11 @@ def summarize(spec: dict, n: int, rows: list[dict], errors: list[str]) -> dict:
     if spec.get("check", True):
         checks.append({"name": "correct", "ok": not wrong and bool(rows),
                        "detail": f"{len(rows) - len(wrong)}/{len(rows)} sizes equal numpy's result on every rank"})
+    ceiling = spec.get("expect", {}).get("max_tree_ratio")
+    if ceiling is not None and rows:
+        worst = max((r.get("tree_ratio") or 0 for r in rows), default=0)
+        checks.append({"name": "tree_minimum", "ok": worst <= ceiling and all(r.get("tree_ratio") for r in rows),
+                       "detail": f"network bytes / minimal trees' bytes <= {worst:.2f} (expected <= {ceiling})"})
     floor = spec.get("expect", {}).get("min_bus_ratio")
     if floor is not None and rows:
         worst = min(r["bus_ratio"] for r in rows)
@@ -434,12 +469,17 @@ def table_row(r: dict) -> str:
     return (f"{note}  {r['bytes']:>10} {r['count']:>10} {r['dtype']:>8} {r['seconds'] * 1e6:>12.0f} "
             f"{r['algbw_MBps']:>11.3f} {r['busbw_MBps']:>11.3f} {r['bound_busbw_MBps']:>8.3f} "
             f"{r['bus_ratio']:>6.2f} {'ok' if r['correct'] else 'WRONG':>6}") + \
-        (f"\n{phases}" if (phases := collective_phases.table_lines(r)) else "")
+        (f"\n{phases}" if (phases := collective_phases.table_lines(r)) else "") + \
+        (f"\n#   network {r['link_bytes'] - r['hb_bytes']} B, minimal trees {r['tree_min_bytes']} B, "
+         f"ratio {r['tree_ratio']:.2f}" if r.get("tree_ratio") else "")
 
 
 def summary(w: dict) -> str:
     best = max((r["bus_ratio"] for r in w["rows"]), default=0)
     what = f"{w['op']}/{w['algo']} on {w['ranks']} ranks, {len(w['rows'])} sizes, best busbw/bound {best:.2f}"
+    trees = [r["tree_ratio"] for r in w["rows"] if r.get("tree_ratio")]
+    if trees:                       # how close the multicast came to each shard once over each tree link
+        what += f", network bytes / tree minimum {min(trees):.2f}" + (f"-{max(trees):.2f}" if len(trees) > 1 else "")
     rounded = [r for r in w["rows"] if r.get("requested_bytes", r["bytes"]) != r["bytes"]]
     if rounded:                     # what ran is not what was asked: say so where the figures are read
         what += "; ROUNDED: " + ", ".join(f"{r['requested_bytes']} B asked, {r['bytes']} B ran" for r in rounded)
