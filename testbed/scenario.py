@@ -55,12 +55,15 @@ FAULT = {"type": "object", "additionalProperties": False, "required": ["at", "ki
              "at": {"type": "number", "minimum": 0,
                     "description": "When, in seconds after the workloads start (or after `workload` starts)."},
              "kind": {"enum": ["link-down", "link-up", "link-flap", "switch-down", "port-disable", "gpu-crash",
-                               "gpu-hang", "gpu-stall", "gpu-declared", "server-down", "nic-down", "partition"],
+                               "gpu-hang", "gpu-stall", "gpu-declared", "server-down", "nic-down", "partition",
+                               "gpu-restart", "nic-up"],
                       "description": "What fails. link-down, switch-down: cables cut (carrier lost); link-up: "
                       "mended; link-flap: down and up `count` times; port-disable: the switch port set down by "
                       "OpenFlow; gpu-crash: the GPU's ranks killed; gpu-hang: stopped; gpu-stall: the GPU hangs, "
                       "its host alive; gpu-declared: declared failed; server-down: a server's GPUs crash; "
-                      "nic-down: a GPU's NIC cable cut; partition: a server's NIC cables cut at the switches."},
+                      "nic-down: a GPU's NIC cable cut; partition: a server's NIC cables cut at the switches; "
+                      "gpu-restart: a failed GPU's rank started again, rejoining the job at a step boundary; "
+                      "nic-up: a cut NIC cable mended and its GPU's rank rejoining the same way."},
              "target": {"type": "string",
                         "description": "A link (rail0-spine1, HOST/nic, HOST/hb, path:SRC>DST) or a switch; for GPU "
                         "faults a GPU host (s1g2); for server-down and partition a server (s1)."},

@@ -10,7 +10,11 @@ SPEC: {"rank": r, "peers": [{"rank", "name", "ip", "hb_ip", "server", "local_ran
        "multicast_scope": "fabric" | "rail",           (algo multicast: where the switches replicate)
        "recovery": "abort" | "shrink" | "spare" | "migrate",
        "heartbeat": {"period_s": 0.15, "timeout_s": 1.0, "stall_s": 2.0} | false,
-       "join": {"epoch": E, "me": {peer}}}             (a spare taking over a failed rank from epoch E)
+       "join": {"epoch": E, "me": {peer}},             (a spare taking over a failed rank from epoch E)
+       "admit": true,                                  (ranks that come back rejoin at a step boundary)
+       "rejoin": {"me": {peer}},                        (this rank came back: a restarted GPU, a mended NIC)
+       "state": true,                                  (allreduce: keep the shared state, shared_state.py)
+       "until": T}                                     (run steps until wall time T instead of iterations)
 Inputs are integer-valued, drawn from a seed per rank, so every rank can compute the exact expected
 result with numpy. Prints {"rank", "host", "times": [s per measured step], "phases": [per measured step
 [(phase, s), ...] of hierarchical algorithms, else None], "correct", "counters",
@@ -23,6 +27,12 @@ re-forms as a new epoch with its own rendezvous; the step in progress is run aga
 survivors go on alone, renumbered. `spare` / `migrate`: the testbed's job manager (testbed/runtime/recovery.py)
 puts spare GPUs in the failed ranks' places; they join with the failed ranks' numbers and inputs, so
 results still equal numpy's.
+
+A rank that comes back (`rejoin`: its GPU restarted or its NIC mended, after the job dropped it) asks to be
+admitted in the job's store; the leader (rank 0 of the epoch) writes its plan for each step boundary (who
+grows the job, whether it stops) before it arrives at the step's barrier, so every member reads the same
+plan once the barrier is passed; growing is a re-formation like a recovery's (agree()): a new epoch, the
+newcomers in it, no step lost, the shared state copied to them from a live member.
 
 Signals: SIGUSR1, the GPU is declared failed (the rank tells its peers and leaves); SIGUSR2, the GPU hangs (a
 kernel that never returns: the main loop blocks at its next kernel, the heartbeat thread goes on); SIGCONT
@@ -41,8 +51,9 @@ import numpy as np
 from hosts.collectives import beats, mcast_allgather
 from hosts.collectives.benchmark import elements, expected, make_input, run_op
 from hosts.collectives.comm import CollectiveError, Peer
-from hosts.collectives.membership import Membership, decide, epoch_dir
+from hosts.collectives.membership import Membership, admit, decide, epoch_dir
 from hosts.collectives.rank import build_comm, finish, start_heartbeat
+from hosts.collectives.shared_state import SharedState
 from hosts.collectives.store import FileStore, StoreTimeout
 
 
@@ -52,8 +63,16 @@ MAX_RETRIES = 2       # re-formations in a row with every rank alive
 SETTLE = 0.3          # seconds a peer known failed has to announce itself anyway (its path was cut, not the rank)
 
 
+class Grow(Exception):
+    """The leader's plan at this step boundary admits ranks that came back: the job re-forms with them."""
+
+    def __init__(self, joining: dict):
+        super().__init__(f"{', '.join(joining)} rejoining")
+        self.joining = joining
+
+
 def agree(spec: dict, job: Membership, hb, epoch: int, members: list[dict], me: str, step: int,
-          in_op: bool, links_down: list[str]) -> dict:
+          in_op: bool, links_down: list[str], joining: dict | None = None) -> dict:
     """Survivors of a failure agree on who failed and where the job resumes; returns the new epoch's
     membership {"members", "step", "failed", "lost_steps", ...} or {"error"}.
 
@@ -63,7 +82,8 @@ def agree(spec: dict, job: Membership, hb, epoch: int, members: list[dict], me: 
     since it fell silent: a rank cut off is alive and will announce; without heartbeats: has not announced within a grace period longer than the
     no-progress timeout), the
     first survivor writes the verdict (membership.decide). With `shrink` it writes the new membership too;
-    with `spare` and `migrate` the testbed's job manager writes it, with spares in the failed ranks' places."""
+    with `spare` and `migrate` the testbed's job manager writes it, with spares in the failed ranks' places.
+    `joining` (name -> member entry): ranks that come back, admitted into the new epoch (the verdict's "joined")."""
     names = [m["name"] for m in members]
     job.announce(epoch, me, {"at": time.time(), "step": step, "in_op": in_op, "links_down": links_down,
                              "suspects": hb.suspects() if hb is not None else {},
@@ -82,11 +102,15 @@ def agree(spec: dict, job: Membership, hb, epoch: int, members: list[dict], me: 
                 gone = set(names) - set(announced) if time.time() > min(
                     a["at"] for a in announced.values()) + grace else set()
             if all(n in announced or n in gone for n in names) and me == next(n for n in names if n in announced):
-                verdict = decide(names, announced, spec.get("recovery", "abort"))
+                verdict = {**decide(names, announced, spec.get("recovery", "abort")), "joined": list(joining or {}),
+                           "joining": joining or {}}
                 job.set_verdict(epoch, verdict)
-                if spec.get("recovery") == "shrink":
-                    job.set_members(epoch, {**verdict, "members": [m for m in members
-                                                                   if m["name"] not in verdict["failed"]]})
+                if spec.get("recovery") == "shrink" or not verdict["failed"]:
+                    kept = [m for m in members if m["name"] not in verdict["failed"]]
+                    order = [p["name"] for p in spec["peers"]]
+                    job.set_members(epoch, {**verdict, "members": admit(kept, list(verdict["joining"].values()), order)})
+                    for name in verdict["joined"]:
+                        job.answer_join(name, {"epoch": epoch})
         if time.monotonic() > deadline:
             return {"error": f"no membership decision for epoch {epoch} within {wait:.0f} s"}
         time.sleep(0.01)
@@ -108,7 +132,7 @@ class CollectiveRank:
         self.spec = spec
         self.policy, self.timeout = spec.get("recovery", "abort"), spec.get("timeout_s", 60)
         self.job = Membership(FileStore(spec["store"], timeout=self.timeout))   # the job's rendezvous, across epochs
-        join = spec.get("join")
+        join = spec.get("join") or spec.get("rejoin")
         self.entry = join["me"] if join else {k: v for k, v in spec["peers"][spec["rank"]].items() if k != "rank"}
         self.me = self.entry["name"]
         self.hb = start_heartbeat(spec, self.entry)
@@ -118,9 +142,12 @@ class CollectiveRank:
         signal.signal(signal.SIGCONT, lambda *_: setattr(self, "stalled", False))
         self.dtype = np.dtype(spec.get("dtype", "float32"))
         self.warmup = spec.get("warmup", 1)
-        self.steps = self.warmup + spec.get("iterations", 5)
-        self.times: list[float | None] = [None] * (self.steps - self.warmup)
-        self.phases: list[list | None] = [None] * (self.steps - self.warmup)
+        measured = 0 if "until" in spec else spec.get("iterations", 5)      # until: steps until the leader stops
+        self.steps = 10 ** 9 if "until" in spec else self.warmup + measured
+        self.times: list[float | None] = [None] * measured
+        self.phases: list[list | None] = [None] * measured
+        self.admits = bool(spec.get("admit"))
+        self.state: SharedState | None = None
         self.result = {"rank": spec["rank"], "host": self.me, "recoveries": [], "lost_steps": 0}
         self.correct, self.retries, self.in_op = True, 0, False
 
@@ -128,6 +155,15 @@ class CollectiveRank:
         """Where this rank begins: epoch 0 with the spec's peers or, for a spare taking over a failed rank, the
         epoch it joins, where and from which step the manager's membership says. False: not needed."""
         join = self.spec.get("join")
+        if self.spec.get("rejoin"):
+            self.job.request_join(self.me, self.entry)
+            try:
+                join = self.job.joined(self.me, timeout=self.spec.get("rejoin_wait_s", self.timeout + 30))
+            except StoreTimeout as exc:
+                join = {"error": str(exc)}
+            if "error" in join:
+                self.result["left"] = f"not admitted: {join['error']}"
+                return False
         if not join:
             self.epoch, self.step, self.forming = 0, 0, None
             self.members = [{k: v for k, v in p.items() if k != "rank"} for p in self.spec["peers"]]
@@ -138,7 +174,8 @@ class CollectiveRank:
             self.result["left"] = f"not needed: {decision['error']}"
             return False
         self.members, self.step = decision["members"], decision["step"]
-        self.forming = self.result["joined"] = {"epoch": self.epoch, "at": time.time()}
+        self.forming = self.result["joined"] = {"epoch": self.epoch, "at": time.time(),
+                                                "rejoined": bool(self.spec.get("rejoin"))}
         return True
 
     def run_epoch(self) -> bool:
@@ -156,6 +193,11 @@ class CollectiveRank:
         self.in_op = False
         try:
             want = expected(spec, world, rank, count, self.dtype) if spec.get("check", True) else None
+            if spec.get("state"):
+                if self.state is None:     # a spare or a rank that came back must be sent the state
+                    self.state = SharedState(count, fresh=not (spec.get("join") or spec.get("rejoin")))
+                if self.epoch > 0:
+                    self.state.sync(comm, store, rank, [m["name"] for m in self.members])
             self._run_steps(comm, store, rank, world, count, want)
             if self.hb is not None:
                 self.hb.watch(())                 # done: peers that leave from now on have not failed
@@ -163,35 +205,58 @@ class CollectiveRank:
             self.result.update(count=count, times=self.times, phases=self.phases,
                                correct=self.correct if want is not None else None,
                                counters=comm.counters(), world=world, epoch=self.epoch,
-                               recovered_chunks=mcast_allgather.stats(comm).get("recovered_chunks", 0))
+                               recovered_chunks=mcast_allgather.stats(comm).get("recovered_chunks", 0),
+                               steps=self.step)
+            if self.state is not None:
+                self.result["state"] = {"history": self.state.history, "diverged": self.state.diverged,
+                                        "synced": self.state.synced}
             finish(comm, store, rank, world)
             return False
         except (CollectiveError, StoreTimeout) as exc:
             return self._recover(exc, comm)
+        except Grow as grow:
+            return self._recover(grow, comm)
 
     def _run_steps(self, comm, store: FileStore, rank: int, world: int, count: int, want) -> None:
         while self.step < self.steps:
             self._kernel()
             x = make_input(rank, count, self.dtype)
             self._progress(waiting=True)
+            if self.admits and rank == 0:      # before arriving: once the barrier is passed, every member reads it
+                self.job.set_plan(self.epoch, self.step, self._plan())
             formed = store.barrier(f"it{self.step}", rank, world)
             if self.forming is not None and "reformed_at" not in self.forming:
                 self.forming["reformed_at"] = formed          # every member of the new epoch is in
+            plan = self.job.plan(self.epoch, self.step) if self.admits else {}
+            if plan.get("stop"):
+                break
+            if plan.get("grow"):
+                raise Grow(plan["grow"])
             self._progress(waiting=True)
             comm.phase_log = []                   # per-phase times of hierarchical algorithms (phases.py)
             self.in_op, t0 = True, time.monotonic()
             out = run_op(comm, self.spec, x)
             self.in_op = False
             self._progress(waiting=False)
-            if self.step >= self.warmup:
+            if self.warmup <= self.step < self.warmup + len(self.times):
                 self.times[self.step - self.warmup] = time.monotonic() - t0
                 if comm.phase_log:
                     self.phases[self.step - self.warmup] = comm.phase_log
             if want is not None:
                 self.correct = self.correct and bool(np.array_equal(out, want))
+            if self.state is not None:
+                self.state.apply(self.step, world, out)
             if self.forming is not None and "first_success_at" not in self.forming:
                 self.forming["first_success_at"] = time.time()
             self.step += 1
+
+    def _plan(self) -> dict:
+        """The leader's plan for this step boundary: stop (the run's time is up), or admit the ranks that
+        came back (asked to rejoin and are not members)."""
+        if "until" in self.spec and time.time() >= self.spec["until"]:
+            return {"stop": True}
+        members = {m["name"] for m in self.members}
+        return {"grow": {n: r["me"] for n, r in self.job.join_requests().items() if n not in members}}
 
     def _kernel(self) -> None:
         """Where the rank's compute kernels run (a step's input is made here). A GPU hang (SIGUSR2, the fault
@@ -213,26 +278,32 @@ class CollectiveRank:
         return failed[first][1], self.hb.detected_by(first) or "heartbeats"
 
     def _recover(self, exc: Exception, comm) -> bool:
-        """After a failed step: abort, or agree on a new epoch's membership; True when this rank goes on in it."""
+        """After a failed step: abort, or agree on a new epoch's membership; True when this rank goes on in it.
+        Growing (exc a Grow) takes the same way, with no failure: the new epoch admits the newcomers."""
         hb, result = self.hb, self.result
         self._progress(waiting=True)
+        growing = isinstance(exc, Grow)
         detected, by = self._detection()
         comm.close(linger=0)
-        if self.policy == "abort":
+        if self.policy == "abort" and not growing:
             result.update(error=str(exc), error_at=detected, detected_by=by)
             return False
         self.epoch += 1
         self.forming = {"epoch": self.epoch, "policy": self.policy, "error": str(exc), "detected_at": detected,
                         "detected_by": by}
+        if growing:            # not a failure: no detection (fault_outcomes matches failures by it)
+            self.forming = {"epoch": self.epoch, "policy": "rejoin", "requested_at": time.time()}
         result["recoveries"].append(self.forming)
         decision = agree(self.spec, self.job, hb, self.epoch, self.members, self.me, self.step, self.in_op,
-                         beats.links_down(self.entry))
+                         beats.links_down(self.entry), exc.joining if growing else None)
         if "error" in decision:
             result.update(error=f"{self.policy} recovery after [{exc}] failed: {decision['error']}", error_at=detected)
             return False
-        self.forming.update({k: decision.get(k) for k in ("decided_at", "failed", "cut_off", "replaced", "lost_steps")},
-                            world=len(decision["members"]))
+        self.forming.update({k: decision.get(k) for k in ("decided_at", "failed", "cut_off", "replaced", "lost_steps",
+                                                          "joined")}, world=len(decision["members"]))
         self.members, self.step = decision["members"], decision["step"]
+        if self.state is not None:
+            self.state.resume_at(self.step)
         if not any(m["name"] == self.me for m in self.members):
             result["left"] = decision.get("moved", {}).get(self.me, "left the job, declared failed by its peers")
             return False
@@ -240,7 +311,7 @@ class CollectiveRank:
             result.update(error=f"cannot shrink further: {exc}", error_at=detected)
             return False
         # every rank alive: a network failure, not a GPU's; the step is retried, but not forever
-        self.retries = self.retries + 1 if not decision["failed"] else 0
+        self.retries = self.retries + 1 if not decision["failed"] and not decision.get("joined") else 0
         if self.retries > MAX_RETRIES:
             result.update(error=f"no rank failed but the step failed {self.retries} times: {exc}", error_at=detected)
             return False

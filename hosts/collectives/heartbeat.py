@@ -63,6 +63,9 @@ class Heartbeat:
 
     # -- what the rank program and the communicator use ----------------------------------------
     def start(self) -> "Heartbeat":
+        # a rank that comes back must not let its peers read the verdicts of its previous life (a cut-off
+        # rank found everyone failed): its news starts empty
+        self._publish_news()
         self._beat()
         self._thread.start()
         return self

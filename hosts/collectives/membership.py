@@ -5,6 +5,10 @@ for each epoch E >= 1 that a failure starts:
     epoch{E}/alive/{name}   a survivor's announcement {"at", "step", "in_op", "suspects", "links_down"}  (ranks)
     epoch{E}/failed         the verdict {"failed", "step", "lost_steps", ...}          (the first survivor)
     epoch{E}/members        the new membership {"members", "step", ...} or {"error"}   (a rank, or the manager)
+    epoch{E}/plan{S}        the leader's plan at the boundary of step S {"grow": [names], "stop"}  (rank 0)
+and, for a rank that comes back (a restarted GPU, a repaired NIC: it rejoins at a step boundary):
+    join/{name}             its request {"at", "me": member entry}                    (the restarted rank)
+    joined/{name}           the answer {"epoch": E} or {"error"}   (the rank that decides E, or the manager)
 Beside them in the job's directory: epoch{E}/ (the epoch's own rendezvous store) and
 spare-{host}-epoch{E}.json (the spec of a spare's rank joining epoch E).
 """
@@ -69,6 +73,20 @@ def decide(names: list[str], announced: dict[str, dict], policy: str) -> dict:
     return verdict
 
 
+def admit(members: list[dict], joining: list[dict], order: list[str]) -> list[dict]:
+    """The membership grown by ranks that come back: each newcomer goes right after the last member that
+    precedes it in the job's original order (`order`), so a job whose ranks all came back is numbered as
+    it began; a name already a member is not added twice."""
+    out = [dict(m) for m in members]
+    for new in joining:
+        if any(m["name"] == new["name"] for m in out):
+            continue
+        before = order[:order.index(new["name"])] if new["name"] in order else order
+        at = max((i + 1 for i, m in enumerate(out) if m["name"] in before), default=0)
+        out.insert(at, dict(new))
+    return out
+
+
 class Membership:
     """The membership keys of one job, over its FileStore."""
 
@@ -108,3 +126,29 @@ class Membership:
 
     def set_members(self, epoch: int, decision: dict) -> None:
         self.store.set(self._key(epoch, "members"), decision)
+
+    # the leader's plan at a step boundary: who joins, whether the job stops
+    def set_plan(self, epoch: int, step: int, plan: dict) -> None:
+        self.store.set(self._key(epoch, f"plan{step}"), plan)
+
+    def plan(self, epoch: int, step: int) -> dict:
+        """The plan, or {} if the leader made none (it is written before the leader's barrier arrival)."""
+        key = self._key(epoch, f"plan{step}")
+        return self.store.get(key) if self.store.exists(key) else {}
+
+    # ranks that come back
+    def request_join(self, name: str, me: dict) -> None:
+        self.store.delete(f"joined/{name}")          # an answer to an earlier life is not this one's
+        self.store.set(f"join/{name}", {"at": time.time(), "me": me})
+
+    def join_requests(self) -> dict[str, dict]:
+        """Pending requests: name -> {"at", "me"}, oldest first."""
+        found = {n: self.store.get(f"join/{n}") for n in self.store.keys("join/")}
+        return dict(sorted(found.items(), key=lambda kv: kv[1]["at"]))
+
+    def answer_join(self, name: str, answer: dict) -> None:
+        self.store.set(f"joined/{name}", answer)
+        self.store.delete(f"join/{name}")
+
+    def joined(self, name: str, timeout: float) -> dict:
+        return self.store.get(f"joined/{name}", timeout=timeout, what="admission into the job")

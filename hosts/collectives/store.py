@@ -36,6 +36,18 @@ class FileStore:
             json.dump(value, f)
         os.replace(tmp, self._file(key))
 
+    def delete(self, key: str) -> None:
+        try:
+            os.remove(self._file(key))
+        except FileNotFoundError:
+            pass
+
+    def keys(self, prefix: str) -> list[str]:
+        """The keys below `prefix` (e.g. "join/"): their remainders."""
+        head = prefix.replace("/", "__")
+        return sorted(f[len(head):] for f in os.listdir(self.path)
+                      if f.startswith(head) and ".tmp" not in f)
+
     def exists(self, key: str) -> bool:
         return os.path.exists(self._file(key))
 

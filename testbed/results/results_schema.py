@@ -255,8 +255,19 @@ PROGRAM = {
     "longest_silence_s": dur("the longest of them."), "traffic_samples": INT,
 }
 
+CHURN = {
+    "duration_s": dur("how long the job ran."), "seed": INT, "ranks": INT, "final_world": d(INT, "Ranks at the end."),
+    "steps_completed": INT, "steps_lost": d(INT, "Started steps run again after failures."),
+    "recovery_s": dur("summed over failures: from detection to the first step completed after it."),
+    "rejoin_s": dur("summed over rejoins: from the admission to the first step completed with the newcomers."),
+    "failures": INT, "rejoins": INT,
+    "divergence": d(nullable({"type": "object"}), "State parity: divergent step states and mismatched copies."),
+    "epochs": arr(RECOVERY, "One record per re-formed epoch (policy rejoin: a growth)."),
+    "events": arr(FAULT, "The seeded faults and their outcomes."),
+}
+
 TYPES = {"collective": COLLECTIVE, "traffic": TRAFFIC, "connectivity": CONNECTIVITY,
-         "training_iteration": TRAINING, "offload": OFFLOAD, "program": PROGRAM}
+         "training_iteration": TRAINING, "offload": OFFLOAD, "program": PROGRAM, "churn": CHURN}
 
 
 def workload() -> dict:

@@ -4,7 +4,7 @@ when the job had re-formed. testbed/runtime/faults.py injects them and records w
 """
 from __future__ import annotations
 
-from testbed.runtime.faults import GPU_FAULTS, gpu_hosts
+from testbed.runtime.faults import GPU_FAULTS, RETURNS, gpu_hosts
 
 
 def checks(records: list[dict]) -> list[dict]:
@@ -15,6 +15,9 @@ def checks(records: list[dict]) -> list[dict]:
         if f["at_s"] is None:
             out.append({"name": name, "ok": False, "detail": "never injected: its time came after the workloads "
                                                              "(or the workload it is timed from) had ended"})
+        elif f.get("processes") == 0 and f["kind"] in RETURNS:
+            out.append({"name": name, "ok": False, "detail": "no running job (recovery other than abort) had "
+                                                             "this GPU to take back"})
         elif f.get("processes") == 0:
             out.append({"name": name, "ok": False, "detail": "hit no process: no rank ran on the target when it "
                                                              "was injected"})
@@ -57,6 +60,9 @@ def gpu_outcomes(records: list[dict], workloads: list[dict], t0: float, fabric) 
     def rel(t):
         return round(t - t0, 4) if t else None
     for fault in records:
+        if fault["kind"] in RETURNS and fault["at_s"] is not None:
+            rejoined(fault, recoveries, t0)
+            continue
         if fault["kind"] not in GPU_FAULTS or fault["at_s"] is None:
             continue
         at, hosts = t0 + fault["at_s"], set(gpu_hosts(fabric, fault["kind"], fault["target"]))
@@ -73,10 +79,28 @@ def gpu_outcomes(records: list[dict], workloads: list[dict], t0: float, fabric) 
             fault.update(detected_s=rel(min(seen)) if seen else None, recovery="abort" if seen else None)
 
 
+def rejoined(fault: dict, recoveries: list[dict], t0: float) -> None:
+    """A GPU that came back: admitted (the leader's plan) at detected_s, in the grown communicator at
+    recovered_s, its first collective in it done at first_success_s (None: never taken back)."""
+    at = t0 + fault["at_s"]
+    mine = [r for r in recoveries if fault["target"] in (r.get("joined") or []) and (r.get("decided_at") or 0) >= at]
+    r = min(mine, key=lambda r: r["decided_at"]) if mine else {}
+
+    def rel(t):
+        return round(t - t0, 4) if t else None
+    fault.update(detected_s=rel(r.get("decided_at")), recovered_s=rel(r.get("reformed_at")),
+                 first_success_s=rel(r.get("first_success_at")), lost_steps=r.get("lost_steps"),
+                 recovery="rejoin" if r else None, detected_by=None)
+
+
 def describe_gpu_outcome(f: dict) -> str:
     """One line for the summary: when the peers noticed, when the job had re-formed, the first success."""
     def since(t):
         return f"{t} s (+{t - f['at_s']:.2f} s)" if t is not None and f["at_s"] is not None else "never"
+    if f["kind"] in RETURNS:
+        return (f"fault {f['kind']} {f['target']}: at {f['at_s']} s, " + (
+            f"admitted at {since(f['detected_s'])}, in the grown communicator at {since(f['recovered_s'])}, first "
+            f"collective with it done at {since(f['first_success_s'])}" if f.get("recovery") else "never rejoined"))
     line = f"fault {f['kind']} {f['target']}: at {f['at_s']} s, detected at {since(f['detected_s'])}" + \
         (f" by {f['detected_by']}" if f.get("detected_by") else "")
     if f.get("recovery") in (None, "abort"):

@@ -217,7 +217,22 @@ def signal_gpus(net, hosts: list[str], sig) -> int:
 
 LINK_KINDS = ("link-down", "link-up", "link-flap", "switch-down", "port-disable")
 CABLE_FAULTS = ("nic-down", "partition")        # cables of GPUs: the job detects and recovers, like a GPU failure
-GPU_FAULTS = ("gpu-crash", "gpu-hang", "gpu-stall", "gpu-declared", "server-down") + CABLE_FAULTS
+RETURNS = ("gpu-restart", "nic-up")             # a GPU (its NIC cable) comes back: its rank rejoins the job
+GPU_FAULTS = ("gpu-crash", "gpu-hang", "gpu-stall", "gpu-declared", "server-down") + CABLE_FAULTS + RETURNS
+
+# The running jobs that take GPUs back (testbed/runtime/recovery.JobManager.rejoin registers itself): each
+# hook(host) -> 1 if that job starts the host's rank again (once it has dropped the old one), else 0.
+restart_hooks: list = []
+
+
+def bring_back(net, kind: str, target: str) -> dict:
+    """gpu-restart: the GPU's rank process is started again (a GPU or its host rebooted, a process restarted
+    by its supervisor); nic-up: the GPU's NIC cable is mended first. Either way the job that dropped the GPU
+    takes it back at its next step boundary. `processes`: the jobs that will restart its rank (0: none)."""
+    at = time.time()
+    if kind == "nic-up":
+        inject(net, f"{target}/nic", up=True)
+    return {"target": target, "up": True, "at": at, "processes": sum(hook(target) for hook in list(restart_hooks))}
 
 
 def check_target(fabric, fault: dict) -> None:
@@ -240,6 +255,8 @@ class Schedule:
     gpu-stall: the GPU hangs with its host alive (SIGUSR2 to the rank: its main loop blocks at its next kernel,
       its heartbeats go on; the peers' progress watchdog finds it), resumed (SIGCONT) after `duration` if given;
     gpu-declared: the GPU is declared failed (SIGUSR1: the rank tells its peers and leaves);
+    gpu-restart: the GPU comes back: its rank process is started again and rejoins the job (recovery other
+      than abort) at a step boundary; nic-up: a GPU's NIC cable is mended and its rank comes back the same way;
     nic-down: a GPU's NIC cable is cut at the GPU (target a GPU host); partition: a server's NIC cables are cut
       at the switches (target a server like s1): its ranks live on, cut off; both mended after `duration`.
     (Docker hosts: docker kill, docker pause, docker unpause of the host's container.)
@@ -254,7 +271,7 @@ class Schedule:
         for i, f in enumerate(faults):
             check_target(net.fabric, f)                      # fail early on unknown targets
             steps = []
-            if f["kind"] == "link-up":
+            if f["kind"] in ("link-up",) + RETURNS:
                 steps.append((f["at"], i, True))
             elif f["kind"] == "link-flap":
                 period = f.get("duration", 0.5)
@@ -309,6 +326,8 @@ class Schedule:
                 rec = inject(self.net, f["target"], up, disable=f["kind"] == "port-disable")
             elif f["kind"] in CABLE_FAULTS:
                 rec = cut_nics(self.net, f["kind"], f["target"], up)
+            elif f["kind"] in RETURNS:
+                rec = bring_back(self.net, f["kind"], f["target"])
             else:
                 hosts = gpu_hosts(self.net.fabric, f["kind"], f["target"])
                 sig = signal.SIGCONT if up else GPU_KINDS.get(f["kind"], signal.SIGKILL)

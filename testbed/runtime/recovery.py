@@ -13,6 +13,9 @@ This manager, a thread in the testbed, watches for that verdict and then
   - `migrate`: moves every rank of a server that lost a GPU to an idle spare server (GPU j to GPU j,
     their rail ports enabled) and starts the rank processes there; the server's surviving ranks leave;
 and for `spare` / `migrate` writes epoch E's new membership, which the ranks wait for.
+A GPU that comes back (the faults gpu-restart and nic-up, through faults.restart_hooks) gets its rank process
+started again once the job has dropped it (fenced, no longer a member); the rank asks to rejoin and the job
+admits it at its next step boundary (hosts/agents/collective_rank.py).
 When no spare is left, the membership carries an error and the ranks fail with it. Spares brought onto
 the network are parked again (ports disabled) when the job ends.
 """
@@ -24,7 +27,7 @@ import signal
 import threading
 import time
 
-from hosts.collectives.membership import Membership, member_entry, spare_spec_path
+from hosts.collectives.membership import Membership, admit, member_entry, spare_spec_path
 from hosts.collectives.store import FileStore
 from testbed.fabric import spares
 from testbed.runtime import faults
@@ -68,11 +71,16 @@ class JobManager:
         self.outputs: dict[str, dict] = {}                   # spare host -> its rank's output
         self.errors: list[str] = []
         self.events: list[dict] = []
+        self.entries = {m["name"]: dict(m) for m in members}     # host -> its last member entry
+        self.restarts: list[dict] = []                           # {"host", "requested_at", "launched_at"}
+        self._lock = threading.Lock()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._thread = threading.Thread(target=self._run, daemon=True, name="tb-recovery")
 
     def start(self) -> "JobManager":
+        if self.base_spec.get("admit"):
+            faults.restart_hooks.append(self.rejoin)
         self._thread.start()
         return self
 
@@ -80,6 +88,10 @@ class JobManager:
         """Stop watching; wait for the spares' rank processes; park the spares again."""
         self._stop.set()
         self._thread.join()
+        if self.rejoin in faults.restart_hooks:
+            faults.restart_hooks.remove(self.rejoin)
+        for name in self.job.join_requests():       # the job has ended: no one is admitted any more
+            self.job.answer_join(name, {"error": "the job had ended"})
         for t in self._threads:
             t.join(max(1.0, self.deadline - time.monotonic()))
         for host in self.activated:
@@ -88,10 +100,35 @@ class JobManager:
             except spares.SpareError as exc:
                 self.errors.append(f"{host}: parking failed: {exc}")
 
+    # -- GPUs that come back -------------------------------------------------------------------
+    def rejoin(self, host: str) -> int:
+        """A GPU of this job came back: its rank is started again once the job has dropped it. Returns 1 if
+        the host is this job's (0: not ours)."""
+        if host not in self.used or self._stop.is_set():
+            return 0
+        with self._lock:
+            self.restarts.append({"host": host, "requested_at": time.time(), "launched_at": None})
+        return 1
+
+    def _restart_dropped(self) -> None:
+        """Start the rank of every GPU that came back and that the job no longer counts as a member."""
+        members = {m["name"] for m in self.members}
+        with self._lock:
+            due = [r for r in self.restarts if r["launched_at"] is None and r["host"] not in members
+                   and r["host"] in self.fenced]
+        for r in due:
+            r["launched_at"] = time.time()
+            entry = self.entries[r["host"]]
+            path = os.path.join(self.store, f"rejoin-{r['host']}-{len(self.restarts)}.json")
+            order = [m["name"] for m in self.base_spec["peers"]]
+            slot = order.index(r["host"]) if r["host"] in order else len(order)
+            self._start_rank(r["host"], path, {**self.base_spec, "rank": slot, "rejoin": {"me": entry}})
+
     # -- the watcher ----------------------------------------------------------------------------
     def _run(self) -> None:
         epoch = 1
         while not self._stop.is_set():
+            self._restart_dropped()
             if not self.job.has_verdict(epoch):
                 self._stop.wait(0.01)
                 continue
@@ -100,7 +137,7 @@ class JobManager:
             for name in verdict["failed"]:
                 fence(self.net, name)
                 self.fenced.add(name)
-            if self.policy == "shrink":
+            if self.policy == "shrink" or not verdict["failed"]:     # the ranks wrote it (shrink, or only growth)
                 decision = self.job.members(epoch, timeout=30)
             else:
                 try:
@@ -108,11 +145,15 @@ class JobManager:
                 except spares.SpareError as exc:
                     decision = {**verdict, "error": f"{self.policy}: {exc}"}
                 self.job.set_members(epoch, decision)
+                for name in verdict.get("joined", []):
+                    self.job.answer_join(name, {"epoch": epoch} if "error" not in decision else decision)
                 event["members_at"] = time.time()
+            event["joined"] = verdict.get("joined", [])
             self.events.append(event)
             if "error" in decision:
                 return
             self.members = decision["members"]
+            self.entries.update({m["name"]: dict(m) for m in self.members})
             epoch += 1
 
     def _replace(self, epoch: int, verdict: dict, event: dict) -> dict:
@@ -151,6 +192,7 @@ class JobManager:
             spares.activate(self.net, host.name, spares.leaf_of(self.fabric, host.server, members[slot]["local_rank"]))
             self.activated.append(host.name)
         event.update(replaced=replaced, activation_s=round(time.monotonic() - t0, 4))
+        members = admit(members, list(verdict.get("joining", {}).values()), [m["name"] for m in self.base_spec["peers"]])
         return {"members": members, "replaced": replaced, "moved": moved}
 
     def _idle_spare_gpu(self, failed: dict, taken: set):
@@ -170,9 +212,13 @@ class JobManager:
                                 f"({len(servers)} spare servers, all in use)")
 
     def _launch(self, host: str, me: dict, slot: int, epoch: int) -> None:
-        path = spare_spec_path(self.store, host, epoch)
+        self._start_rank(host, spare_spec_path(self.store, host, epoch),
+                         {**self.base_spec, "rank": slot, "join": {"epoch": epoch, "me": me}})
+
+    def _start_rank(self, host: str, path: str, spec: dict) -> None:
+        """A rank process on `host` with this spec, by the launcher, in a thread (its output: self.outputs)."""
         with open(path, "w") as f:
-            json.dump({**self.base_spec, "rank": slot, "join": {"epoch": epoch, "me": me}}, f)
+            json.dump(spec, f)
 
         def run() -> None:
             out, errors = run_on_hosts(self.net, {host: [RANK_MODULE, path]},

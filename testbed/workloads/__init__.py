@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from testbed.workloads import collective, connectivity, offload, program, traffic, training
+from testbed.workloads import churn, collective, connectivity, offload, program, traffic, training
 
 
 class Workload(Protocol):
@@ -28,4 +28,5 @@ class Workload(Protocol):
 
 
 REGISTRY: dict[str, Workload] = {"connectivity": connectivity, "traffic": traffic, "collective": collective,
-                                 "offload": offload, "training_iteration": training, "program": program}
+                                 "offload": offload, "training_iteration": training, "program": program,
+                                 "churn": churn}

@@ -21,7 +21,7 @@ from testbed.results import models, multicast_minimum
 from testbed.runtime import progress, recovery
 from testbed.runtime.launch import run_on_hosts
 from testbed.schema import NAME, SIZE, ScenarioError, parse_size
-from testbed.workloads import collective_phases, traffic
+from testbed.workloads import collective_phases, state_parity, traffic
 
 # This workload's part of the scenario schema (the scenario file's `workloads:` items of its type).
 SCHEMA = {
@@ -68,6 +68,10 @@ SCHEMA = {
                      "description": "After a GPU failure: abort (the workload fails), shrink (the survivors go "
                                     "on), spare (a spare GPU of the HB domain takes over; fabric.spares_per_server) "
                                     "or migrate (a spare server takes over; fabric.spare_servers)."},
+        "state": {"type": "boolean", "default": False,
+                  "description": "allreduce: keep a shared state (the sum of every step's result) on every rank, "
+                                 "copied over the network to a rank that joins (a spare, a restarted GPU) and checked "
+                                 "bit for bit against numpy's and across the ranks."},
         "heartbeat": {"anyOf": [{"const": False}, {     # false: detection by transport timeouts only
             "type": "object", "additionalProperties": False,
             "properties": {"period_s": {"type": "number", "minimum": 0.01, "maximum": 5, "default": 0.15,
@@ -175,6 +179,8 @@ def validate(fabric, spec: dict, scenario: dict | None = None) -> None:
         raise ScenarioError("recovery spare needs spare GPUs in the HB domains: set fabric.spares_per_server")
     if policy == "migrate" and not fabric.params.get("spare_servers"):
         raise ScenarioError("recovery migrate needs spare servers: set fabric.spare_servers")
+    if spec.get("state") and (spec["op"] != "allreduce" or spec.get("dtype", "float32") != "float32"):
+        raise ScenarioError("state needs op allreduce with dtype float32 (its sums are exact)")
     if beat and beat.get("period_s", 0.15) >= beat.get("timeout_s", 1.0):
         raise ScenarioError(f"heartbeat period_s {beat.get('period_s', 0.15)} must be shorter than its "
                             f"timeout_s {beat.get('timeout_s', 1.0)}")
@@ -277,6 +283,10 @@ def _run(net, spec: dict, hosts: list) -> dict:
             errors.append(f"{size} B: " + "; ".join(failed[:4]) + (f" (+{len(failed) - 4} more)" if len(failed) > 4 else ""))
             break
         rows.append(row(fabric, spec, size, done, before, after, hb_counters.growth(hb_before, hb_after)))
+        if spec.get("state"):          # every rank's shared state, bit for bit against numpy's
+            parity = rows[-1]["state"] = state_parity.check(done, done[0]["count"])
+            rows[-1]["correct"] &= parity["ranks"] == len(done) and not parity["divergent"] \
+                and not parity["sync_mismatches"]
         sweep.measured(rows[-1])
     return _summarize_run(spec, len(hosts), rows, errors, error_times, recoveries, beats)
 
@@ -312,6 +322,7 @@ def _base_spec(net, spec: dict, peers: list[dict], store: str, size: int) -> dic
             "root": spec.get("root", 0), "iterations": spec.get("iterations", 3),
             "warmup": spec.get("warmup", 1), "check": spec.get("check", True), "recovery": spec.get("recovery", "abort"),
             "heartbeat": spec.get("heartbeat", {}),
+            "admit": spec.get("recovery", "abort") != "abort", "state": bool(spec.get("state")),
             "timeout_s": spec.get("timeout_s", 60), **transport_options(net.routing),
             "ring": "rank" if spec.get("ring") == "rank" else "rail",
             "multicast_scope": multicast_scope(fabric, spec),
@@ -351,7 +362,8 @@ def recovery_records(outputs, policy: str, manager) -> list[dict]:
         first = [r["first_success_at"] for r in rs if r.get("first_success_at")]
         some = next((r for r in rs if r.get("failed") is not None), {})
         records.append({
-            "epoch": epoch, "policy": policy, "failed": some.get("failed"), "replaced": some.get("replaced"),
+            "epoch": epoch, "policy": "rejoin" if some.get("joined") and not some.get("failed") else policy,
+            "failed": some.get("failed"), "replaced": some.get("replaced"),
             "world": some.get("world"), "lost_steps": some.get("lost_steps"),
             "detected_at": min((r["detected_at"] for r in rs if r.get("detected_at")), default=None),
             "detected_by": min(((r["detected_at"], r.get("detected_by")) for r in rs if r.get("detected_at")),
@@ -360,6 +372,7 @@ def recovery_records(outputs, policy: str, manager) -> list[dict]:
             "reformed_at": min((r["reformed_at"] for r in rs if r.get("reformed_at")), default=None),
             "first_success_at": max(first) if first else None,
             "activation_s": events.get(epoch, {}).get("activation_s"),
+            "joined": some.get("joined") or None,
             "error": next((r["error"] for r in rs if r.get("error")), None)})
     return records
 
@@ -484,6 +497,9 @@ def summary(w: dict) -> str:
     if rounded:                     # what ran is not what was asked: say so where the figures are read
         what += "; ROUNDED: " + ", ".join(f"{r['requested_bytes']} B asked, {r['bytes']} B ran" for r in rounded)
     for rec in w.get("recoveries", []):
+        if rec["policy"] == "rejoin":
+            what += f"; {', '.join(rec['joined'])} rejoined" if rec.get("reformed_at") else "; a rejoin did not complete"
+            continue
         what += (f"; recovered ({rec['policy']}) from the failure of {', '.join(rec['failed'] or ['?'])}"
                  if rec.get("reformed_at") else f"; {rec['policy']} recovery did not complete")
     return what

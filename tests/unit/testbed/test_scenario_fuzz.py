@@ -159,10 +159,11 @@ def test_any_text_fails_cleanly(text):
 
 
 def test_the_generator_reaches_valid_documents():
-    """The first property is only as good as its documents: some of them must get all the way to 'ok'."""
+    """The first property is only as good as its documents: some of them must get all the way to 'ok'
+    (about 2 in 100 do: every workload type, fault and capture drawn must pass its checks)."""
     seen = []
 
-    @settings(FUZZ, max_examples=60)
+    @settings(FUZZ, max_examples=150)
     @given(from_schema(SCHEMA))
     def collect(doc):
         seen.append(validate(doc)[0])

@@ -71,7 +71,7 @@ def test_typos_are_named_by_line_and_column_with_the_key_meant(capsys, tmp_path)
         "did you mean 'max_loss'?",
         f"{path}:15:19: faults.0.kind: 'link-dwn' is not one of ['link-down', 'link-up', 'link-flap', "
         "'switch-down', 'port-disable', 'gpu-crash', 'gpu-hang', 'gpu-stall', 'gpu-declared', 'server-down', "
-        "'nic-down', 'partition']; did you mean 'link-down'?",
+        "'nic-down', 'partition', 'gpu-restart', 'nic-up']; did you mean 'link-down'?",
         f"{path}:15:51: faults.0: Additional properties are not allowed ('duraton' was unexpected); "
         "did you mean 'duration'?",
     ]

@@ -1,0 +1,62 @@
+"""GPUs that come back (gpu-restart, nic-up): the fault reaches the running job through faults.restart_hooks,
+and the job manager starts the rank again only once the job has dropped the old one (fenced, not a member)."""
+from types import SimpleNamespace
+
+from hosts.collectives.membership import Membership
+from hosts.collectives.store import FileStore
+from testbed.fabric.topo import build
+from testbed.runtime import fault_outcomes, faults, recovery
+
+
+def manager(tmp_path):
+    fabric = build("rail-optimized", 2, 2)
+    members = [recovery.member(h, h.rank) for h in fabric.gpus()]
+    spec = {"recovery": "shrink", "admit": True, "timeout_s": 5,
+            "peers": [{**m, "rank": i} for i, m in enumerate(members)]}
+    job = recovery.JobManager(SimpleNamespace(fabric=fabric), spec, str(tmp_path), members, budget=30)
+    started = []
+    job._start_rank = lambda host, path, spec: started.append((host, spec))
+    return job, started
+
+
+def test_a_restart_waits_until_the_job_has_dropped_the_old_rank(tmp_path):
+    job, started = manager(tmp_path)
+    assert job.rejoin("s9g9") == 0                      # not this job's GPU
+    assert job.rejoin("s1g1") == 1
+    job._restart_dropped()
+    assert started == []                                # still a member: its old rank may yet be alive
+    job.fenced.add("s1g1")
+    job.members = [m for m in job.members if m["name"] != "s1g1"]
+    job._restart_dropped()
+    job._restart_dropped()                              # once
+    (host, spec), = started
+    assert host == "s1g1" and spec["rejoin"] == {"me": job.entries["s1g1"]} and spec["rank"] == 3
+    assert job.restarts[0]["launched_at"] is not None
+
+
+def test_the_hook_reaches_the_running_jobs_and_an_ended_job_refuses_who_still_waits(tmp_path):
+    job, _ = manager(tmp_path)
+    job.start()
+    try:
+        assert job.rejoin in faults.restart_hooks
+        assert sum(hook("s0g1") for hook in faults.restart_hooks) == 1
+        Membership(FileStore(str(tmp_path))).request_join("s0g1", job.entries["s0g1"])
+    finally:
+        job.stop()
+    assert job.rejoin not in faults.restart_hooks
+    assert Membership(FileStore(str(tmp_path))).joined("s0g1", timeout=0.1) == {"error": "the job had ended"}
+
+
+def test_a_gpu_restart_is_reported_with_the_growth_that_took_it_back():
+    t0 = 1000.0
+    fault = {"kind": "gpu-restart", "target": "s1g1", "at_s": 9.0}
+    recoveries = [{"policy": "shrink", "failed": ["s1g1"], "detected_at": 1005.0, "decided_at": 1005.2},
+                  {"policy": "rejoin", "failed": [], "joined": ["s1g1"], "decided_at": 1010.0, "reformed_at": 1010.4,
+                   "first_success_at": 1011.0, "lost_steps": 0}]
+    fault_outcomes.gpu_outcomes([fault], [{"recoveries": recoveries}], t0, build("rail-optimized", 2, 2))
+    assert (fault["detected_s"], fault["recovered_s"], fault["first_success_s"], fault["recovery"]) == \
+        (10.0, 10.4, 11.0, "rejoin")
+    assert "admitted at 10.0 s (+1.00 s), in the grown communicator at 10.4 s" in \
+        fault_outcomes.describe_gpu_outcome(fault)
+    nobody = {"kind": "nic-up", "target": "s1g1", "at_s": 9.0, "processes": 0}
+    assert fault_outcomes.checks([nobody])[0]["detail"].startswith("no running job")
