@@ -208,8 +208,8 @@ class CollectiveRank:
                                recovered_chunks=mcast_allgather.stats(comm).get("recovered_chunks", 0),
                                steps=self.step)
             if self.state is not None:
-                self.result["state"] = {"history": self.state.history, "diverged": self.state.diverged,
-                                        "synced": self.state.synced}
+                self.result["state"] = {"history": self.state.history, "worlds": self.state.worlds,
+                                        "diverged": self.state.diverged, "synced": self.state.synced}
             finish(comm, store, rank, world)
             return False
         except (CollectiveError, StoreTimeout) as exc:
