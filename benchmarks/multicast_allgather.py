@@ -1,67 +1,139 @@
-"""Benchmark: ring vs multicast AllGather (printed, not asserted).
+"""Benchmark: flat multicast AllGather against the rank-order and the rail-aware ring (printed, not asserted).
 
-    .venv/bin/python benchmarks/multicast_allgather.py [--nic-mbps 5] [--size 1MiB] [--servers 2 4]
+    .venv/bin/python benchmarks/multicast_allgather.py [--grids 2x4,4x4] [--sizes 1MiB,4MiB] [--repeat 3]
+                                                      [--nic-mbps 5] [--algos ring-rank,ring-rail,multicast]
+                                                      [--json FILE]
 
-Per fabric (rail-optimized, rail-only) and server count (4 GPUs per server): completion time, bytes the
-GPUs' NICs sent, bytes sent by all switch ports (fabric), chunks recovered by RDMA READ, CPU idle.
-Algorithms: the rail-aware ring (rail-optimized only), the hierarchical ring (rail, then HB), flat
-multicast over the whole fabric (rail-optimized only) and rail-scoped multicast (multicast inside each
-rail, then the HB ring: the only multicast a rail-only fabric allows). Counters cover warm-up and
-measured iterations alike, so compare bytes between rows, not with the size.
+Traffic is counted as SPCL (Khalilov et al., SC'24) counts it: bytes on every link, i.e. what the GPUs' NICs
+send, what every switch port sends, and both directions of the HB links (a ring's hops inside a server cross
+its HB domain, the GPUs' NVLink). Per rail-optimized grid (2 spines) one bring-up, then `--repeat` rounds of
+every algorithm and size, each checked against numpy. Printed per case, as median [min-max] over the rounds:
+time, bytes per operation on all links (and the network's share: NICs + switches), and for multicast the
+network's bytes over the minimal trees' (testbed/results/multicast_minimum.py; 1 = every shard once over
+each link of its tree). Then, per grid and size, the ratios the paper reports: ring bytes / multicast bytes
+(SPCL: up to ~2x) and multicast time / the faster ring's time. Counters cover the warm-up as well, so bytes
+are divided by the operations run (warm-up + iterations).
 """
 import argparse
+import json
+import os
+import statistics
+import sys
+import time
 
 from testbed.fabric.network import Network
 from testbed.fabric.topo import build
+from testbed.scenario import parse_size
 from testbed.workloads import collective
 
-ALGOS = {"rail-optimized": [("ring", {}), ("hierarchical", {}), ("multicast", {}),
-                            ("multicast", {"multicast_scope": "rail"})],
-         "rail-only": [("hierarchical", {}), ("multicast", {})]}
+ALGOS = {"ring-rank": {"algo": "ring", "ring": "rank"}, "ring-rail": {"algo": "ring", "ring": "rail"},
+         "multicast": {"algo": "multicast"}, "multicast-rail": {"algo": "multicast", "multicast_scope": "rail"},
+         "hierarchical": {"algo": "hierarchical"}}
 
 
-def cpu_times():
+def cpu_times() -> list[int]:
     with open("/proc/stat") as f:
-        v = [int(x) for x in f.readline().split()[1:]]
-    return v[3] + v[4], sum(v)
+        return [int(v) for v in f.readline().split()[1:]]
+
+
+def idle_pct(before: list[int], after: list[int]) -> float:
+    delta = [b - a for a, b in zip(before, after)]
+    return 100.0 * (delta[3] + delta[4]) / max(1, sum(delta))
+
+
+def run_grid(servers: int, per: int, args) -> list[dict]:
+    fabric = build("rail-optimized", servers, per, spines=2, nic_mbps=args.nic_mbps)
+    rows = []
+    with Network(fabric) as net:
+        for rnd in range(args.repeat):
+            for size in args.sizes:
+                for name in args.algos:
+                    cpu = cpu_times()
+                    spec = {"type": "collective", "op": "allgather", "sizes": [size], "iterations": args.iterations,
+                            "warmup": 1, **ALGOS[name]}
+                    res = collective.run(net, spec)
+                    idle = idle_pct(cpu, cpu_times())
+                    if not res["rows"]:
+                        raise SystemExit(f"{servers}x{per} {name} {size} failed: "
+                                         f"{[c['detail'] for c in res['checks'] if not c['ok']]}")
+                    r = res["rows"][0]
+                    ops = 1 + args.iterations
+                    network = r["send_nic_bytes"] + r["fabric_bytes"]
+                    rows.append({**r, "name": name, "grid": f"{servers}x{per}", "round": rnd, "ops": ops,
+                                 "network_per_op": network / ops, "links_per_op": r["link_bytes"] / ops,
+                                 "cpu_idle_pct": idle})
+                    print(f"  round {rnd} {servers}x{per} {size} {name}: {r['seconds']:.3f} s, all links "
+                          f"{r['link_bytes'] / ops / 1e6:.2f} MB/op, tree ratio {r.get('tree_ratio') or '-'}, "
+                          f"CPU idle {idle:.0f}%{'' if r['correct'] else ' WRONG'}", file=sys.stderr, flush=True)
+    return rows
+
+
+def spread(values, fmt=".2f") -> str:
+    return f"{statistics.median(values):{fmt}} [{min(values):{fmt}}-{max(values):{fmt}}]"
+
+
+def report(rows: list[dict]) -> None:
+    cases: dict[tuple, list[dict]] = {}
+    for r in rows:
+        cases.setdefault((r["grid"], r["bytes"], r["name"]), []).append(r)
+    print(f"{'grid':>4} {'size':>8} {'algo':<14} {'n':>2} {'time s':>20} {'all links MB/op':>20} "
+          f"{'network MB/op':>20} {'net/tree min':>18} {'idle%':>5} ok")
+    for (grid, nbytes, name), rs in cases.items():
+        trees = [r["tree_ratio"] for r in rs if r.get("tree_ratio")]
+        print(f"{grid:>4} {nbytes:>8} {name:<14} {len(rs):>2} {spread([r['seconds'] for r in rs], '.3f'):>20} "
+              f"{spread([r['links_per_op'] / 1e6 for r in rs]):>20} {spread([r['network_per_op'] / 1e6 for r in rs]):>20} "
+              f"{spread(trees) if trees else '-':>18} {statistics.median(r['cpu_idle_pct'] for r in rs):>5.0f} "
+              f"{'yes' if all(r['correct'] for r in rs) else 'NO'}")
+    print()
+    for grid, nbytes in dict.fromkeys((g, b) for g, b, _ in cases):
+        mc = {r["round"]: r for r in cases.get((grid, nbytes, "multicast"), [])}
+        if not mc:
+            continue
+        line = []
+        rings = [n for n in ("ring-rank", "ring-rail") if (grid, nbytes, n) in cases]
+        for name in rings:
+            pairs = [(r, mc[r["round"]]) for r in cases[grid, nbytes, name] if r["round"] in mc]
+            line.append(f"vs {name}: {spread([a['links_per_op'] / b['links_per_op'] for a, b in pairs])}x fewer "
+                        f"link bytes ({spread([a['network_per_op'] / b['network_per_op'] for a, b in pairs])}x "
+                        f"network only)")
+        by_round = {n: {r["round"]: r["seconds"] for r in cases[grid, nbytes, n]} for n in rings}
+        times = [m["seconds"] / min(by_round[n][rnd] for n in rings) for rnd, m in mc.items()
+                 if rings and all(rnd in by_round[n] for n in rings)]
+        if times:
+            line.append(f"time / the faster ring's {spread(times)}")
+        print(f"{grid} {nbytes} B, multicast " + "; ".join(line))
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--nic-mbps", type=float, default=5)
-    ap.add_argument("--size", default="1MiB")
-    ap.add_argument("--servers", type=int, nargs="+", default=[2])
-    ap.add_argument("--kinds", nargs="+", default=list(ALGOS))
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--grids", default="2x4")
+    ap.add_argument("--sizes", default="1MiB,4MiB")
+    ap.add_argument("--algos", default="ring-rank,ring-rail,multicast")
+    ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--iterations", type=int, default=2)
+    ap.add_argument("--nic-mbps", type=float, default=5)
+    ap.add_argument("--json", help="write every round's rows to this file")
     args = ap.parse_args()
-    print(f"# AllGather {args.size}, NIC {args.nic_mbps} Mbit/s, 4 GPUs per server, {args.iterations} iterations")
-    print(f"# {'fabric':<15} {'P':>3} {'algo':<16} {'time s':>7} {'send NIC B':>11} {'fabric B':>11} "
-          f"{'recovered':>9} {'correct':>7} {'idle %':>6}")
-    for kind in args.kinds:
-        for servers in args.servers:
-            fabric = build(kind, servers, 4, spines=2, nic_mbps=args.nic_mbps)
-            rows = {}
-            with Network(fabric) as net:
-                for algo, extra in ALGOS[kind]:
-                    label = algo + ("/rail" if extra.get("multicast_scope") == "rail" or
-                                    (algo == "multicast" and kind == "rail-only") else "")
-                    idle0, total0 = cpu_times()
-                    res = collective.run(net, {"op": "allgather", "algo": algo, "sizes": [args.size],
-                                               "iterations": args.iterations, **extra})
-                    idle1, total1 = cpu_times()
-                    if not res["rows"]:
-                        print(f"  {kind:<15} {servers * 4:>3} {label:<16} failed: {res['checks']}")
-                        continue
-                    r = rows[label] = res["rows"][0]
-                    idle = 100 * (idle1 - idle0) / max(1, total1 - total0)
-                    print(f"  {kind:<15} {servers * 4:>3} {label:<16} {r['seconds']:>7.3f} {r['send_nic_bytes']:>11} "
-                          f"{r['fabric_bytes']:>11} {r['recovered_chunks']:>9} {str(r['correct']):>7} {idle:>6.0f}")
-            base = rows.get("ring") or rows.get("hierarchical")
-            for label, m in rows.items():
-                if label.startswith("multicast") and base:
-                    print(f"  -> {label} vs {base['algo']}: fabric bytes / {base['fabric_bytes'] / m['fabric_bytes']:.2f}, "
-                          f"send-NIC bytes / {base['send_nic_bytes'] / m['send_nic_bytes']:.2f}, "
-                          f"time x {m['seconds'] / base['seconds']:.2f}")
+    try:
+        grids = [tuple(int(v) for v in g.split("x")) for g in args.grids.split(",")]
+        args.sizes = args.sizes.split(",")
+        [parse_size(s) for s in args.sizes]
+        args.algos = args.algos.split(",")
+        unknown = [a for a in args.algos if a not in ALGOS]
+        if unknown or any(len(g) != 2 for g in grids):
+            raise ValueError(f"unknown algos {unknown}; choose from {', '.join(ALGOS)}" if unknown else "grid")
+    except ValueError as exc:
+        print(f"error: bad --grids, --sizes or --algos: {exc}", file=sys.stderr)
+        sys.exit(2)
+    rows, t0 = [], time.time()
+    for servers, per in grids:
+        rows += run_grid(servers, per, args)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+    report(rows)
+    print(f"\n{len(rows)} runs in {time.time() - t0:.0f} s; NIC {args.nic_mbps} Mbit/s, HB 9x, 2 spines; "
+          f"load average {os.getloadavg()[0]:.1f} at the end")
 
 
 if __name__ == "__main__":

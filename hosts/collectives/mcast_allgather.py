@@ -4,9 +4,14 @@ Each shard is cut into MTU-sized chunks sent as UD multicast to the group (the s
 the chunk id in the immediate data. Senders form R concurrent chains along the ring: the first of a
 chain starts, every other waits for a zero-byte activation from its predecessor (its left ring
 neighbour), multicasts its shard, then activates its successor. R senders share every receiver's
-link, so each is paced at the NIC rate / min(R, ranks - 1). Receivers keep a bitmap of chunks, no per-packet ACKs.
-Chunks still missing once their sender is done (a chunk of the next shard in its chain arrived, or
-its last chunk did), or after a deadline derived from size and link rate, are read from the right
+link, so each is paced at the NIC rate / min(R, ranks - 1). The AllGather uses one chain per rank
+(R = ranks): every rank sends at once at 1/(ranks - 1) of the rate, so every receiver's link is busy
+from start to end and the time is the ring's, (ranks - 1) shards over the NIC; with fewer chains the
+current senders' own links idle while they send, and the time grows by ranks / (ranks - 1) at best.
+Receivers keep a bitmap of chunks, no per-packet ACKs.
+Chunks still missing once their sender is done (its last chunk arrived, a chunk of the next shard in
+its chain did, or the right neighbour reported the shard complete a few chunk times ago), or after a
+deadline derived from size and link rate, are read from the right
 ring neighbour with one RDMA READ per contiguous gap, once that neighbour reports the shard complete
 (it publishes its buffer's address and rkey at set-up). A rank tells its right neighbour FIN when it
 needs nothing more from it, and returns once its left neighbour's FIN came: buffers stay valid while
@@ -30,7 +35,8 @@ from hosts.rdma import GRH_LEN, Access, AddressHandle, QPInfo, QPType, RecvWR, S
 CHUNK = 1024                 # UD payload: the RoCE MTU of the NICs
 MCAST_QPN, QKEY = 0xFFFFFF, 0x4D434147
 RECV_SLOTS, SEND_DEPTH = 512, 64
-CHAINS = 2
+CHAINS = 2                   # Broadcast's (one sender: any); the AllGather runs one chain per rank
+GRACE_HEADERS = 70           # a chunk's header bytes on the wire, for the recovery grace
 ACTIVATE, COMPLETE, FIN = 1, 2, 3
 K_CTRL_RECV, K_CTRL_SEND, K_DATA, K_READ = 1, 2, 3, 4     # wr_id >> 61
 
@@ -149,12 +155,15 @@ class _Operation:
         self.have = [np.full(c, owner == mc.pos) for (owner, _, _), c in zip(shards, counts)]
         self.missing = sum(int((~h).sum()) for h in self.have)
         self.done_sending = [owner == mc.pos for owner, _, _ in shards]    # the sender of the shard is done
-        self.right_has: set[int] = set()          # shards the right neighbour said it has (COMPLETE)
+        self.right_has: dict[int, float] = {}     # shards the right neighbour said it has (COMPLETE): when
         self.requested = [np.zeros(c, bool) for c in counts]
         self.chain_next: dict[int, int] = {}
         chains = chains_of(n, mc.chains)
+        senders = max(1, min(len(chains), len(mc.group) - 1))
         if mc.rate:          # a receiver hears at most one sender per chain, never itself
-            mc.ud.set_rate_limit(mc.rate / max(1, min(len(chains), len(mc.group) - 1)))
+            mc.ud.set_rate_limit(mc.rate / senders)
+        # the right neighbour's copy of a shard completes at most a few chunk times before ours
+        self.grace = 4 * (CHUNK + GRACE_HEADERS) * 8 * senders / (mc.rate or 1e9) + 0.02
         for chain in chains:
             for a, b in zip(chain, chain[1:]):
                 self.chain_next[a] = b
@@ -186,7 +195,7 @@ class _Operation:
             self.to_send = self._all_my_chunks()
             self.active = True
         elif kind == COMPLETE:
-            self.right_has.add(value)
+            self.right_has.setdefault(value, time.monotonic())
         elif kind == FIN:
             self.fin_from_left = True
 
@@ -210,7 +219,8 @@ class _Operation:
         mc = self.mc
         now = time.monotonic()
         for i in range(self.n):
-            if (self.done_sending[i] or now > self.late) and i in self.right_has and not self.have[i].all():
+            if i in self.right_has and (self.done_sending[i] or now > self.late or now > self.right_has[i] + self.grace) \
+                    and not self.have[i].all():
                 for lo, hi in gaps(self.have[i] | self.requested[i]):
                     _, slo, shi = self.shards[i]
                     off = slo + lo * CHUNK
@@ -294,12 +304,12 @@ class _Operation:
             mc.ctrl(mc.to_left, COMPLETE, i)
 
 
-def context(comm, group: list[int], op: str) -> Multicast:
+def context(comm, group: list[int], op: str, chains: int = CHAINS) -> Multicast:
     """The communicator's multicast set-up for this group of ranks and operation (made once)."""
     cache = comm.__dict__.setdefault("multicast", {})
     key = (op, tuple(group))
     if key not in cache:
-        cache[key] = Multicast(comm, group, op)
+        cache[key] = Multicast(comm, group, op, chains)
     return cache[key]
 
 
@@ -314,7 +324,7 @@ def stats(comm) -> dict:
 def gather_group(comm, group: list[int], shard: np.ndarray) -> np.ndarray:
     """AllGather over `group` (ring order): block i of the result is the shard of group[i]."""
     m = shard.nbytes
-    ctx = context(comm, group, "allgather")
+    ctx = context(comm, group, "allgather", chains=len(group))
     buf = ctx.buffer(len(group) * m)
     pos = group.index(comm.rank)
     buf[pos * m:(pos + 1) * m] = shard.view(np.uint8)

@@ -216,3 +216,29 @@ def test_rail_only_multicast_allgather_is_hierarchical_and_broadcast_is_refused(
         assert result["ok"], result["checks"]
         with pytest.raises(ScenarioError, match="rail-only"):
             collective.run(net, {"op": "broadcast", "algo": "multicast", "sizes": ["128KiB"]})
+
+
+@pytest.mark.root
+def test_multicast_allgather_puts_each_shard_once_on_each_link_of_its_minimal_tree():
+    """Network bytes (NIC sends + switch egress) over the minimal trees' stay near 1 (control messages and
+    heartbeats are the rest); counted on all links, HB links included, multicast moves fewer bytes than
+    the rank-order ring and the rail-aware ring; results stay exact."""
+    from testbed.fabric.network import Network
+    from testbed.workloads import collective
+    fabric = build("rail-optimized", 2, 4, spines=2, nic_mbps=10)
+    base = {"op": "allgather", "sizes": ["512KiB"], "iterations": 2, "timeout_s": 30}
+    with Network(fabric) as net:
+        rows = {}
+        for name, extra in (("multicast", {"algo": "multicast", "expect": {"max_tree_ratio": 1.1}}),
+                            ("ring-rank", {"algo": "ring", "ring": "rank"}), ("ring-rail", {"algo": "ring"})):
+            result = collective.run(net, {**base, **extra})
+            assert result["ok"], (name, result["checks"])
+            rows[name] = r = result["rows"][0]
+            print(f"{name}: {r['seconds']:.3f} s, all links {r['link_bytes']} B (HB {r['hb_bytes']} B), "
+                  f"tree ratio {r.get('tree_ratio')}")
+        bcast = collective.run(net, {**base, "op": "broadcast", "algo": "multicast"})["rows"][0]
+    mc = rows["multicast"]
+    assert 0.99 <= mc["tree_ratio"] <= 1.1 and mc["hb_bytes"] < 0.03 * mc["link_bytes"]
+    assert 0.99 <= bcast["tree_ratio"] <= 1.1 and bcast["correct"]
+    assert rows["ring-rank"]["link_bytes"] > 1.3 * mc["link_bytes"]     # 1.46x by the model (2 x 4)
+    assert rows["ring-rail"]["link_bytes"] > 1.05 * mc["link_bytes"]    # 1.17x by the model
