@@ -21,7 +21,7 @@ def run(tmp_path, doc):
 def test_a_restarted_gpu_rejoins_with_the_state_copied_from_a_live_peer(tmp_path):
     doc = {"name": "rejoin", "fabric": FABRIC,
            "workloads": [{"type": "collective", "op": "allreduce", "algo": "ring", "sizes": ["128KiB"],
-                          "iterations": 40, "timeout_s": 20, "recovery": "shrink", "state": True}],
+                          "iterations": 60, "timeout_s": 20, "recovery": "shrink", "state": True}],
            "faults": [{"at": 3.0, "kind": "gpu-crash", "target": "s1g1"},
                       {"at": 6.0, "kind": "gpu-restart", "target": "s1g1"}]}
     r = run(tmp_path, doc)
@@ -31,7 +31,7 @@ def test_a_restarted_gpu_rejoins_with_the_state_copied_from_a_live_peer(tmp_path
     assert row["ranks"] == 4 and row["correct"]                 # the job ended as it began, exact
     state = row["state"]
     assert state["ranks"] == 4 and state["divergent"] == 0 and state["sync_mismatches"] == 0
-    assert state["synced"] == 1 and state["steps"] == 41         # the newcomer was sent the state, once
+    assert state["synced"] == 1 and state["steps"] == 61         # the newcomer was sent the state, once
     shrink, grow = w["recoveries"]
     assert shrink["failed"] == ["s1g1"] and shrink["world"] == 3
     assert grow["policy"] == "rejoin" and grow["joined"] == ["s1g1"] and grow["world"] == 4
