@@ -258,7 +258,7 @@ PROGRAM = {
 CHURN = {
     "duration_s": dur("how long the job ran."), "seed": INT, "ranks": INT, "final_world": d(INT, "Ranks at the end."),
     "steps_completed": INT, "steps_lost": d(INT, "Started steps run again after failures."),
-    "recovery_s": dur("summed over failures: from detection to the first step completed after it."),
+    "recovery_s": dur("summed over failures: from the fault to the first step completed after the job re-formed."),
     "rejoin_s": dur("summed over rejoins: from the admission to the first step completed with the newcomers."),
     "failures": INT, "rejoins": INT,
     "divergence": d(nullable({"type": "object"}), "State parity: divergent step states and mismatched copies."),

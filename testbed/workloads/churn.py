@@ -4,7 +4,8 @@ return (gpu-restart, nic-up). The job shrinks on each failure and grows again wh
 state copied to it from a live peer (hosts/collectives/shared_state.py), as PCCL's churn tests do.
 
 Reports the steps completed, the steps lost (started, then run again after a failure), the time spent in
-recovery (from a failure's detection to the first step completed after it) and in growing, and divergence:
+recovery (from a failure to the first step completed after the job re-formed without it) and in growing, and
+divergence:
 every rank's state after every step, bit for bit, against numpy's and the other ranks' (must be none).
 """
 from __future__ import annotations
@@ -132,8 +133,8 @@ def report(spec: dict, world: int, out: dict, failed: list[str], manager, plan, 
         "final_world": done[0]["world"] if done else 0,
         "steps_completed": max((o["steps"] for o in done), default=0),
         "steps_lost": sum(r["lost_steps"] or 0 for r in failures),
-        "recovery_s": round(sum(r["first_success_at"] - r["detected_at"] for r in failures
-                                if r["first_success_at"] and r["detected_at"]), 3),
+        "recovery_s": round(sum(e["first_success_s"] - e["at_s"] for e in events if e["kind"] in churn_plan.RETURN
+                                and e.get("first_success_s") is not None), 3),
         "rejoin_s": round(sum(r["first_success_at"] - r["decided_at"] for r in epochs
                               if r["policy"] == "rejoin" and r["first_success_at"] and r["decided_at"]), 3),
         "failures": len(failures), "rejoins": sum(len(r["joined"] or []) for r in epochs if r["joined"]),
