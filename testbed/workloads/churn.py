@@ -5,8 +5,8 @@ state copied to it from a live peer (hosts/collectives/shared_state.py), as PCCL
 
 Reports the steps completed, the steps lost (started, then run again after a failure), the time spent in
 recovery (from a failure to the first step completed after the job re-formed without it) and in growing, and
-divergence:
-every rank's state after every step, bit for bit, against numpy's and the other ranks' (must be none).
+divergence: every rank's state after every step, bit for bit, against numpy's and the other ranks' (must be
+none).
 """
 from __future__ import annotations
 
