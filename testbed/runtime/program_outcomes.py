@@ -67,7 +67,8 @@ def describe_job(j: dict, at: float) -> str:
         parts.append(f"its traffic stalled {j['stall_s']:.2f} s from {j['stall_from_s']} s"
                      + (f", resumed at {j['resumed_s']} s" if j["resumed_s"] is not None else " to its end"))
     elif j["ended"] == "completed":
-        parts.append("no stall in its traffic")
+        parts.append("no stall in its traffic" + (f" (its longest silence {j['longest_silence_s']:.2f} s)"
+                                                  if j.get("longest_silence_s") is not None else ""))
     if j["ended"] == "completed":
         parts.append(f"completed at {j['ended_s']} s, every rank exited 0"
                      + (", its checks passed" if j["ok"] else ", but a check failed"))

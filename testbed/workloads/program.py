@@ -158,6 +158,8 @@ def figure(text: str, fig: dict):
             if obj is not None:
                 value = obj
                 break
+    if isinstance(value, bool):                 # a JSON true/false ("correct": true): 1 or 0, so min/max check it
+        return int(value)
     if isinstance(value, str):
         try:
             return float(value)
@@ -176,7 +178,7 @@ def how_ended(code: int | None) -> str:
 
 
 # A raised exception's line in a Python traceback ("RuntimeError: ...", "tensorflow...UnavailableError: ...")
-EXCEPTION = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Za-z_]\w*(?:Error|Exception|Interrupt|Exit)\b:?")
+EXCEPTION = re.compile(r"^(?:\[rank\d+\]:\s*)?(?:[A-Za-z_][\w.]*\.)?[A-Za-z_]\w*(?:Error|Exception|Interrupt|Exit)\b:?")
 
 
 def last_line(path: str) -> str:
@@ -185,11 +187,19 @@ def last_line(path: str) -> str:
     something."""
     try:
         with open(path, errors="replace") as f:
-            lines = [line.strip() for line in f if line.strip()]
+            raw = [line.rstrip() for line in f if line.strip()]
     except OSError:
         return ""
-    raised = [line for line in lines if EXCEPTION.match(line)]
-    return (raised or lines or [""])[-1][:200]
+    lines = [line.strip() for line in raw]
+    raised = [i for i, line in enumerate(lines) if EXCEPTION.match(line)]
+    if not raised:
+        return (lines or [""])[-1][:200]
+    i = raised[-1]
+    if lines[i].endswith(":"):          # the message goes on below (TF: after the node's traceback)
+        more = next((line for line in raw[i + 1:] if not line[0].isspace()
+                     and not line.startswith("Detected at node")), "")
+        return f"{lines[i]} {more}".strip()[:200]
+    return lines[i][:200]
 
 
 def log_dir(net, name: str) -> str:

@@ -1,6 +1,7 @@
 """Integration (root): users' own distributed programs as the ranks of a job on the fabric: the example
 scenarios (mpirun + mpi4py, torch.distributed gloo, tf.distribute MultiWorkerMirroredStrategy), the launchers'
-environment on a subset of hosts, and a GPU crash under MPI and torch jobs (what each library does, and when)."""
+environment on a subset of hosts, a GPU crash under MPI, torch and TensorFlow jobs, a rail-spine cut the fabric
+routes around and a GPU's NIC cut it cannot (what each library does, and when)."""
 import importlib.util
 import json
 import os
@@ -31,8 +32,12 @@ def need_mpirun() -> None:
         pytest.skip("needs Open MPI's mpirun (apt openmpi-bin; scripts/setup installs it)")
 
 
-def run(name: str, tmp_path, extra=()):
+def run(name: str, tmp_path, extra=(), only=None):
+    """A scenario (with more workloads, or only some of its own and their faults), its summary printed."""
     doc = load(os.path.join(SCENARIOS, f"program-{name}.yaml"), [])
+    if only:
+        doc["workloads"] = [w for w in doc["workloads"] if w["name"] in only]
+        doc["faults"] = [f for f in doc.get("faults", []) if f.get("workload") in only]
     doc["workloads"] += list(extra)
     out = str(tmp_path / name)
     t0 = time.monotonic()
@@ -115,7 +120,7 @@ def test_tf_multi_worker_mirrored_strategy_trains_with_identical_weights_on_ever
 def test_a_gpu_crash_aborts_the_mpi_job_and_makes_torch_raise_with_the_times(tmp_path):
     need_mpirun()
     need("torch")
-    r, out = run("crash", tmp_path)
+    r, out = run("crash", tmp_path, only=("mpi-crash", "torch-crash"))
     assert r["ok"], r["checks"]
     mpi, torch = r["workloads"]
     assert mpi["mpirun"]["exit"] not in (0, None) and mpi["seconds"] < 30
@@ -132,6 +137,74 @@ def test_a_gpu_crash_aborts_the_mpi_job_and_makes_torch_raise_with_the_times(tmp
     print(mpi["reaction"])
     print(torch["reaction"])
     assert torch["reaction"] in program.summary(torch)
+    # the fault's line states each library's reaction: exit codes, its first words, the time from the crash
+    for fault in r["faults"][:2]:
+        job, = fault["jobs"]
+        assert job["ended"] == "failed" and 0 <= job["error_after_s"] <= 5, job
+    summary = runner.summary_table(r)
+    assert "job mpi-crash: failed" in summary and "job torch-crash: failed" in summary
+
+
+def test_a_gpu_crash_under_a_tensorflow_multi_worker_job_makes_the_survivors_raise_with_the_times(tmp_path):
+    need("tensorflow")
+    r, out = run("crash", tmp_path, only=("tf-crash",))
+    assert r["ok"], r["checks"]
+    w, = r["workloads"]
+    fault, = r["faults"]
+    crashed = [x for x in w["ranks"] if x["host"] == "s1g0"]
+    assert crashed and crashed[0]["exit"] == -9
+    survivors = [x for x in w["ranks"] if x["host"] != "s1g0"]
+    assert all(x["exit"] not in (0, None) for x in survivors)            # each raised, none hung
+    assert any("Error" in x["last_error"] for x in survivors), survivors
+    epochs = [line for line in rank_logs(out, w)[0].splitlines() if line.startswith("# epoch")]
+    assert epochs and not any(line.startswith("{") for line in rank_logs(out, w)[0].splitlines())  # cut short
+    job, = fault["jobs"]
+    assert job["ended"] == "failed" and job["error_after_s"] is not None and job["error_after_s"] >= 0
+    print(f"TF: first error {job['error_after_s']:.2f} s after the crash: {w['reaction']}")
+
+
+def test_a_rail_spine_cut_under_mpi_and_gloo_stalls_them_and_they_complete_with_their_results_checked(tmp_path):
+    need_mpirun()
+    need("torch")
+    r, out = run("linkcut", tmp_path)
+    assert r["ok"], r["checks"]
+    for w, fault in zip(r["workloads"], r["faults"]):
+        assert w["figures"]["correct"] == 1 and all(c == 0 for c in program.exits(w))
+        assert fault["at_s"] is not None and fault["detected_s"] is not None       # the controller saw the cut
+        job, = fault["jobs"]
+        assert job["workload"] == w["name"] and job["ended"] == "completed" and job["ok"]
+        assert w["traffic_samples"] > 0
+        # a stall, if ECMP had put a flow on the cut cable: over well before the job's timeout
+        assert job["stall_s"] is None or (job["resumed_s"] is not None and job["stall_s"] < 10), job
+        print(f"{w['name']}: stall {job['stall_s']} s, longest silence {job['longest_silence_s']} s, "
+              f"completed in {w['seconds']:.1f} s")
+    # each fault's line says what the job saw of it (a stall, or none: fast retransmit within the sampling) and
+    # that it completed; a stall here was 0.15 s (gloo), and none for MPI, its longest silence 0.30 s
+    lines = [line for line in runner.summary_table(r).splitlines() if line.startswith("fault link-down")]
+    assert len(lines) == 2 and all("stall" in line and "completed at" in line for line in lines), lines
+
+
+def test_a_cut_gpu_nic_makes_gloo_raise_after_its_timeout_and_mpi_abort_or_hang(tmp_path):
+    need_mpirun()
+    need("torch")
+    r, out = run("nic-cut", tmp_path)
+    assert r["ok"], r["checks"]
+    torch, mpi, hang = r["workloads"]
+    jobs = {f["jobs"][0]["workload"]: f["jobs"][0] for f in r["faults"]}
+    # gloo: every rank raises once an operation outlasts the process group's 10 s timeout
+    assert all(x["exit"] == 1 for x in torch["ranks"]), torch["ranks"]
+    assert 9 <= jobs["torch-nic"]["error_after_s"] <= 20, jobs["torch-nic"]
+    assert any("RuntimeError" in x["last_error"] for x in torch["ranks"])
+    assert jobs["torch-nic"]["stall_s"] and jobs["torch-nic"]["resumed_s"] is None      # silent to its end
+    # Open MPI with keepalives on its daemons' connections: mpirun aborts, in its own words
+    assert mpi["mpirun"]["exit"] not in (0, None) and mpi["mpirun"]["said"]
+    assert 0 < jobs["mpi-nic"]["error_after_s"] <= 20, jobs["mpi-nic"]
+    # Open MPI as installed: still waiting when the timeout killed it
+    assert hang["mpirun"]["exit"] is None and jobs["mpi-hang"]["ended"] == "hung"
+    summary = runner.summary_table(r)
+    assert "job torch-nic: its traffic stalled" in summary and "hung: still running at its timeout" in summary
+    for name, job in jobs.items():
+        print(f"{name}: {job['ended']}, error {job['error_after_s']} s after the cut: {job['reaction']}")
 
 
 @pytest.mark.docker

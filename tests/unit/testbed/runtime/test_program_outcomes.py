@@ -85,3 +85,12 @@ def test_the_summary_line_of_a_link_fault_and_of_a_gpu_fault_carries_the_jobs_re
     text = runner.summary_table({"workloads": [], "faults": [link, crash], "checks": []})
     assert "restored at None s; job mpi-ecmp: its traffic stalled 0.41 s" in text
     assert "job aborted; job tf-crash: failed 4.00 s after the fault, exit codes 1, -9" in text
+
+
+def test_a_cut_that_stalled_nothing_says_so_with_the_jobs_longest_silence():
+    w = job("mpi-ecmp", 2.0, 16.0, [0], 15.2, silences=[(1.0, 0.304, True)], launcher="mpirun")
+    f = fault("link-down", "rail0-spine0", 7.0)
+    po.attach([f], [w], T0)
+    assert f["jobs"][0]["stall_s"] is None
+    assert po.describe(f).startswith("; job mpi-ecmp: no stall in its traffic (its longest silence 0.30 s), "
+                                     "completed at 17.3 s")

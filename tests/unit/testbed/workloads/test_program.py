@@ -240,6 +240,15 @@ tensorflow.python.framework.errors_impl.UnavailableError: Collective ops is abor
 Additional GRPC error information from remote target /job:worker/replica:0/task:2:
  [[{{node CollectiveReduceV2}}]] [Op:__inference_train_step_512]
 """
+TF_GRAPH_STDERR = """tensorflow.python.framework.errors_impl.UnavailableError: Graph execution error:
+
+Detected at node sgd_1/CollectiveReduceV2 defined at (most recent call last):
+  File "hosts/programs/tf_multiworker.py", line 84, in <module>
+
+Collective ops is aborted by: recvmsg:Connection reset by peer
+Additional GRPC error information from remote target /job:worker/replica:0/task:2 while calling RecvBuf:
+\t [[{{node sgd_1/CollectiveReduceV2}}]] [Op:__inference_train_step_218]
+"""
 
 
 def test_a_ranks_error_is_the_exception_it_raised_not_the_last_line_of_the_message(tmp_path):
@@ -249,6 +258,12 @@ def test_a_ranks_error_is_the_exception_it_raised_not_the_last_line_of_the_messa
                                            "ops is aborted by: Socket closed")
     err.write_text("[W socket.cpp:4] warning\nRuntimeError: Connection closed by peer\n[W gloo] after\n")
     assert program.last_line(str(err)) == "RuntimeError: Connection closed by peer"
+    err.write_text("[rank2]: RuntimeError: [gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting 10000ms\n"
+                   "[rank2]:[W1125 destroy_process_group() was not called]\n")          # torch's rank prefix
+    assert program.last_line(str(err)).startswith("[rank2]: RuntimeError: [gloo")
+    err.write_text(TF_GRAPH_STDERR)                 # the message after the node's traceback
+    assert program.last_line(str(err)) == ("tensorflow.python.framework.errors_impl.UnavailableError: Graph execution "
+                                           "error: Collective ops is aborted by: recvmsg:Connection reset by peer")
     err.write_text("no exception here\nlast words\n\n")
     assert program.last_line(str(err)) == "last words"
     assert program.last_line(str(tmp_path / "missing")) == ""
@@ -262,3 +277,9 @@ def test_a_job_expected_to_hang_passes_only_if_it_was_still_running_at_its_timeo
     ended = program.checks(settings(expect="hang"), r)[0]
     assert not ended["ok"] and ended["detail"].startswith("rank 0 (s0g0) exited 1 at +9.00 s")
     assert not program.checks(settings(expect="hang"), env_result([0], [3.0]))[0]["ok"]
+
+
+def test_a_json_true_or_false_is_a_figure_of_1_or_0_that_min_can_check():
+    out = '{"correct": true, "rows": []}\n'
+    assert program.figure(out, {"json": "correct"}) == 1 and type(program.figure(out, {"json": "correct"})) is int
+    assert program.figure('{"correct": false}', {"json": "correct"}) == 0
