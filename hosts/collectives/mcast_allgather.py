@@ -9,9 +9,8 @@ link, so each is paced at the NIC rate / min(R, ranks - 1). The AllGather uses o
 from start to end and the time is the ring's, (ranks - 1) shards over the NIC; with fewer chains the
 current senders' own links idle while they send, and the time grows by ranks / (ranks - 1) at best.
 Receivers keep a bitmap of chunks, no per-packet ACKs.
-Chunks still missing once their sender is done (its last chunk arrived, a chunk of the next shard in
-its chain did, or the right neighbour reported the shard complete a few chunk times ago), or after a
-deadline derived from size and link rate, are read from the right
+Chunks still missing once their sender is done (its last chunk arrived, or a chunk of the next shard in
+its chain did), or after a deadline derived from size and link rate, are read from the right
 ring neighbour with one RDMA READ per contiguous gap, once that neighbour reports the shard complete
 (it publishes its buffer's address and rkey at set-up). A rank tells its right neighbour FIN when it
 needs nothing more from it, and returns once its left neighbour's FIN came: buffers stay valid while
@@ -36,7 +35,6 @@ CHUNK = 1024                 # UD payload: the RoCE MTU of the NICs
 MCAST_QPN, QKEY = 0xFFFFFF, 0x4D434147
 RECV_SLOTS, SEND_DEPTH = 512, 64
 CHAINS = 2                   # Broadcast's (one sender: any); the AllGather runs one chain per rank
-GRACE_HEADERS = 70           # a chunk's header bytes on the wire, for the recovery grace
 ACTIVATE, COMPLETE, FIN = 1, 2, 3
 K_CTRL_RECV, K_CTRL_SEND, K_DATA, K_READ = 1, 2, 3, 4     # wr_id >> 61
 
@@ -162,8 +160,6 @@ class _Operation:
         senders = max(1, min(len(chains), len(mc.group) - 1))
         if mc.rate:          # a receiver hears at most one sender per chain, never itself
             mc.ud.set_rate_limit(mc.rate / senders)
-        # the right neighbour's copy of a shard completes at most a few chunk times before ours
-        self.grace = 4 * (CHUNK + GRACE_HEADERS) * 8 * senders / (mc.rate or 1e9) + 0.02
         for chain in chains:
             for a, b in zip(chain, chain[1:]):
                 self.chain_next[a] = b
@@ -219,8 +215,7 @@ class _Operation:
         mc = self.mc
         now = time.monotonic()
         for i in range(self.n):
-            if i in self.right_has and (self.done_sending[i] or now > self.late or now > self.right_has[i] + self.grace) \
-                    and not self.have[i].all():
+            if (self.done_sending[i] or now > self.late) and i in self.right_has and not self.have[i].all():
                 for lo, hi in gaps(self.have[i] | self.requested[i]):
                     _, slo, shi = self.shards[i]
                     off = slo + lo * CHUNK
