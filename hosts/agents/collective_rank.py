@@ -197,7 +197,11 @@ class CollectiveRank:
                 if self.state is None:     # a spare or a rank that came back must be sent the state
                     self.state = SharedState(count, fresh=not (spec.get("join") or spec.get("rejoin")))
                 if self.epoch > 0:
-                    self.state.sync(comm, store, rank, [m["name"] for m in self.members])
+                    fresh = not self.state.held
+                    past = self.state.sync(comm, store, rank, [m["name"] for m in self.members],
+                                           [r for r in self.result["recoveries"] if r["epoch"] < self.epoch])
+                    if fresh:          # the job's history before this rank came in, from a live member
+                        self.result["recoveries"] = past + self.result["recoveries"]
             self._run_steps(comm, store, rank, world, count, want)
             if self.hb is not None:
                 self.hb.watch(())                 # done: peers that leave from now on have not failed

@@ -73,19 +73,22 @@ class SharedState:
                 self.worlds.pop()
         self._before = None
 
-    def sync(self, comm, store, rank: int, names: list[str]) -> None:
-        """At an epoch's start: make sure every member holds the same state (see the module's docstring)."""
+    def sync(self, comm, store, rank: int, names: list[str], log: list | None = None) -> list:
+        """At an epoch's start: make sure every member holds the same state (see the module's docstring).
+        `log`: this rank's records of the job's past epochs; returns the first holder's, which a newcomer keeps
+        with the state (so the job's history outlives the ranks that recorded it)."""
         store.set(f"state/{rank}", {"held": self.held, "digest": digest(self.value) if self.held else None,
-                                    "worlds": self.worlds})
+                                    "worlds": self.worlds, "log": log or []})
         said = [store.get(f"state/{r}", what=f"{names[r]}'s state digest") for r in range(len(names))]
         holders = [r for r, s in enumerate(said) if s["held"]]
         if not holders:
             raise RuntimeError("no member of the new epoch holds the shared state")
         if len(holders) == len(said) and len({s["digest"] for s in said}) == 1:
-            return                                          # every copy equal: nothing to send
+            return said[holders[0]]["log"]                  # every copy equal: nothing to send
         got = algorithms.broadcast(comm, self.value.copy(), root=holders[0])     # received in place
         if self.held and not np.array_equal(got, self.value):
             self.diverged += 1
         if not self.held:
             self.value, self.held, self.worlds = got, True, [list(w) for w in said[holders[0]]["worlds"]]
             self.synced += 1
+        return said[holders[0]]["log"]

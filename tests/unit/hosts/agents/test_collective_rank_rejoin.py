@@ -39,7 +39,7 @@ def spec_for(tmp_path, rank, **extra):
             "recovery": "shrink", "heartbeat": False, "admit": True, "state": True, **extra}
 
 
-def run(ranks):
+def run(ranks, pause=0.3):
     outputs = {}
 
     def main(r):
@@ -50,7 +50,7 @@ def run(ranks):
     threads = [threading.Thread(target=main, args=(r,)) for r in ranks]
     for t in threads:
         t.start()
-        time.sleep(0.3)            # the last one (the newcomer) asks while the job runs
+        time.sleep(pause)          # the last ones (newcomers) ask while the job runs
     for t in threads:
         t.join(60)
     return outputs
@@ -70,6 +70,7 @@ def test_a_rank_that_comes_back_is_admitted_at_a_step_boundary_and_sent_the_stat
     assert parity["ranks"] == 4 and parity["divergent"] == 0 and parity["sync_mismatches"] == 0
     assert parity["synced"] == 1 and parity["steps"] == 200
     assert out["s1g0"]["state"]["history"][0][0] > 0           # it joined a running job
+    assert out["s1g0"]["recoveries"] == []                     # no epoch before the one it joined
 
 
 def test_the_leader_stops_the_job_when_its_time_is_up(tmp_path, memory_comms):
@@ -77,3 +78,16 @@ def test_the_leader_stops_the_job_when_its_time_is_up(tmp_path, memory_comms):
     out = run([collective_rank.CollectiveRank(spec_for(tmp_path, r, until=until)) for r in range(3)])
     steps = {o["steps"] for o in out.values()}
     assert len(steps) == 1 and steps.pop() > 3 and time.time() - until < 10      # together, at one boundary
+
+
+def test_a_later_newcomer_is_given_the_jobs_history_with_the_state(tmp_path, memory_comms):
+    ranks = [collective_rank.CollectiveRank(spec_for(tmp_path, r, iterations=600)) for r in range(3)]
+    ranks += [collective_rank.CollectiveRank(spec_for(tmp_path, 3 + i, iterations=600, rejoin={"me": entry(n)}))
+              for i, n in enumerate(["s1g0", "s2g0"])]
+    out = run(ranks, pause=1.0)
+    assert {o.get("world") for o in out.values()} == {5}, {n: o.get("left") for n, o in out.items()}
+    first, second = out["s0g0"]["recoveries"]
+    assert first["joined"] == ["s1g0"] and second["joined"] == ["s2g0"]
+    # the second newcomer was not there when the first came in, and still reports that epoch
+    assert [r["epoch"] for r in out["s2g0"]["recoveries"]] == [first["epoch"]]
+    assert out["s2g0"]["recoveries"][0]["joined"] == ["s1g0"]
