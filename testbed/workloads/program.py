@@ -283,7 +283,8 @@ def mpirun_said(path: str) -> list[str]:
     except OSError:
         return []
     said = []
-    for block in re.split(r"^-{20,}\s*$", text, flags=re.MULTILINE):
+    text_blocks = re.sub(r"^\[[^\]\s]+:\d+\] .*$", "", text, flags=re.MULTILINE)    # "[host:pid] plm:..." log lines
+    for block in re.split(r"^-{20,}\s*$", text_blocks, flags=re.MULTILINE):
         words = " ".join(block.split())
         if words:
             said.append(re.split(r"(?<=[.:])\s", words, maxsplit=1)[0][:200])

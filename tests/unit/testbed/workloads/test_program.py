@@ -140,7 +140,8 @@ def test_a_crashed_peer_the_library_reports_is_a_failure_on_its_own_with_the_tim
 
 
 DASHES = "-" * 74
-MPIRUN_STDERR = f"""{DASHES}
+MPIRUN_STDERR = f"""[vm:05357] plm:rsh: Warning: setpgid(5363,5363) failed in parent with errno=Permission denied(13)
+{DASHES}
 ORTE was unable to reliably start one or more daemons.
 This usually is caused by:
 
