@@ -84,6 +84,13 @@ class JobManager:
         self._thread.start()
         return self
 
+    def running(self) -> bool:
+        """Whether the job lives on in ranks this manager started (spares, GPUs that came back), or a GPU that
+        came back still waits for its rank to be started."""
+        with self._lock:
+            waiting = any(r["launched_at"] is None for r in self.restarts)
+        return waiting or any(t.is_alive() for t in self._threads)
+
     def stop(self) -> None:
         """Stop watching; wait for the spares' rank processes; park the spares again."""
         self._stop.set()

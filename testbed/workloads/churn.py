@@ -109,6 +109,10 @@ def run(net, spec: dict) -> dict:
     plan.start()
     try:
         out, failed = run_on_hosts(net, commands, timeout=budget, partial=True)
+        # Every first rank may have failed by now and come back as a rank the manager started: the job, and
+        # its faults, go on until it ends.
+        while time.time() < base["until"] and manager.running():
+            time.sleep(0.2)
     finally:
         plan.stop()
         manager.stop()

@@ -60,3 +60,23 @@ def test_a_gpu_restart_is_reported_with_the_growth_that_took_it_back():
         fault_outcomes.describe_gpu_outcome(fault)
     nobody = {"kind": "nic-up", "target": "s1g1", "at_s": 9.0, "processes": 0}
     assert fault_outcomes.checks([nobody])[0]["detail"].startswith("no running job")
+
+
+def test_the_job_runs_on_in_the_ranks_the_manager_started(tmp_path):
+    """A churn run waits on running(): once every first rank has failed, the job lives in restarted ranks, and
+    the fault schedule must not stop with the first ranks' processes."""
+    import threading
+    job, _ = manager(tmp_path)
+    assert not job.running()
+    job.rejoin("s1g1")
+    assert job.running()                                 # back, not yet started: the job still counts it
+    job.restarts[0]["launched_at"] = 1.0
+    assert not job.running()
+    done = threading.Event()
+    t = threading.Thread(target=done.wait)
+    t.start()
+    job._threads.append(t)
+    assert job.running()                                 # a restarted rank still runs
+    done.set()
+    t.join()
+    assert not job.running()
