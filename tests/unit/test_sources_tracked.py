@@ -31,3 +31,17 @@ def test_the_vm_copy_excludes_only_top_level_folders():
         line = next(l for l in f if "rsync__exclude" in l)
     patterns = line.split("[", 1)[1].split("]", 1)[0].replace('"', "").split(", ")
     assert all(p.startswith("/") or p.startswith("*") for p in patterns), patterns
+
+
+def test_every_test_file_has_its_own_name():
+    """pytest imports test files by their base name (the test folders are not packages): two files of one name
+    stop the whole suite at collection."""
+    seen: dict[str, str] = {}
+    twice = []
+    for d, _, files in os.walk(os.path.join(ROOT, "tests")):
+        for f in files:
+            if f.startswith("test_") and f.endswith(".py"):
+                if f in seen:
+                    twice.append(f"{seen[f]} and {os.path.relpath(os.path.join(d, f), ROOT)}")
+                seen[f] = os.path.relpath(os.path.join(d, f), ROOT)
+    assert twice == []
