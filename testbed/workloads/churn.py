@@ -10,7 +10,6 @@ none).
 """
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import time
@@ -96,12 +95,7 @@ def run(net, spec: dict) -> dict:
     os.makedirs(store)
     size = parse_size(spec.get("size", "64KiB"))
     base = {**collective._base_spec(net, _collective(spec), peers, store, size), "until": time.time() + spec["duration_s"]}
-    commands = {}
-    for r, h in enumerate(hosts):
-        path = os.path.join(store, f"rank{r}.json")
-        with open(path, "w") as f:
-            json.dump({**base, "rank": r}, f)
-        commands[h.name] = ["hosts.agents.collective_rank", path]
+    commands = collective.rank_commands(store, base, hosts)
     budget = spec["duration_s"] + spec.get("timeout_s", 20) + 60
     manager = recovery.JobManager(net, base, store, [{k: v for k, v in p.items() if k != "rank"} for p in peers],
                                   budget).start()

@@ -245,12 +245,7 @@ def _run(net, spec: dict, hosts: list) -> dict:
         store = os.path.join(net.run_dir, "store", label)
         os.makedirs(store)
         base = _base_spec(net, spec, peers, store, size)
-        commands = {}
-        for r, h in enumerate(hosts):
-            path = os.path.join(store, f"rank{r}.json")
-            with open(path, "w") as f:
-                json.dump({**base, "rank": r}, f)
-            commands[h.name] = ["hosts.agents.collective_rank", path]
+        commands = rank_commands(store, base, hosts)
         # Worst case: every iteration at 1/4 of the bound, plus start-up and the collective's own timeout.
         budget = (spec.get("iterations", 3) + spec.get("warmup", 1)) * \
             4 * models.time_model(spec["op"], model_algo(fabric, spec), size, cluster(fabric)) + spec.get("timeout_s", 60) + 30
@@ -312,6 +307,17 @@ class _Sweep:
         self.report.row(table_row(r), header=table_header(self.spec["op"], self.spec["algo"], self.world))
         self.report.step(self.done, len(self.sizes), f"{self.done}/{len(self.sizes)} sizes done",
                          frac=sum(self.weights[:self.done]) / sum(self.weights))
+
+
+def rank_commands(store: str, base: dict, hosts) -> dict[str, list[str]]:
+    """Every rank's spec file in the job's store (the base spec and its rank), and the command that runs it."""
+    commands = {}
+    for r, h in enumerate(hosts):
+        path = os.path.join(store, f"rank{r}.json")
+        with open(path, "w") as f:
+            json.dump({**base, "rank": r}, f)
+        commands[h.name] = ["hosts.agents.collective_rank", path]
+    return commands
 
 
 def _base_spec(net, spec: dict, peers: list[dict], store: str, size: int) -> dict:
