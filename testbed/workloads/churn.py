@@ -18,7 +18,7 @@ from hosts.collectives.membership import peer_entry
 from testbed.runtime import fault_outcomes, faults, recovery
 from testbed.runtime.launch import run_on_hosts
 from testbed.schema import NAME, SIZE, ScenarioError, parse_size
-from testbed.workloads import churn_plan, collective, state_parity
+from testbed.workloads import churn_plan, collective, collective_fabric, state_parity
 
 SCHEMA = {
     "type": "object", "additionalProperties": False, "required": ["type", "duration_s"],
@@ -60,13 +60,13 @@ def _collective(spec: dict) -> dict:
 
 def schedule(fabric, spec: dict) -> list[dict]:
     down = spec.get("down_s", [3, 8])
-    return churn_plan.plan(spec.get("seed", 1), spec["duration_s"], [h.name for h in collective.ranks(fabric)],
+    return churn_plan.plan(spec.get("seed", 1), spec["duration_s"], [h.name for h in collective_fabric.ranks(fabric)],
                            spec.get("kinds", churn_plan.KINDS), spec.get("interval_s", 10), (down[0], down[1]),
                            spec.get("max_down", 1), spec.get("gap_s", 4), quiet_s(spec))
 
 
 def validate(fabric, spec: dict, scenario: dict | None = None) -> None:
-    world = len(collective.ranks(fabric))
+    world = len(collective_fabric.ranks(fabric))
     if world < spec.get("max_down", 1) + 2:
         raise ScenarioError(f"churn with max_down {spec.get('max_down', 1)} needs at least "
                             f"{spec.get('max_down', 1) + 2} GPUs; the fabric has {world}")
@@ -89,7 +89,7 @@ def warnings(fabric, spec: dict) -> list[str]:
 def run(net, spec: dict) -> dict:
     fabric = net.fabric
     validate(fabric, spec)
-    hosts = collective.ranks(fabric)
+    hosts = collective_fabric.ranks(fabric)
     peers = [peer_entry(r, h.name, h.ip, h.hb_ip, h.server, h.rank) for r, h in enumerate(hosts)]
     store = os.path.join(net.run_dir, "store", f"churn-{time.monotonic_ns()}")
     os.makedirs(store)

@@ -24,7 +24,7 @@ import time
 
 from testbed.fabric import ovs
 from testbed.schema import ScenarioError
-from testbed.workloads import collective
+from testbed.workloads import collective_fabric, collective_rows
 from testbed.workloads import program_launch as launch
 from testbed.workloads import program_traffic
 
@@ -92,7 +92,7 @@ def settings(spec: dict) -> dict:
 def job_hosts(fabric, spec: dict) -> list:
     """The job's hosts in rank order: those listed, or every GPU host server by server."""
     if "hosts" not in spec:
-        return collective.ranks(fabric)
+        return collective_fabric.ranks(fabric)
     missing = [h for h in spec["hosts"] if h not in fabric.hosts]
     if missing:
         raise ScenarioError(f"program host {missing[0]!r} is not a host of this fabric; hosts are "
@@ -317,7 +317,7 @@ def traffic(fabric, before: dict, after: dict) -> dict:
     """Bytes the switches carried during the job: in all, from the NICs, and per port that moved any."""
     ports = {p: {k: ovs.growth(before, after, p, k) for k in ("tx_bytes", "rx_bytes")} for p in after}
     return {"fabric_bytes": sum(v["tx_bytes"] for v in ports.values()),
-            "nic_bytes": collective.send_nic_bytes(fabric, before, after),
+            "nic_bytes": collective_rows.send_nic_bytes(fabric, before, after),
             "link_bytes": {p: v for p, v in sorted(ports.items()) if v["tx_bytes"] or v["rx_bytes"]}}
 
 

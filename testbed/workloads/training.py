@@ -30,7 +30,7 @@ from testbed.fabric.links import transport_options, worst_queueing_delay
 from testbed.planning.prediction import Prediction
 from testbed.runtime.launch import run_on_hosts
 from testbed.schema import NAME, POSITIVE_INT, RATE
-from testbed.workloads import collective, traffic
+from testbed.workloads import collective, collective_fabric, collective_rows, traffic
 from testbed.workloads.training_plan import Plan, make_plan, settings
 
 # This workload's part of the scenario schema (the scenario file's `workloads:` items of its type).
@@ -123,7 +123,7 @@ def run(net, spec: dict) -> dict:
     fabric = net.fabric
     plan = make_plan(fabric, spec)
     s = settings(spec)
-    hosts = collective.ranks(fabric)
+    hosts = collective_fabric.ranks(fabric)
     peers = [peer_entry(r, h.name, h.ip, h.hb_ip, h.server, h.rank) for r, h in enumerate(hosts)]
     store = os.path.join(net.run_dir, "store", f"training-{time.monotonic_ns()}")
     os.makedirs(store)
@@ -155,7 +155,7 @@ def run(net, spec: dict) -> dict:
     result["traffic"] = traffic_matrix(plan, hosts, outs)
     up = traffic.uplink_bytes(fabric, before, after)
     result.update(fabric_bytes=sum(ovs.growth(before, after, p) for p in after),
-                  nic_bytes=collective.send_nic_bytes(fabric, before, after),
+                  nic_bytes=collective_rows.send_nic_bytes(fabric, before, after),
                   spine_bytes=sum(up.values()) if up else None)
     result["checks"] = checks(plan, s, fabric, result)
     result["ok"] = all(c["ok"] for c in result["checks"])
@@ -256,7 +256,7 @@ def checks(plan: Plan, s: dict, fabric, result: dict) -> list[dict]:
                     "detail": "TP and DP AllReduce results equal numpy's, pipeline data arrived intact"
                     if not bad else f"wrong results in {', '.join(bad)}"})
     roles = lay.roles()
-    hosts = collective.ranks(fabric)
+    hosts = collective_fabric.ranks(fabric)
     strays = [f"{ph} {tr['gpus'][a]}->{tr['gpus'][b]}" for ph in ("tp", "pp", "dp") for a, row in enumerate(tr[ph])
               for b, v in enumerate(row) if v and ph not in roles.get((a, b), ())]
     tp_out = [f"{tr['gpus'][a]}->{tr['gpus'][b]}" for a, row in enumerate(tr["tp"]) for b, v in enumerate(row)

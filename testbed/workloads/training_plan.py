@@ -12,7 +12,7 @@ from testbed.fabric.topo import gpu_host
 from testbed.planning.calibration import Calibration
 from testbed.planning.prediction import Hardware, ModelShape, Parallelism, Prediction, predict
 from testbed.schema import ScenarioError
-from testbed.workloads import collective
+from testbed.workloads import collective_fabric
 
 MODEL = {"layers": 4, "hidden": 8192, "seq_len": 2048, "micro_batch": 1, "params": 3.2e9, "bytes_per_param": 2,
          "recompute": True}
@@ -53,7 +53,7 @@ class Plan:
         if self.emulated.algorithms["dp_allreduce"] == "ring":
             for r in range(lay.world):
                 group = [gpu_host(*gpu_of(q, k)) for q in lay.dp_group(r)]
-                ring = [h.server * k + h.rank for h in collective.rail_ring(group)]
+                ring = [h.server * k + h.rank for h in collective_fabric.rail_ring(group)]
                 pairs += list(zip(ring, ring[1:] + ring[:1]))
         return all(a // k == b // k or a % k == b % k for a, b in pairs)
 

@@ -5,7 +5,7 @@ import pytest
 from testbed import runner
 from testbed.fabric import topo
 from testbed.runtime import fault_outcomes
-from testbed.workloads import collective
+from testbed.workloads import collective, collective_fabric, collective_rows
 
 
 def scenario(**extra):
@@ -37,7 +37,7 @@ def test_a_clean_scenario_has_no_warnings():
 def test_what_ran_matches_the_model_of_the_rank_programs():
     fabric = topo.build("rail-only", 3, 3)                  # 9 ranks: nothing divides evenly
     for op in ("allreduce", "allgather", "alltoall", "reduce_scatter", "broadcast"):
-        ran = collective.ran_bytes(op, 1_000_003, 4, 9)
+        ran = collective_fabric.ran_bytes(op, 1_000_003, 4, 9)
         assert ran <= 1_000_003 and ran % 4 == 0
         if op in ("allgather", "alltoall"):
             assert ran % 36 == 0
@@ -63,7 +63,7 @@ def test_a_run_records_what_ran_and_fails_on_a_fault_never_injected(tmp_path):
     r = runner.run(doc, str(tmp_path), echo=lambda *a: None)
     row = r["workloads"][0]["rows"][0]
     assert row["requested_bytes"] == 1001 and row["bytes"] == 992 and row["correct"]
-    assert "# note: 1001 B asked, 992 B ran" in collective.table(r["workloads"][0])
+    assert "# note: 1001 B asked, 992 B ran" in collective_rows.table(r["workloads"][0])
     assert r["warnings"] and "992 B will run" in r["warnings"][0]
     failed = [c for c in r["checks"] if not c["ok"]]
     assert not r["ok"] and [c["name"] for c in failed] == ["faults.0 link-down s0g0/nic"], r["checks"]

@@ -5,7 +5,7 @@ from types import SimpleNamespace
 from testbed import runner, scenario
 from testbed.fabric.hosts import dockerhost
 from testbed.schema import parse_size
-from testbed.workloads import collective, offload, program, traffic, training, training_plan
+from testbed.workloads import collective, collective_fabric, offload, program, traffic, training, training_plan
 
 
 def defaults(schema: dict) -> dict:
@@ -35,9 +35,9 @@ def test_collective_defaults_are_what_every_rank_is_told():
                 "ring", "multicast_scope"):
         assert told[key] == shown[key], key
     assert told["congestion"] is None and shown["congestion"] == "none"
-    assert collective.sizes(spec) == [parse_size(s) for s in ["1MiB"]]       # "Default: the sweep, else 1MiB"
+    assert collective_fabric.sizes(spec) == [parse_size(s) for s in ["1MiB"]]       # "Default: the sweep, else 1MiB"
     sweep = collective.SCHEMA["properties"]["sweep"]
-    assert collective.sizes({**spec, "sweep": {"min": 1024, "max": 4096}}) == [1024, 2048, 4096] and \
+    assert collective_fabric.sizes({**spec, "sweep": {"min": 1024, "max": 4096}}) == [1024, 2048, 4096] and \
         defaults(sweep)["factor"] == 2
 
 

@@ -6,7 +6,7 @@ from testbed.fabric import hb_counters
 from testbed.fabric.topo import build
 from testbed.results import multicast_minimum as mm
 from testbed.schema import ScenarioError
-from testbed.workloads import collective
+from testbed.workloads import collective, collective_rows
 
 FABRIC = build("rail-optimized", 2, 4, spines=2)
 
@@ -32,16 +32,16 @@ def test_a_multicast_row_is_measured_against_warmup_plus_iterations_of_minimal_t
     before = counters(0, 0)
     after = counters(3 * mm.wire_bytes(shard), 3 * per_op - 8 * 3 * mm.wire_bytes(shard) + 1000)
     spec = {"op": "allgather", "algo": "multicast", "iterations": 2, "warmup": 1}
-    row = collective.row(FABRIC, spec, 1 << 20, outs(shard // 4), before, after, hb_bytes=500)
+    row = collective_rows.row(FABRIC, spec, 1 << 20, outs(shard // 4), before, after, hb_bytes=500)
     assert row["tree_min_bytes"] == 3 * per_op
     assert row["link_bytes"] == 3 * per_op + 1000 + 500
     assert row["tree_ratio"] == pytest.approx((3 * per_op + 1000) / (3 * per_op), abs=1e-4)
-    assert "network" in collective.table_row(row).splitlines()[-1]
+    assert "network" in collective_rows.table_row(row).splitlines()[-1]
 
 
 def test_a_ring_row_has_link_bytes_but_no_tree():
     spec = {"op": "allgather", "algo": "ring", "iterations": 2}
-    row = collective.row(FABRIC, spec, 1 << 20, outs(32768), counters(0, 0), counters(10, 20), hb_bytes=7)
+    row = collective_rows.row(FABRIC, spec, 1 << 20, outs(32768), counters(0, 0), counters(10, 20), hb_bytes=7)
     assert row["link_bytes"] == 8 * 10 + 20 + 7 and row["hb_bytes"] == 7
     assert "tree_ratio" not in row
 
@@ -49,8 +49,8 @@ def test_a_ring_row_has_link_bytes_but_no_tree():
 def test_the_tree_check_fails_above_its_ceiling_and_is_refused_off_multicast():
     spec = {"op": "allgather", "algo": "multicast", "expect": {"max_tree_ratio": 1.2}}
     good = {"bytes": 1, "correct": True, "tree_ratio": 1.05}
-    assert collective.summarize(spec, 8, [good], [])["ok"]
-    bad = collective.summarize(spec, 8, [good, {**good, "tree_ratio": 1.3}], [])
+    assert collective_rows.summarize(spec, 8, [good], [])["ok"]
+    bad = collective_rows.summarize(spec, 8, [good, {**good, "tree_ratio": 1.3}], [])
     assert not bad["ok"] and "1.30" in next(c["detail"] for c in bad["checks"] if c["name"] == "tree_minimum")
     with pytest.raises(ScenarioError, match="max_tree_ratio"):
         collective.validate(FABRIC, {"op": "allgather", "algo": "ring", "expect": {"max_tree_ratio": 1.2}})

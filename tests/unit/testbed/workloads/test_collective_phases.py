@@ -6,7 +6,7 @@ import pytest
 from testbed.fabric import topo
 from testbed.results import models
 from testbed.schema import ScenarioError
-from testbed.workloads import collective, collective_phases
+from testbed.workloads import collective, collective_fabric, collective_phases, collective_rows
 
 C = models.Cluster(x=4, y=2, c_s=0.625e6, c_f=5.625e6)      # 2 x 4, NIC 5 Mbit/s, HB 45 Mbit/s
 
@@ -62,12 +62,12 @@ def test_the_table_prints_a_line_per_phase_under_the_row():
                        "bound_seconds": 0.559, "ratio": 0.95},
                       {"name": "rail_exchange", "link": "nic", "seconds": 1.82, "samples": 2,
                        "bound_seconds": 1.678, "ratio": 0.92}]}
-    lines = collective.table_row(row).splitlines()
+    lines = collective_rows.table_row(row).splitlines()
     assert len(lines) == 3 and lines[0].split()[0] == str(4 << 20)
     assert lines[1].startswith("#   phase hb_reduce_scatter") and "590000 us" in lines[1] and "0.95" in lines[1]
     assert " nic " in lines[2] and lines[2].endswith("0.92")
     pipe = {**row, "phases": [], "sequential_bound_busbw_MBps": 2.0}
-    assert collective.table_row(pipe).splitlines()[-1].endswith("busbw is 1.23 of it")
+    assert collective_rows.table_row(pipe).splitlines()[-1].endswith("busbw is 1.23 of it")
 
 
 @pytest.mark.parametrize("kind", topo.KINDS)
@@ -79,8 +79,8 @@ def test_every_fabric_kind_and_grid_takes_them_with_a_bound_per_phase(kind, serv
     fabric = topo.build(kind, servers=servers, gpus_per_server=per, **({"spines": 2} if kind != "rail-only" else {}))
     spec = {"type": "collective", "op": op, "algo": algo, "sizes": ["3000001"]}   # odd: rounded to elements
     collective.validate(fabric, spec)                      # no cross-rail path needed, even on rail-only
-    c = collective.cluster(fabric)
-    nbytes = collective.ran_bytes(op, 3000001, 4, servers * per)
+    c = collective_fabric.cluster(fabric)
+    nbytes = collective_fabric.ran_bytes(op, 3000001, 4, servers * per)
     names = {"allreduce": ["hb_reduce_scatter", "rail_exchange", "hb_allgather"],
              "allgather": ["rail_allgather", "hb_allgather"], "alltoall": ["hb_exchange", "rail_exchange"]}[op]
     if algo == "hierarchical-pipelined":

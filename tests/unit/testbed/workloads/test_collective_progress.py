@@ -2,7 +2,7 @@
 the same row the final table prints, with an ETA weighted by the analytical model."""
 from testbed.fabric import topo
 from testbed.runtime import progress
-from testbed.workloads import collective
+from testbed.workloads import collective, collective_rows
 
 SPEC = {"type": "collective", "op": "allreduce", "algo": "ring", "sweep": {"min": "1MiB", "max": "4MiB"},
         "iterations": 2}
@@ -30,6 +30,6 @@ def test_each_size_is_reported_as_it_starts_and_its_row_as_it_is_measured():
         sweep.starting(2 << 20)
         sweep.measured(measured(2 << 20, requested=(2 << 20) + 1))
     rows = [measured(1 << 20), measured(2 << 20, requested=(2 << 20) + 1)]
-    final = collective.table({"op": "allreduce", "algo": "ring", "ranks": 4, "rows": rows})
+    final = collective_rows.table({"op": "allreduce", "algo": "ring", "ranks": 4, "rows": rows})
     assert lines == final.splitlines()          # header once, each row as measured, the rounding note too
     assert lines[3].startswith("# note: 2097153 B asked")

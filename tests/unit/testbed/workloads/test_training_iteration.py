@@ -9,7 +9,7 @@ from hosts.collectives import Peer
 from hosts.collectives import training as rank_program
 from testbed.fabric.topo import build
 from testbed.scenario import ScenarioError
-from testbed.workloads import collective, training
+from testbed.workloads import collective_fabric, training
 from tests.unit.hosts.collectives.test_algorithms import run_ranks
 
 PLAN = {"plan": {"tp": 2, "pp": 2, "dp": 2}}
@@ -66,7 +66,7 @@ def test_placement_and_algorithms(kind, servers, per, t, p, d, aligned, dp_algo)
     assert plan.rail_aligned == aligned
     assert plan.emulated.algorithms["dp_allreduce"] == dp_algo
     layout = training.describe(plan, training.settings({"plan": {"tp": t, "pp": p, "dp": d}}), fabric,
-                               collective.ranks(fabric))["layout"]
+                               collective_fabric.ranks(fabric))["layout"]
     assert [x["gpu"] for x in layout] == [f"s{i}g{j}" for i in range(servers) for j in range(per)]
     assert all(x["rank"] == x["tp"] + t * (x["dp"] + d * x["stage"]) for x in layout)
 
@@ -93,7 +93,7 @@ def test_uneven_groups_are_refused():
 # -- the analysis, on the outputs of real ranks ----------------------------------------------------
 
 def run_ranks_in_process(fabric, plan, s):
-    hosts = collective.ranks(fabric)
+    hosts = collective_fabric.ranks(fabric)
     peers = [Peer(rank=r, name=h.name, ip=h.ip, hb_ip=h.hb_ip, server=h.server, local_rank=h.rank)
              for r, h in enumerate(hosts)]
     spec = {**training.rank_spec(plan, s, fabric, "ecmp"), "compute_s": 0.001}
