@@ -5,7 +5,8 @@
 100 Mbit/s leaves the network plentiful; at 10 Mbit/s the trainer's NIC is the bottleneck and remote-only
 offloading (TF-DSR) loses. Every policy runs REPEATS times (rounds interleaved); per NIC rate and pipeline it
 prints TF-NO, TF-DSLR, TF-DSR, the sweep's best and FastFlow as median [min-max], FastFlow's epoch time with its
-profiling. A round is 11 trainer runs per pipeline: ~4 min per pipeline and round on a 2-core machine.
+profiling. A round is 11 trainer runs per pipeline: ~11 min a round for both pipelines on a 2-core machine
+(34 min per NIC rate with REPEATS=3).
 """
 import json
 import os
