@@ -12,6 +12,7 @@ A step lost to a failure is rolled back on the ranks that had completed it befor
 from __future__ import annotations
 
 import hashlib
+import json
 
 import numpy as np
 
@@ -75,8 +76,8 @@ class SharedState:
 
     def sync(self, comm, store, rank: int, names: list[str], log: list | None = None) -> list:
         """At an epoch's start: make sure every member holds the same state (see the module's docstring).
-        `log`: this rank's records of the job's past epochs; returns the first holder's, which a newcomer keeps
-        with the state (so the job's history outlives the ranks that recorded it)."""
+        `log`: this rank's records of the job's past epochs; returns every member's, merged (past_records), which
+        a newcomer keeps with the state (so the job's history outlives the ranks that recorded it)."""
         store.set(f"state/{rank}", {"held": self.held, "digest": digest(self.value) if self.held else None,
                                     "worlds": self.worlds, "log": log or []})
         said = [store.get(f"state/{r}", what=f"{names[r]}'s state digest") for r in range(len(names))]
@@ -84,11 +85,25 @@ class SharedState:
         if not holders:
             raise RuntimeError("no member of the new epoch holds the shared state")
         if len(holders) == len(said) and len({s["digest"] for s in said}) == 1:
-            return said[holders[0]]["log"]                  # every copy equal: nothing to send
+            return past_records([s["log"] for s in said])   # every copy equal: nothing to send
         got = algorithms.broadcast(comm, self.value.copy(), root=holders[0])     # received in place
         if self.held and not np.array_equal(got, self.value):
             self.diverged += 1
         if not self.held:
             self.value, self.held, self.worlds = got, True, [list(w) for w in said[holders[0]]["worlds"]]
             self.synced += 1
-        return said[holders[0]]["log"]
+        return past_records([s["log"] for s in said])
+
+
+def past_records(logs: list[list[dict]]) -> list[dict]:
+    """The members' records of past epochs, each record once, in epoch order. Not the first holder's alone:
+    a member that joined in epoch E never recorded E (it was not there to re-form), so once it is the first
+    holder and every rank that lived through E has been replaced, E's record would be gone."""
+    seen, merged = set(), []
+    for log in logs:
+        for record in log:
+            key = json.dumps(record, sort_keys=True)
+            if key not in seen:
+                seen.add(key)
+                merged.append(record)
+    return sorted(merged, key=lambda r: r["epoch"])

@@ -7,7 +7,7 @@ import numpy as np
 from hosts.agents.collective_rank import agree
 from hosts.collectives.benchmark import make_input
 from hosts.collectives.membership import Membership, admit, member_entry
-from hosts.collectives.shared_state import SharedState, digest, expected_digests, steps_worlds
+from hosts.collectives.shared_state import SharedState, digest, expected_digests, past_records, steps_worlds
 from hosts.collectives.store import FileStore
 from testbed.workloads import state_parity
 
@@ -109,3 +109,15 @@ def test_parity_finds_a_rank_whose_state_differs_from_numpys():
     # a rank that counts another world for a step diverges on every step it reports
     other = state_of([4, 4, 4, 3, 4], 32, "d")
     assert state_parity.check(good + [other], 32)["divergent"] == 5
+
+
+def test_a_newcomer_keeps_every_members_records_of_the_past_epochs():
+    # the first holder joined in epoch 3 and never recorded it; another member did, with its own times
+    first_holder = [{"epoch": 1, "policy": "shrink", "failed": ["s0g1"]}, {"epoch": 2, "policy": "rejoin"}]
+    other = first_holder + [{"epoch": 3, "policy": "rejoin", "joined": ["s0g0"]},
+                            {"epoch": 4, "policy": "shrink", "failed": ["s1g0"], "detected_at": 7.5}]
+    third = [{"epoch": 4, "policy": "shrink", "failed": ["s1g0"], "detected_at": 7.2}]
+    merged = past_records([first_holder, other, third, []])
+    assert [r["epoch"] for r in merged] == [1, 2, 3, 4, 4]            # epoch 3 kept, each record once
+    assert sorted(r.get("detected_at") for r in merged if r["epoch"] == 4) == [7.2, 7.5]
+    assert past_records([]) == []
