@@ -2,7 +2,8 @@
 
     python -m hosts.agents.fuzz --iface eth0 --peers 10.11.0.2,10.12.0.2 --seed 1 [--groups 2000] [--rate 400]
 
-Kinds, one after the other, each at most --rate frames/s (the host's NIC is shaped: a flood only fills it):
+Kinds, interleaved (each spans the whole run, so every kind meets the collective running beside it), at most
+--rate frames/s in all (the host's NIC is shaped: a flood only fills it):
   igmp-broken   IGMP with wrong lengths, unknown types, bad checksums, v3 reports claiming records they lack
   igmp-joins    --groups IGMPv2 reports for distinct groups, v3 reports of many records, joins of unicast addresses
   lldp          LLDP-looking frames (0x88cc to the bridge group address) with random TLVs
@@ -20,6 +21,8 @@ import random
 import socket
 import struct
 import time
+from functools import partial
+from typing import Callable, Iterator
 
 from scapy.all import ARP, IP, Ether, Raw, conf, get_if_hwaddr
 
@@ -28,6 +31,7 @@ from hosts.rdma import headers as H
 conf.verb = 0
 IGMP_ALL = "224.0.0.22"
 LLDP_MAC = "01:80:c2:00:00:0e"
+Send = Callable[[], None]                   # one frame, ready to go
 
 
 class Sender:
@@ -70,7 +74,7 @@ def igmp_ip(src: str, payload: bytes, dst: str = IGMP_ALL) -> IP:
     return IP(src=src, dst=dst, proto=2, ttl=1, options=[b"\x94\x04\x00\x00"]) / Raw(payload)
 
 
-def igmp_broken(s: Sender, rnd: random.Random, src: str, n: int) -> int:
+def igmp_broken(s: Sender, rnd: random.Random, src: str, n: int) -> Iterator[Send]:
     for i in range(n):
         kind = i % 5
         if kind == 0:                       # too short for any IGMP message
@@ -86,51 +90,44 @@ def igmp_broken(s: Sender, rnd: random.Random, src: str, n: int) -> int:
         ip = igmp_ip(src, body)
         if rnd.random() < 0.3:
             ip.len = rnd.choice([20, 24, 1500, 65535])       # an IP total length that lies
-        s.frame(Ether(src=s.mac, dst="01:00:5e:00:00:16") / ip)
-    return n
+        yield partial(s.frame, Ether(src=s.mac, dst="01:00:5e:00:00:16") / ip)
 
 
-def igmp_joins(s: Sender, rnd: random.Random, src: str, groups: int, peers: list[str]) -> int:
+def igmp_joins(s: Sender, rnd: random.Random, src: str, groups: int, peers: list[str]) -> Iterator[Send]:
     from scapy.contrib.igmp import IGMP
-    sent = 0
     for i in range(groups):                 # distinct groups 239.x.y.z
         group = str(ipaddress.IPv4Address(0xEF000000 + 0x10000 + i))
-        s.frame(Ether(src=s.mac, dst="01:00:5e:00:00:16") / IP(src=src, dst=group, proto=2, ttl=1)
+        yield partial(s.frame, Ether(src=s.mac, dst="01:00:5e:00:00:16") / IP(src=src, dst=group, proto=2, ttl=1)
                 / IGMP(type=0x16, gaddr=group))
-        sent += 1
     for base in range(0, 400, 100):         # v3 reports of 100 records each
         records = b"".join(struct.pack("!BBH4s", 2, 0, 0, socket.inet_aton(f"239.200.{base // 100}.{k}"))
                            for k in range(100))
         body = struct.pack("!BBHHH", 0x22, 0, 0, 0, 100) + records
-        s.frame(Ether(src=s.mac, dst="01:00:5e:00:00:16") / igmp_ip(src, body))
-        sent += 1
+        yield partial(s.frame, Ether(src=s.mac, dst="01:00:5e:00:00:16") / igmp_ip(src, body))
     for peer in peers + ["0.0.0.0", "255.255.255.255", "224.0.0.1"]:   # "groups" that are not multicast
-        s.frame(Ether(src=s.mac, dst="01:00:5e:00:00:16") / IP(src=src, dst=IGMP_ALL, proto=2, ttl=1)
+        yield partial(s.frame, Ether(src=s.mac, dst="01:00:5e:00:00:16") / IP(src=src, dst=IGMP_ALL, proto=2, ttl=1)
                 / IGMP(type=0x16, gaddr=peer))
-        sent += 1
-    return sent
 
 
-def lldp(s: Sender, rnd: random.Random, n: int) -> int:
+def lldp(s: Sender, rnd: random.Random, n: int) -> Iterator[Send]:
     for i in range(n):
         tlvs = b"".join(struct.pack("!H", (rnd.randrange(128) << 9) | (k := rnd.randrange(0, 40))) + rnd.randbytes(k)
                         for _ in range(rnd.randrange(1, 6)))
         if i % 2:                           # chassis id / port id / TTL, as a switch would send, then junk
             tlvs = b"\x02\x07\x04" + rnd.randbytes(6) + b"\x04\x03\x02\x00\x01\x06\x02\x00\x78" + tlvs
-        s.frame(Ether(src=s.mac, dst=LLDP_MAC, type=0x88CC) / Raw(tlvs))
-    return n
+        yield partial(s.frame, Ether(src=s.mac, dst=LLDP_MAC, type=0x88CC) / Raw(tlvs))
 
 
-def arp_storm(s: Sender, rnd: random.Random, src: str, peers: list[str], n: int) -> int:
+def arp_storm(s: Sender, rnd: random.Random, src: str, peers: list[str], n: int) -> Iterator[Send]:
     for i in range(n):
         claim = rnd.choice(peers)
         op = 1 if i % 2 else 2
-        s.frame(Ether(src=s.mac, dst="ff:ff:ff:ff:ff:ff")
+        yield partial(s.frame, Ether(src=s.mac, dst="ff:ff:ff:ff:ff:ff")
                 / ARP(op=op, hwsrc=s.mac, psrc=claim, pdst=rnd.choice(peers + [src]), hwdst="ff:ff:ff:ff:ff:ff"))
     return n
 
 
-def roce(s: Sender, rnd: random.Random, src: str, peers: list[str], n: int) -> int:
+def roce(s: Sender, rnd: random.Random, src: str, peers: list[str], n: int) -> Iterator[Send]:
     src_b = socket.inet_aton(src)
     for i in range(n):
         dst = peers[i % len(peers)]
@@ -146,15 +143,22 @@ def roce(s: Sender, rnd: random.Random, src: str, peers: list[str], n: int) -> i
             pkt = H.encode(src_b, socket.inet_aton(dst), 49152, i, H.READ_REQUEST, qpn, psn, hdrs)
         elif kind == 2:                     # a SEND with a far PSN (valid ICRC)
             pkt = H.encode(src_b, socket.inet_aton(dst), 49152, i, H.SEND_ONLY, qpn, psn, b"", rnd.randbytes(256))
-        elif kind == 3:                     # any opcode, then the ICRC broken
-            pkt = H.encode(src_b, socket.inet_aton(dst), 49152, i, rnd.randrange(256), qpn, psn, b"",
+        elif kind == 3:                     # a SEND or any opcode, then the ICRC broken
+            opcode = H.SEND_ONLY if rnd.random() < 0.8 else rnd.randrange(256)
+            pkt = H.encode(src_b, socket.inet_aton(dst), 49152, i, opcode, qpn, psn, b"",
                            rnd.randbytes(rnd.randrange(0, 512)))
             pkt[-1] ^= 0xFF
         else:                               # cut short inside the BTH or the RETH, lengths left as they were
             pkt = H.encode(src_b, socket.inet_aton(dst), 49152, i, H.WRITE_FIRST, qpn, psn,
                            H.ext_headers(H.WRITE_FIRST, dma_len=1 << 30), b"")[:rnd.randrange(30, 50)]
-        s.packet(bytes(pkt), dst)
-    return n
+        yield partial(s.packet, bytes(pkt), dst)
+
+
+def interleaved(frames: dict[str, list[Send]]) -> list[Send]:
+    """Every kind spread evenly over the run: the k-th of n frames of a kind goes at fraction k/n of it."""
+    order = sorted((k / len(f), i, k) for i, f in enumerate(frames.values()) for k in range(len(f)))
+    lists = list(frames.values())
+    return [lists[i][k] for _, i, k in order]
 
 
 def main() -> None:
@@ -170,15 +174,18 @@ def main() -> None:
     rnd = random.Random(args.seed)
     peers = args.peers.split(",")
     s = Sender(args.iface, args.rate)
-    sent = {}
+    kinds = {"igmp-broken": igmp_broken(s, rnd, args.src, args.count),
+             "igmp-joins": igmp_joins(s, rnd, args.src, args.groups, peers),
+             "lldp": lldp(s, rnd, args.count),
+             "arp": arp_storm(s, rnd, args.src, peers, args.count),
+             "roce": roce(s, rnd, args.src, peers, args.count)}
+    frames = {kind: list(gen) for kind, gen in kinds.items()}
     try:
-        sent["igmp-broken"] = igmp_broken(s, rnd, args.src, args.count)
-        sent["igmp-joins"] = igmp_joins(s, rnd, args.src, args.groups, peers)
-        sent["lldp"] = lldp(s, rnd, args.count)
-        sent["arp"] = arp_storm(s, rnd, args.src, peers, args.count)
-        sent["roce"] = roce(s, rnd, args.src, peers, args.count)
+        for send in interleaved(frames):
+            send()
     finally:
         s.close()
+    sent = {kind: len(f) for kind, f in frames.items()}
     print(json.dumps({"sent": sent, "seed": args.seed}), flush=True)
 
 
