@@ -12,7 +12,6 @@ A step lost to a failure is rolled back on the ranks that had completed it befor
 from __future__ import annotations
 
 import hashlib
-import json
 
 import numpy as np
 
@@ -85,25 +84,23 @@ class SharedState:
         if not holders:
             raise RuntimeError("no member of the new epoch holds the shared state")
         if len(holders) == len(said) and len({s["digest"] for s in said}) == 1:
-            return past_records([s["log"] for s in said])   # every copy equal: nothing to send
+            return past_records([said[r]["log"] for r in holders])     # every copy equal: nothing to send
         got = algorithms.broadcast(comm, self.value.copy(), root=holders[0])     # received in place
         if self.held and not np.array_equal(got, self.value):
             self.diverged += 1
         if not self.held:
             self.value, self.held, self.worlds = got, True, [list(w) for w in said[holders[0]]["worlds"]]
             self.synced += 1
-        return past_records([s["log"] for s in said])
+        return past_records([said[r]["log"] for r in holders])
 
 
 def past_records(logs: list[list[dict]]) -> list[dict]:
-    """The members' records of past epochs, each record once, in epoch order. Not the first holder's alone:
-    a member that joined in epoch E never recorded E (it was not there to re-form), so once it is the first
-    holder and every rank that lived through E has been replaced, E's record would be gone."""
-    seen, merged = set(), []
+    """One record per past epoch, in epoch order: from the first log that has it (the first holder's log comes
+    first), else from any other member's. Not the first holder's alone: a member that joined in epoch E never
+    recorded E (it was not there to re-form), so once it is the first holder and every rank that lived through
+    E has been replaced, E's record would be gone."""
+    merged: dict[int, dict] = {}
     for log in logs:
         for record in log:
-            key = json.dumps(record, sort_keys=True)
-            if key not in seen:
-                seen.add(key)
-                merged.append(record)
-    return sorted(merged, key=lambda r: r["epoch"])
+            merged.setdefault(record["epoch"], record)
+    return [merged[e] for e in sorted(merged)]
