@@ -1,8 +1,9 @@
-"""Benchmark: flat multicast AllGather against the rank-order and the rail-aware ring (printed, not asserted).
+"""Benchmark: flat multicast AllGather against the rank-order and the rail-aware ring, or (--op broadcast)
+multicast Broadcast against the pipelined chain (printed, not asserted).
 
     .venv/bin/python benchmarks/multicast_allgather.py [--grids 2x4,4x4] [--sizes 1MiB,4MiB] [--repeat 3]
                                                       [--nic-mbps 5] [--algos ring-rank,ring-rail,multicast]
-                                                      [--json FILE]
+                                                      [--op allgather|broadcast] [--json FILE]
 
 Traffic is counted as SPCL (Khalilov et al., SC'24) counts it: bytes on every link, i.e. what the GPUs' NICs
 send, what every switch port sends, and both directions of the HB links (a ring's hops inside a server cross
@@ -28,7 +29,8 @@ from testbed.workloads import collective
 
 ALGOS = {"ring-rank": {"algo": "ring", "ring": "rank"}, "ring-rail": {"algo": "ring", "ring": "rail"},
          "multicast": {"algo": "multicast"}, "multicast-rail": {"algo": "multicast", "multicast_scope": "rail"},
-         "hierarchical": {"algo": "hierarchical"}}
+         "hierarchical": {"algo": "hierarchical"}, "chain": {"algo": "chain"}}
+BASELINES = ("ring-rank", "ring-rail", "chain")          # what multicast is compared with, where they ran
 
 
 def cpu_times() -> list[int]:
@@ -49,7 +51,7 @@ def run_grid(servers: int, per: int, args) -> list[dict]:
             for size in args.sizes:
                 for name in args.algos:
                     cpu = cpu_times()
-                    spec = {"type": "collective", "op": "allgather", "sizes": [size], "iterations": args.iterations,
+                    spec = {"type": "collective", "op": args.op, "sizes": [size], "iterations": args.iterations,
                             "warmup": 1, **ALGOS[name]}
                     res = collective.run(net, spec)
                     idle = idle_pct(cpu, cpu_times())
@@ -90,7 +92,7 @@ def report(rows: list[dict]) -> None:
         if not mc:
             continue
         line = []
-        rings = [n for n in ("ring-rank", "ring-rail") if (grid, nbytes, n) in cases]
+        rings = [n for n in BASELINES if (grid, nbytes, n) in cases]
         for name in rings:
             pairs = [(r, mc[r["round"]]) for r in cases[grid, nbytes, name] if r["round"] in mc]
             line.append(f"vs {name}: {spread([a['links_per_op'] / b['links_per_op'] for a, b in pairs])}x fewer "
@@ -100,7 +102,7 @@ def report(rows: list[dict]) -> None:
         times = [m["seconds"] / min(by_round[n][rnd] for n in rings) for rnd, m in mc.items()
                  if rings and all(rnd in by_round[n] for n in rings)]
         if times:
-            line.append(f"time / the faster ring's {spread(times)}")
+            line.append(f"time / the faster baseline's {spread(times)}")
         print(f"{grid} {nbytes} B, multicast " + "; ".join(line))
 
 
@@ -108,7 +110,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--grids", default="2x4")
     ap.add_argument("--sizes", default="1MiB,4MiB")
-    ap.add_argument("--algos", default="ring-rank,ring-rail,multicast")
+    ap.add_argument("--algos", help="default ring-rank,ring-rail,multicast (allgather), chain,multicast (broadcast)")
+    ap.add_argument("--op", default="allgather", choices=["allgather", "broadcast"])
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--iterations", type=int, default=2)
     ap.add_argument("--nic-mbps", type=float, default=5)
@@ -118,7 +121,8 @@ def main():
         grids = [tuple(int(v) for v in g.split("x")) for g in args.grids.split(",")]
         args.sizes = args.sizes.split(",")
         [parse_size(s) for s in args.sizes]
-        args.algos = args.algos.split(",")
+        args.algos = (args.algos or ("chain,multicast" if args.op == "broadcast" else
+                                     "ring-rank,ring-rail,multicast")).split(",")
         unknown = [a for a in args.algos if a not in ALGOS]
         if unknown or any(len(g) != 2 for g in grids):
             raise ValueError(f"unknown algos {unknown}; choose from {', '.join(ALGOS)}" if unknown else "grid")
