@@ -92,15 +92,15 @@ def report(rows: list[dict]) -> None:
         if not mc:
             continue
         line = []
-        rings = [n for n in BASELINES if (grid, nbytes, n) in cases]
-        for name in rings:
+        baselines = [n for n in BASELINES if (grid, nbytes, n) in cases]
+        for name in baselines:
             pairs = [(r, mc[r["round"]]) for r in cases[grid, nbytes, name] if r["round"] in mc]
             line.append(f"vs {name}: {spread([a['links_per_op'] / b['links_per_op'] for a, b in pairs])}x fewer "
                         f"link bytes ({spread([a['network_per_op'] / b['network_per_op'] for a, b in pairs])}x "
                         f"network only)")
-        by_round = {n: {r["round"]: r["seconds"] for r in cases[grid, nbytes, n]} for n in rings}
-        times = [m["seconds"] / min(by_round[n][rnd] for n in rings) for rnd, m in mc.items()
-                 if rings and all(rnd in by_round[n] for n in rings)]
+        by_round = {n: {r["round"]: r["seconds"] for r in cases[grid, nbytes, n]} for n in baselines}
+        times = [m["seconds"] / min(by_round[n][rnd] for n in baselines) for rnd, m in mc.items()
+                 if baselines and all(rnd in by_round[n] for n in baselines)]
         if times:
             line.append(f"time / the faster baseline's {spread(times)}")
         print(f"{grid} {nbytes} B, multicast " + "; ".join(line))

@@ -75,8 +75,8 @@ class SharedState:
 
     def sync(self, comm, store, rank: int, names: list[str], log: list | None = None) -> list:
         """At an epoch's start: make sure every member holds the same state (see the module's docstring).
-        `log`: this rank's records of the job's past epochs; returns every member's, merged (past_records), which
-        a newcomer keeps with the state (so the job's history outlives the ranks that recorded it)."""
+        `log`: this rank's records of the job's past epochs; returns the holders' records merged (past_records),
+        which a newcomer keeps with the state (so the job's history outlives the ranks that recorded it)."""
         store.set(f"state/{rank}", {"held": self.held, "digest": digest(self.value) if self.held else None,
                                     "worlds": self.worlds, "log": log or []})
         said = [store.get(f"state/{r}", what=f"{names[r]}'s state digest") for r in range(len(names))]

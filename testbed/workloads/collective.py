@@ -20,8 +20,8 @@ from testbed.runtime import progress, recovery
 from testbed.runtime.launch import run_on_hosts
 from testbed.schema import NAME, SIZE, ScenarioError
 from testbed.workloads import collective_phases, collective_rows, state_parity
-from testbed.workloads.collective_fabric import HIERARCHICAL, check_paths, cluster, model_algo, multicast_scope, \
-    ran_bytes, ranks, sizes
+from testbed.workloads.collective_fabric import HIERARCHICAL, check_paths, cluster, itemsize, model_algo, \
+    multicast_scope, ran_bytes, ranks, sizes
 from testbed.workloads.collective_rows import row, summarize, table_header, table_row
 
 # This workload's part of the scenario schema (the scenario file's `workloads:` items of its type).
@@ -127,10 +127,10 @@ def validate(fabric, spec: dict, scenario: dict | None = None) -> None:
 
 def warnings(fabric, spec: dict) -> list[str]:
     """A size that is not whole elements (per rank, for allgather and alltoall) runs rounded: say so."""
-    itemsize, world = (2 if spec.get("dtype") == "float16" else 4), len(ranks(fabric))
+    world = len(ranks(fabric))
     out = []
     for size in sizes(spec):
-        ran = ran_bytes(spec["op"], size, itemsize, world)
+        ran = ran_bytes(spec["op"], size, itemsize(spec), world)
         if ran != size:
             per = f" per rank of {world}" if spec["op"] in ("allgather", "alltoall") else ""
             out.append(f"size {size} B is not a whole number of {spec.get('dtype', 'float32')} elements{per}: "

@@ -71,6 +71,11 @@ def model_algo(fabric, spec: dict) -> str:
     return spec["algo"]
 
 
+def itemsize(spec: dict) -> int:
+    """Bytes per element of the collective's dtype (float32 unless float16)."""
+    return 2 if spec.get("dtype") == "float16" else 4
+
+
 def ran_bytes(op: str, size: int, itemsize: int, world: int) -> int:
     """The bytes a collective of `size` really moves: whole elements, split evenly where the op splits."""
     return elements(op, size, itemsize, world) * itemsize * (world if op == "allgather" else 1)

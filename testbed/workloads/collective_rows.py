@@ -5,7 +5,7 @@ from __future__ import annotations
 from testbed.fabric import ovs
 from testbed.results import models, multicast_minimum
 from testbed.workloads import collective_phases, traffic
-from testbed.workloads.collective_fabric import cluster, model_algo, multicast_scope, ranks
+from testbed.workloads.collective_fabric import cluster, itemsize, model_algo, multicast_scope, ranks
 
 
 def row(fabric, spec: dict, size: int, outs: list[dict], before: dict, after: dict, hb_bytes: int = 0) -> dict:
@@ -15,8 +15,7 @@ def row(fabric, spec: dict, size: int, outs: list[dict], before: dict, after: di
     # report the mean over iterations
     per_iter = [max(o["times"][i] for o in outs if o["times"][i] is not None) for i in range(iters)]
     seconds = sum(per_iter) / iters
-    itemsize = 2 if spec.get("dtype") == "float16" else 4
-    nbytes = outs[0]["count"] * itemsize * (n if spec["op"] == "allgather" else 1)
+    nbytes = outs[0]["count"] * itemsize(spec) * (n if spec["op"] == "allgather" else 1)
     algbw = nbytes / seconds / 1e6
     busbw = algbw * models.bus_factor(spec["op"], n)
     bound = models.bound_busbw(spec["op"], model_algo(fabric, spec), nbytes, cluster(fabric)) / 1e6
@@ -53,14 +52,13 @@ def link_traffic(fabric, spec: dict, outs: list[dict], before: dict, after: dict
     n = outs[0].get("world", len(outs))
     if spec["algo"] != "multicast" or n != len(hosts):
         return out                          # a re-formed job has other members than the fabric's GPUs
-    itemsize = 2 if spec.get("dtype") == "float16" else 4
     ops = spec.get("warmup", 1) + min(len(o["times"]) for o in outs)
     if spec["op"] == "allgather":
-        per_op = multicast_minimum.allgather_minimum(fabric, hosts, outs[0]["count"] * itemsize,
+        per_op = multicast_minimum.allgather_minimum(fabric, hosts, outs[0]["count"] * itemsize(spec),
                                                      multicast_scope(fabric, spec))
     else:
         per_op = multicast_minimum.broadcast_minimum(fabric, hosts, hosts[spec.get("root", 0)],
-                                                     outs[0]["count"] * itemsize)
+                                                     outs[0]["count"] * itemsize(spec))
     out.update(tree_min_bytes=ops * per_op, tree_ratio=round(network / (ops * per_op), 4) if per_op else None)
     return out
 
