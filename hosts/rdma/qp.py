@@ -152,6 +152,7 @@ class QueuePair:
         self._nak_seq = None
         self._ack_pending = False
         self._resp = deque()     # READ response jobs: [mr_view, offset, length, seq, npkts, next_index]
+        self._reads = deque(maxlen=16)   # the last READs executed, (seq, npkts, va, rkey): what a retry may ask again
         self._wr_view = None     # current inbound RDMA WRITE: (memoryview, offset)
         self._recv_cur = None    # current inbound SEND: [RecvWR, segs, offset]
         self._mcast = set()

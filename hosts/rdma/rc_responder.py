@@ -62,8 +62,13 @@ class Responder:
         if d < 0:
             qp.counters["duplicates"] += 1
             if p.opcode == H.READ_REQUEST:
-                # re-execute an old READ (idempotent): answer from the PSN asked for
-                self._queue_read(qp, p, seq, count_msn=False)
+                # re-execute an earlier READ (idempotent) from the PSN asked for; a "duplicate" READ that none of
+                # ours covers is stale or forged: dropped in silence (IBA class D, as rxe does), never NAKed, as
+                # a NAK would fail the real requester's QP
+                if self._earlier_read(qp, p, seq):
+                    self._queue_read(qp, p, seq, count_msn=False)
+                else:
+                    self._drop("unknown_duplicate_read", qp)
             else:
                 qp._ack_pending = True
             return
@@ -153,6 +158,12 @@ class Responder:
         if p.ackreq:
             qp._ack_pending = True
 
+    @staticmethod
+    def _earlier_read(qp, p, seq):
+        """Whether a duplicate READ request asks again for (the rest of) one this QP executed."""
+        return any(s0 <= seq < s0 + n and p.rkey == rkey and p.va == va + (seq - s0) * qp.mtu
+                   for s0, n, va, rkey in qp._reads)
+
     def _queue_read(self, qp, p, seq, count_msn):
         mr = self._mrs.get(p.rkey)
         if (mr is None or mr.pd is not qp.pd or not mr.access & Access.REMOTE_READ
@@ -162,6 +173,7 @@ class Responder:
             return False
         npkts = max(1, -(-p.dma_len // qp.mtu))
         if count_msn:
+            qp._reads.append((seq, npkts, p.va, p.rkey))
             qp._msn = (qp._msn + 1) & 0xFFFFFF
             qp._nak_seq = None
         else:

@@ -1,6 +1,7 @@
 """uroce end to end over an in-process fabric (no privileges needed): every opcode, loss, reordering."""
 import os
 import random
+import socket
 import time
 
 import numpy as np
@@ -134,6 +135,28 @@ def test_remote_access_error(make_pair):
     assert p.b.counters["remote_access_errors"] >= 1      # a retransmission under CPU starvation may repeat it
     with pytest.raises(RdmaError):
         write(p, 100)
+
+
+def test_forged_duplicate_reads_are_dropped_without_a_nak(make_pair):
+    """READ requests behind the expected PSN that no READ of the QP covers (forged from the peer's own address,
+    or too old) are dropped in silence, as rxe does: a NAK for them would fail the real requester's QP."""
+    p = make_pair()
+    write(p, 4096)
+    assert one(p.ca).ok
+    src, dst, rng = socket.inet_aton(p.a.ip), socket.inet_aton(p.b.ip), random.Random(5)
+    forged = [(rng.randrange(1 << 64), rng.randrange(1 << 32)) for _ in range(40)] + [(p.mb.addr, p.mb.rkey)] * 10
+    for i, (va, rkey) in enumerate(forged):
+        psn = (p.qa.psn + 3 - rng.randrange(1 << 22)) & H.PSN_MASK      # at or behind the last PSN b has seen
+        hdrs = H.ext_headers(H.READ_REQUEST, va=va, rkey=rkey, dma_len=4096)
+        p.a.transport.send(H.encode(src, dst, 49152, i, H.READ_REQUEST, p.qb.qpn, psn, hdrs), p.b.ip)
+    deadline = time.monotonic() + 5
+    while p.qb.counters["drop_unknown_duplicate_read"] < len(forged) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert p.qb.counters["drop_unknown_duplicate_read"] == len(forged)
+    assert p.qb.counters["naks_sent"] == 0 and p.b.counters["remote_access_errors"] == 0
+    write(p, 8192, off=4096, wr_id=2)                 # the real QP carries on
+    wc = one(p.ca)
+    assert (wc.wr_id, wc.status) == (2, WCStatus.SUCCESS) and p.dst[:12288] == p.src[:12288]
 
 
 def test_retry_exceeded_when_peer_vanishes():
