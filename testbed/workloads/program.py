@@ -61,7 +61,8 @@ SCHEMA = {
         "launcher": {"enum": ["env", "mpirun"], "default": "env",
                      "description": "env: each rank started in its host with the environment torchrun and "
                                     "tf.distribute expect (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, TF_CONFIG, "
-                                    "...); mpirun: one Open MPI job, a rank per host (hosts: netns only)."},
+                                    "...); mpirun: one Open MPI job, a rank per host, its daemons started "
+                                    "by the hosts' remote shell (ssh on Docker hosts)."},
         "hosts": {"type": "array", "minItems": 1, "uniqueItems": True, "items": {"type": "string"},
                   "description": "The job's hosts in rank order. Default: every GPU host, server by server."},
         "port": {"type": "integer", "minimum": 1024, "maximum": 65535, "default": 29500,
@@ -122,9 +123,6 @@ def validate(fabric, spec: dict, scenario: dict | None = None) -> None:
                 raise ScenarioError(f"program figure {name!r}: regex {fig['regex']!r}: {exc}") from None
         if fig.get("rank", 0) >= len(hosts):
             raise ScenarioError(f"program figure {name!r}: rank {fig['rank']} of a job of {len(hosts)} ranks")
-    if s["launcher"] == "mpirun" and (scenario or {}).get("hosts", "netns") != "netns":
-        raise ScenarioError("launcher mpirun needs Open MPI in the hosts, which the Docker host image does not "
-                            "carry; run it with hosts: netns")
     if "name" in s and not NAME.match(s["name"]):
         raise ScenarioError(f"program name {s['name']!r}: use letters, digits, '.', '_' and '-' (it names a folder)")
 
@@ -222,14 +220,18 @@ def run(net, spec: dict) -> dict:
     before = net.counters()
     started = time.time()
     if s["launcher"] == "mpirun":
-        procs = launch.start_mpirun(net, hosts, s, logs, launch.enter_prefix(net))
+        procs, shell, folder = launch.start_mpirun(net, hosts, s, logs)
     else:
         procs = launch.start_env(net, hosts, s, logs)
-    with program_traffic.Sampler(program_traffic.nic_devices(fabric, hosts)) as sampler:
-        ends = launch.supervise(procs, s["timeout_s"])
+    try:
+        with program_traffic.Sampler(program_traffic.nic_devices(fabric, hosts)) as sampler:
+            ends = launch.supervise(procs, s["timeout_s"])
+    finally:
+        if s["launcher"] == "mpirun":
+            shell.close()               # the hosts' remote shell, if the backend started one for the job
     after = net.counters()
     if s["launcher"] == "mpirun":
-        launch.collect_mpi_output(logs, len(hosts))
+        launch.collect_mpi_output(folder, logs, len(hosts))
     result = describe(s, hosts, procs, ends, started, logs)
     if getattr(net, "out_dir", None):           # the results folder can move: name the logs relative to it
         result["logs"] = os.path.relpath(logs, net.out_dir)

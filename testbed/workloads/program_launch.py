@@ -4,9 +4,10 @@ Two launchers:
 - env: one process per host, started in it by the host backend (`popen`), with the launchers' environment
   (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, TF_CONFIG, ...) set by `env` in front of the command, so it
   reads the same on namespace and Docker hosts;
-- mpirun: one `mpirun` in the first host, which starts an orted in every other host through
-  hosts/programs/mpi_agent.py (mpirun's remote shell: it enters the host by the backend's `enter` prefix);
-  Open MPI writes each rank's output to its own files (--output-filename).
+- mpirun: one `mpirun` in the first host, which starts an orted in every other host through the backend's
+  remote shell (`remote_shell`: on namespace hosts hosts/programs/mpi_agent.py, which enters the host by its
+  `enter` prefix; on Docker hosts ssh over the fabric); Open MPI writes each rank's output to its own files
+  (--output-filename), in a folder of the run directory (which Docker hosts mount), then moved to the logs.
 
 Each process's stdout and stderr go to files in the job's log folder; end times are wall-clock (time.time()),
 as faults record theirs.
@@ -19,12 +20,12 @@ import os
 import shlex
 import shutil
 import subprocess
+import tempfile
 import time
 
 from testbed import PROJECT_ROOT
 
 NIC = "eth0"              # every host's NIC; the HB port (eth1) reaches only the GPUs of its own server
-AGENT = os.path.join(PROJECT_ROOT, "hosts", "programs", "mpi_agent.py")
 ROOT_OK = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}   # Open MPI refuses root otherwise
 
 
@@ -70,13 +71,14 @@ def start_env(net, hosts: list, spec: dict, logs: str) -> dict:
     return procs
 
 
-def mpirun_argv(hosts: list, spec: dict, agent_map: str, output_dir: str, python: str) -> list[str]:
-    """mpirun for one rank per host, launched through our agent, over the NICs (TCP, no shared memory)."""
+def mpirun_argv(hosts: list, spec: dict, shell, output_dir: str, python: str) -> list[str]:
+    """mpirun for one rank per host, its daemons started through `shell` (the backend's RemoteShell), over
+    the NICs (TCP, no shared memory)."""
     env = {**rank_env(hosts, 0, spec["port"]), **ROOT_OK, **{k: str(v) for k, v in spec["env"].items()}}
     for per_rank in ("RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK", "TF_CONFIG", "TB_HOST"):
         env.pop(per_rank)          # Open MPI gives each rank its own (OMPI_COMM_WORLD_RANK, ...)
-    env["TB_MPI_HOSTS"] = agent_map
-    mca = {"plm": "rsh", "plm_rsh_agent": f"{python} {AGENT}", "pml": "ob1", "btl": "tcp,self",
+    env.update(shell.env)
+    mca = {"plm": "rsh", "plm_rsh_agent": shell.agent, "pml": "ob1", "btl": "tcp,self",
            "btl_tcp_if_include": NIC, "oob_tcp_if_include": NIC,
            "mpi_yield_when_idle": "1"}        # ranks waiting for the network yield the CPU instead of spinning
     return (with_env(env, ["mpirun", "-np", str(len(hosts)), "--host", ",".join(f"{h.ip}:1" for h in hosts),
@@ -86,30 +88,38 @@ def mpirun_argv(hosts: list, spec: dict, agent_map: str, output_dir: str, python
             + argv(spec["command"], python))
 
 
-def start_mpirun(net, hosts: list, spec: dict, logs: str, enter) -> dict:
-    """mpirun launcher: {0: (mpirun's process, its stdout, its stderr)}; `enter(host)` is the backend's prefix
-    that runs a command in a host (the agent's map, by fabric address)."""
-    agent_map = os.path.join(logs, "mpi_hosts.json")
-    with open(agent_map, "w") as f:
-        json.dump({h.ip: enter(h.name) for h in hosts}, f)
+def start_mpirun(net, hosts: list, spec: dict, logs: str) -> tuple[dict, object, str]:
+    """mpirun launcher: ({0: (mpirun's process, its stdout, its stderr)}, the backend's remote shell (close
+    it when the job has ended), the job's folder in the run directory, where the ranks' files are written)."""
+    os.makedirs(net.run_dir, exist_ok=True)
+    folder = tempfile.mkdtemp(prefix="mpi-", dir=net.run_dir)
+    os.chmod(folder, 0o755)               # mkdtemp's 0700 would do for root; the job's files are not secret
+    shell = net.backend.remote_shell({h.ip: net.host(h.name) for h in hosts}, folder)
     node = net.host(hosts[0].name)
-    words = mpirun_argv(hosts, spec, agent_map, os.path.join(logs, "mpi"), node.python)
+    words = mpirun_argv(hosts, spec, shell, os.path.join(folder, "out"), node.python)
     out, err = os.path.join(logs, "mpirun.stdout"), os.path.join(logs, "mpirun.stderr")
-    with open(out, "w") as fo, open(err, "w") as fe:
-        return {0: (node.popen(words, cwd=PROJECT_ROOT, stdout=fo, stderr=fe, stdin=subprocess.DEVNULL), out, err)}
+    try:
+        with open(out, "w") as fo, open(err, "w") as fe:
+            procs = {0: (node.popen(words, cwd=PROJECT_ROOT, stdout=fo, stderr=fe, stdin=subprocess.DEVNULL),
+                         out, err)}
+    except BaseException:
+        shell.close()
+        raise
+    return procs, shell, folder
 
 
-def collect_mpi_output(logs: str, world: int) -> None:
-    """Open MPI's per-rank files (mpi/1/rank.N/stdout) as rankN.stdout / rankN.stderr beside the others."""
+def collect_mpi_output(folder: str, logs: str, world: int) -> None:
+    """Open MPI's per-rank files (out/1/rank.N/stdout in the job's folder) as rankN.stdout / rankN.stderr in
+    the logs, beside mpirun's; the folder goes."""
     for r in range(world):
         for stream in ("stdout", "stderr"):
-            found = glob.glob(os.path.join(logs, "mpi", "*", f"rank.{r}", stream))
+            found = glob.glob(os.path.join(folder, "out", "*", f"rank.{r}", stream))
             target = os.path.join(logs, f"rank{r}.{stream}")
             if found:
                 shutil.move(found[0], target)
             else:
                 open(target, "w").close()
-    shutil.rmtree(os.path.join(logs, "mpi"), ignore_errors=True)
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 def supervise(procs: dict, timeout: float) -> dict[int, dict]:
@@ -135,11 +145,3 @@ def supervise(procs: dict, timeout: float) -> dict[int, dict]:
         ends[r] = {"exit": None, "ended_at": time.time()}
     return ends
 
-
-def enter_prefix(net):
-    """host -> the backend's command prefix that runs a program in that live host."""
-    backend = net.backend
-
-    def enter(host: str) -> list[str]:
-        return backend.enter(host, net.host(host).pid, False)
-    return enter

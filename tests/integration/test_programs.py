@@ -33,9 +33,12 @@ def need_mpirun() -> None:
         pytest.skip("needs Open MPI's mpirun (apt openmpi-bin; scripts/setup installs it)")
 
 
-def run(name: str, tmp_path, extra=(), only=None):
-    """A scenario (with more workloads, or only some of its own and their faults), its summary printed."""
+def run(name: str, tmp_path, extra=(), only=None, hosts=None):
+    """A scenario (with more workloads, or only some of its own and their faults, on another host backend),
+    its summary printed."""
     doc = load(os.path.join(SCENARIOS, f"program-{name}.yaml"), [])
+    if hosts:
+        doc["hosts"] = hosts
     if only:
         doc["workloads"] = [w for w in doc["workloads"] if w["name"] in only]
         doc["faults"] = [f for f in doc.get("faults", []) if f.get("workload") in only]
@@ -209,14 +212,18 @@ def test_a_cut_gpu_nic_makes_gloo_raise_after_its_timeout_and_mpi_abort_or_hang(
         print(f"{name}: {job['ended']}, error {job['error_after_s']} s after the cut: {job['reaction']}")
 
 
-@pytest.mark.docker
-def test_the_env_launcher_runs_a_program_in_docker_hosts(tmp_path):
+def need_docker() -> None:
     from testbed.fabric.hosts.dockerhost import DockerUnavailable, engine
     try:
         engine()
     except DockerUnavailable as exc:
         print(f"SKIP: no Docker engine can run here: {exc}")
         pytest.skip(f"no Docker engine can run here: {exc}")
+
+
+@pytest.mark.docker
+def test_the_env_launcher_runs_a_program_in_docker_hosts(tmp_path):
+    need_docker()
     doc = {"name": "program-docker", "hosts": "docker",
            "fabric": {"kind": "rail-optimized", "servers": 2, "gpus_per_server": 2, "spines": 1, "nic_mbps": 50},
            "workloads": [{"type": "program", "name": "gather", "hosts": ["s1g0", "s0g0", "s0g1"],
@@ -230,3 +237,37 @@ def test_the_env_launcher_runs_a_program_in_docker_hosts(tmp_path):
     got = last_json(rank_logs(out, w)[0])["ranks"]
     assert [g["TB_HOST"] for g in got] == ["s1g0", "s0g0", "s0g1"]
     assert [g["LOCAL_RANK"] for g in got] == ["0", "0", "1"] and {g["MASTER_ADDR"] for g in got} == {"10.11.1.1"}
+
+
+@pytest.mark.docker
+def test_mpirun_runs_the_mpi_sweep_in_docker_hosts_over_ssh_with_the_checks_of_namespaces(tmp_path):
+    """program-mpi on Docker hosts: mpirun in s0g0's container starts an orted in every other container by ssh
+    over the fabric (sshd on each host's NIC address); then a second job prints each rank's hostname, which a
+    container takes from its host (namespace hosts all share the machine's)."""
+    need_docker()
+    names = ["s0g0", "s0g1", "s1g0", "s1g1"]
+    t0 = time.monotonic()
+    r, out = run("mpi", tmp_path, hosts="docker",
+                 extra=[{"type": "program", "name": "where", "launcher": "mpirun", "command": "hostname",
+                         "timeout_s": 60}])
+    seconds = time.monotonic() - t0
+    assert r["ok"], r["checks"]
+    assert [c["name"] for c in r["checks"] if c["name"].startswith("mpi-sweep")] == \
+        ["mpi-sweep: completed", "mpi-sweep: figure busbw"]          # the checks it has on namespaces
+    w = r["workloads"][0]
+    assert w["launcher"] == "mpirun" and w["mpirun"]["exit"] == 0 and w["world"] == 4    # every rank exited 0
+    assert [x["host"] for x in w["ranks"]] == names
+    texts = rank_logs(out, w)
+    assert "busbw MB/s" in texts[0] and "Open MPI" in texts[0]
+    res = last_json(texts[0])
+    assert res["correct"] and res["ranks"] == 4 and len(res["rows"]) == 6
+    assert all(row["wrong"] == 0 for row in res["rows"])
+    assert w["figures"]["busbw"] >= 1.0
+    assert all(0 < row["busbw_MBps"] <= 1.1 * 50 / 8 for row in res["rows"] if row["bytes"] >= 500 << 10)
+    assert w["nic_bytes"] >= 4 * (1.5 + 0.75) * (4 + 64 + 512) * 1024 * 4
+    assert any(port.startswith("spine") for port in w["link_bytes"])   # s0 <-> s1 crossed the spine
+    where = r["workloads"][1]
+    assert where["mpirun"]["exit"] == 0
+    assert [t.strip() for t in rank_logs(out, where)] == names          # rank r ran in the r-th host's container
+    print(f"program-mpi on Docker hosts: {seconds:.1f} s with bring-up; mpi-sweep {w['seconds']:.2f} s, "
+          f"busbw {w['figures']['busbw']:.3f} MB/s")

@@ -2,14 +2,39 @@
 namespace backend (Mininet's own hosts)."""
 from __future__ import annotations
 
+import json
+import os
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from mininet.node import Host
 
+from testbed import PROJECT_ROOT
+
+# mpirun's remote shell on namespace hosts: enters a host by its backend's prefix, as ssh would enter a node
+MPI_AGENT = os.path.join(PROJECT_ROOT, "hosts", "programs", "mpi_agent.py")
+
 
 class BackendUnavailable(RuntimeError):
     pass
+
+
+@dataclass
+class RemoteShell:
+    """How mpirun, in a job's first host, starts its daemons in the job's other hosts: `agent` is what it
+    runs as it would run ssh (`AGENT [options] ADDRESS COMMAND`, ADDRESS a host's fabric address), `env`
+    what the agent needs in mpirun's environment; close() when the job has ended."""
+
+    agent: str
+    env: dict[str, str] = field(default_factory=dict)
+    release: Callable[[], None] | None = None      # close() calls it: what the backend started for the job ends
+
+    def close(self) -> None:
+        if self.release is not None:
+            self.release()
+            self.release = None
 
 
 class HostNode(Protocol):
@@ -75,6 +100,15 @@ class Namespaces:
         """The command prefix that runs a program in a live host from any process: its shell's network
         namespace (pid: the shell's, as the run's state file records it)."""
         return ["nsenter", "--target", str(pid), "--net", "--"]
+
+    def remote_shell(self, nodes: dict, folder: str) -> RemoteShell:
+        """mpirun's remote shell for the hosts `nodes` ({fabric address: live node}): the testbed's agent,
+        which enters a host's namespace from the machine (every host shares its file system and tools); its
+        map of addresses to entering prefixes is written in `folder`."""
+        path = os.path.join(folder, "mpi_hosts.json")
+        with open(path, "w") as f:
+            json.dump({ip: self.enter(node.name, node.pid, False) for ip, node in nodes.items()}, f)
+        return RemoteShell(f"{sys.executable} {MPI_AGENT}", {"TB_MPI_HOSTS": path})
 
     def stop(self) -> None:
         pass

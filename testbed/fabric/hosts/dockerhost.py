@@ -34,7 +34,9 @@ from mininet.node import Host
 
 from hosts import cgroups
 from testbed import PREFIX
+from testbed.fabric.hosts.base import RemoteShell
 from testbed.fabric.hosts.engine import DockerUnavailable, engine  # noqa: F401 (dockerhost.engine: the API)
+from testbed.fabric.hosts.mpissh import Ssh
 
 LABEL = "testbed"                     # every container of ours carries it, with the run directory
 # nsenter keeps the caller's capabilities (all of root's): a workload process gets Docker's default set only,
@@ -280,6 +282,7 @@ class Docker:
     def __init__(self, run_dir: str, **limits):
         self.run_dir, self.limits = run_dir, limits
         self.containers: Containers | None = None
+        self.ssh: Ssh | None = None
 
     @staticmethod
     def require() -> None:
@@ -292,6 +295,7 @@ class Docker:
         tag = image.ensure(client, echo=lambda *a: None)
         timings = {"image_s": time.monotonic() - t0}
         self.containers = Containers(client, tag, self.run_dir, **self.limits)
+        self.ssh = Ssh(os.path.join(self.run_dir, "ssh"), self.containers.env)
         record(containers=[n for h in hosts for n in (holder_name(h), container_name(h))])
         self.containers.start(hosts)
         return timings
@@ -304,7 +308,14 @@ class Docker:
         """The command prefix that runs a program in a live host from any process: inside its container."""
         return ["docker", "exec", "-i", *(["-t"] if tty else []), container_name(host)]
 
+    def remote_shell(self, nodes: dict, folder: str) -> RemoteShell:
+        """mpirun's remote shell for the hosts `nodes` ({fabric address: live node}): ssh over the fabric,
+        to an sshd started in each (testbed.fabric.hosts.mpissh); `folder` names the job."""
+        return self.ssh.open(nodes, folder)
+
     def stop(self) -> None:
+        if self.ssh is not None:
+            self.ssh.close()
         if self.containers is not None:
             self.containers.remove()
             self.containers = None

@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from testbed import runner
+from testbed.fabric.hosts.base import MPI_AGENT, Namespaces, RemoteShell
 from testbed.fabric.topo import build
 from testbed.scenario import ScenarioError, validate
 from testbed.workloads import program
@@ -49,11 +50,12 @@ def test_command_words_take_the_hosts_interpreter_and_the_environment_goes_in_fr
     assert launch.with_env({"RANK": "1"}, ["true"]) == ["env", "RANK=1", "true"]
 
 
-def test_mpirun_runs_one_rank_per_host_through_the_agent_over_the_nics_without_binding():
+def test_mpirun_runs_one_rank_per_host_through_the_backends_remote_shell_over_the_nics_without_binding():
     hosts = hosts_of(["s0g0", "s1g0", "s2g0"])
     s = program.settings({"type": "program", "command": "{python} prog.py", "launcher": "mpirun",
                           "env": {"X": 1}, "mpirun_args": ["--mca", "btl_tcp_eager_limit", "65536"]})
-    words = launch.mpirun_argv(hosts, s, "/run/map.json", "/out/mpi", "/py")
+    shell = RemoteShell(f"/py {MPI_AGENT}", {"TB_MPI_HOSTS": "/run/map.json"})
+    words = launch.mpirun_argv(hosts, s, shell, "/out/mpi", "/py")
     mp = words.index("mpirun")
     env = dict(w.split("=", 1) for w in words[1:mp])
     assert env["OMPI_ALLOW_RUN_AS_ROOT"] == "1" and env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] == "1"
@@ -64,7 +66,8 @@ def test_mpirun_runs_one_rank_per_host_through_the_agent_over_the_nics_without_b
     assert rest[rest.index("--host") + 1] == ",".join(f"{h.ip}:1" for h in hosts)
     assert rest[rest.index("--bind-to") + 1] == "none"
     mca = {rest[i + 1]: rest[i + 2] for i, w in enumerate(rest) if w == "--mca"}
-    assert mca["plm_rsh_agent"] == f"/py {launch.AGENT}" and os.path.exists(launch.AGENT)
+    assert mca["plm_rsh_agent"] == f"/py {MPI_AGENT}" and os.path.exists(MPI_AGENT)
+    assert rest[rest.index("--output-filename") + 1] == "/out/mpi"
     assert mca["btl"] == "tcp,self" and mca["btl_tcp_if_include"] == "eth0" and mca["oob_tcp_if_include"] == "eth0"
     assert mca["btl_tcp_eager_limit"] == "65536"
     assert rest[-2:] == ["/py", "prog.py"]
@@ -74,7 +77,7 @@ def test_the_agent_runs_the_remote_command_in_the_host_it_is_given(tmp_path):
     hosts = tmp_path / "hosts.json"
     hosts.write_text(json.dumps({"10.11.0.2": ["env", "ENTERED=10.11.0.2"]}))
     env = {**os.environ, "TB_MPI_HOSTS": str(hosts)}
-    agent = [sys.executable, launch.AGENT]
+    agent = [sys.executable, MPI_AGENT]
     out = subprocess.run(agent + ["-x", "10.11.0.2", "echo", "$ENTERED", '"a;b"'], env=env, capture_output=True,
                          text=True, timeout=10)
     assert out.returncode == 0 and out.stdout == "10.11.0.2 a;b\n"       # one shell command, as ssh runs it
@@ -205,10 +208,34 @@ def test_scenario_errors_are_one_line(workload, error):
     assert error in str(exc.value) and "\n" not in str(exc.value)
 
 
-def test_mpirun_on_docker_hosts_is_refused_with_the_reason():
-    with pytest.raises(ScenarioError, match="Docker host image does not carry"):
-        check({"type": "program", "command": "x", "launcher": "mpirun"}, hosts="docker")
-    check({"type": "program", "command": "x"}, hosts="docker")          # the env launcher runs anywhere
+def test_both_launchers_are_accepted_on_both_host_backends():
+    for hosts in ("netns", "docker"):
+        check({"type": "program", "command": "x", "launcher": "mpirun"}, hosts=hosts)
+        check({"type": "program", "command": "x"}, hosts=hosts)
+
+
+def test_namespace_hosts_remote_shell_is_the_agent_with_a_map_of_addresses_to_entering_prefixes(tmp_path):
+    class Node:
+        def __init__(self, name, pid):
+            self.name, self.pid = name, pid
+    shell = Namespaces(str(tmp_path)).remote_shell({"10.11.0.1": Node("s0g0", 11), "10.11.1.1": Node("s1g0", 12)},
+                                                  str(tmp_path))
+    assert shell.agent == f"{sys.executable} {MPI_AGENT}"
+    with open(shell.env["TB_MPI_HOSTS"]) as f:
+        assert json.load(f) == {"10.11.0.1": ["nsenter", "--target", "11", "--net", "--"],
+                                "10.11.1.1": ["nsenter", "--target", "12", "--net", "--"]}
+    shell.close()                        # nothing started for the job: nothing to stop
+
+
+def test_collected_mpi_output_becomes_per_rank_logs_and_the_jobs_folder_goes(tmp_path):
+    folder, logs = tmp_path / "run" / "mpi-x", tmp_path / "logs"
+    (folder / "out" / "1" / "rank.0").mkdir(parents=True)
+    (folder / "out" / "1" / "rank.0" / "stdout").write_text("busbw 1\n")
+    logs.mkdir()
+    launch.collect_mpi_output(str(folder), str(logs), 2)
+    assert (logs / "rank0.stdout").read_text() == "busbw 1\n"
+    assert [(logs / f"rank{r}.{s}").exists() for r in (0, 1) for s in ("stdout", "stderr")] == [True] * 4
+    assert (logs / "rank1.stdout").read_text() == "" and not folder.exists()
 
 
 def test_example_scenarios_load_and_name_programs_that_exist():
