@@ -271,3 +271,21 @@ def test_mpirun_runs_the_mpi_sweep_in_docker_hosts_over_ssh_with_the_checks_of_n
     assert [t.strip() for t in rank_logs(out, where)] == names          # rank r ran in the r-th host's container
     print(f"program-mpi on Docker hosts: {seconds:.1f} s with bring-up; mpi-sweep {w['seconds']:.2f} s, "
           f"busbw {w['figures']['busbw']:.3f} MB/s")
+
+
+@pytest.mark.docker
+def test_a_gpu_crash_aborts_the_mpi_job_on_docker_hosts_as_on_namespaces(tmp_path):
+    """The crashed host's container goes with its orted, sshd and rank: mpirun loses that daemon and aborts
+    the job, in its own words, within seconds; the fault's line reports it."""
+    need_docker()
+    r, _ = run("crash", tmp_path, only=("mpi-crash",), hosts="docker")
+    assert r["ok"], r["checks"]
+    mpi, = r["workloads"]
+    fault, = r["faults"]
+    assert mpi["mpirun"]["exit"] not in (0, None) and mpi["seconds"] < 30
+    assert mpi["mpirun"]["said"] and mpi["reaction"].startswith("mpirun exited")
+    assert fault["processes"] > 0 and fault["recovery"] == "abort"
+    assert fault["at_s"] <= fault["detected_s"] <= fault["at_s"] + 5, fault
+    job, = fault["jobs"]
+    assert job["ended"] == "failed" and 0 <= job["error_after_s"] <= 5, job
+    print(mpi["reaction"])

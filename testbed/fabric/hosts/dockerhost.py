@@ -20,7 +20,7 @@ A DockerHost has two sides, the way Containernet's Docker hosts do:
 The CPU limit is Docker's (cgroup v1 or v2 alike); after a start it is read back from the container's cgroup
 (hosts.cgroups), since Docker only warns when it cannot apply one.
 A GPU failure is the host container's: `docker kill` (crash), `docker pause` (hang), `docker unpause`
-(resume).
+(resume). mpirun's remote shell between Docker hosts is ssh over the fabric (testbed.fabric.hosts.mpissh).
 """
 from __future__ import annotations
 
