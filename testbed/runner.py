@@ -14,6 +14,7 @@ import time
 
 from testbed import __version__
 from testbed.fabric import ovs, topo
+from testbed.fabric.links import roce_mtus
 from testbed.fabric.network import Network
 from testbed.monitor import capture
 from testbed.monitor.fidelity import CpuSampler
@@ -25,7 +26,7 @@ from testbed.scenario import ScenarioError, host_limits
 from testbed.workloads import REGISTRY
 
 FABRIC_KEYS = ("servers", "gpus_per_server", "spines", "oversubscription", "nic_mbps", "hb_mbps", "cpu_hosts",
-               "spares_per_server", "spare_servers")
+               "spares_per_server", "spare_servers", "nic_mtu")
 
 
 class Interrupted(Exception):
@@ -146,7 +147,8 @@ def _results_skeleton(scenario: dict, fabric: topo.Fabric) -> dict:
             "fabric": fabric.counts() | {"routing": routing.get("mode", "ecmp"), "failover": routing.get("failover", True),
                                          "controller_delay_ms": routing.get("controller_delay_ms", 0),
                                          "datapath": ovs.datapath(), "host_backend": scenario.get("hosts", "netns"),
-                                         "nic_mbps": fabric.params["nic_mbps"], "hb_mbps": fabric.params["hb_mbps"]},
+                                         "nic_mbps": fabric.params["nic_mbps"], "hb_mbps": fabric.params["hb_mbps"],
+                                         "nic_mtu": fabric.params["nic_mtu"], "roce_mtu": roce_mtus(fabric)},
             "workloads": [], "links": {}, "checks": [], "timings": {}, "warnings": warnings(scenario, fabric)}
 
 

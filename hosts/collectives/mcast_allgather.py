@@ -31,7 +31,6 @@ import numpy as np
 from hosts.collectives import groups
 from hosts.rdma import GRH_LEN, Access, AddressHandle, QPInfo, QPType, RecvWR, SendWR, WCOpcode, WROpcode
 
-CHUNK = 1024                 # UD payload: the RoCE MTU of the NICs
 MCAST_QPN, QKEY = 0xFFFFFF, 0x4D434147
 RECV_SLOTS, SEND_DEPTH = 512, 64
 CHAINS = 2                   # Broadcast's (one sender: any); the AllGather runs one chain per rank
@@ -83,7 +82,8 @@ class Multicast:
         self.ud = dev.create_qp(pd, QPType.UD, self.cq, max_send_wr=SEND_DEPTH * 2, max_recv_wr=RECV_SLOTS,
                                 rate_limit_bps=self.rate and self.rate / chains, qkey=QKEY)
         self.ah = AddressHandle(self.address, MCAST_QPN, QKEY)
-        self.slot = GRH_LEN + CHUNK
+        self.chunk = dev.mtu                     # UD payload: one RoCE MTU of the NIC
+        self.slot = GRH_LEN + self.chunk
         self.rbuf = np.zeros(RECV_SLOTS * self.slot, dtype=np.uint8)
         self.rmr = pd.reg_mr(self.rbuf, Access.LOCAL_WRITE)
         self.ctl = np.zeros(4 * 64, dtype=np.uint8)
@@ -149,7 +149,7 @@ class _Operation:
     def __init__(self, mc: Multicast, shards: list[tuple[int, int, int]]):
         self.mc, self.shards = mc, shards
         self.n = n = len(shards)
-        self.counts = counts = [max(1, -(-(hi - lo) // CHUNK)) for _, lo, hi in shards]
+        self.counts = counts = [max(1, -(-(hi - lo) // mc.chunk)) for _, lo, hi in shards]
         self.have = [np.full(c, owner == mc.pos) for (owner, _, _), c in zip(shards, counts)]
         self.missing = sum(int((~h).sum()) for h in self.have)
         self.done_sending = [owner == mc.pos for owner, _, _ in shards]    # the sender of the shard is done
@@ -201,8 +201,8 @@ class _Operation:
         while self.to_send and self.sends_out < SEND_DEPTH:
             i, c = self.to_send.pop(0)
             _, lo, hi = self.shards[i]
-            off = lo + c * CHUNK
-            mc.ud.post_send(SendWR(WROpcode.SEND_WITH_IMM, [mc.mr.sge(off, min(CHUNK, hi - off))],
+            off = lo + c * mc.chunk
+            mc.ud.post_send(SendWR(WROpcode.SEND_WITH_IMM, [mc.mr.sge(off, min(mc.chunk, hi - off))],
                                    wr_id=K_DATA << 61, imm=data_imm(mc.epoch, i, c), ah=mc.ah))
             self.sends_out += 1
         if self.active and not self.to_send and not self.sends_out:
@@ -218,8 +218,8 @@ class _Operation:
             if (self.done_sending[i] or now > self.late) and i in self.right_has and not self.have[i].all():
                 for lo, hi in gaps(self.have[i] | self.requested[i]):
                     _, slo, shi = self.shards[i]
-                    off = slo + lo * CHUNK
-                    length = min(shi, slo + hi * CHUNK) - off
+                    off = slo + lo * mc.chunk
+                    length = min(shi, slo + hi * mc.chunk) - off
                     mc.to_right.post_send(SendWR(WROpcode.RDMA_READ, [mc.mr.sge(off, length)],
                                                  wr_id=K_READ << 61 | i << 40 | lo << 20 | hi,
                                                  remote_addr=mc.peer_mr[0] + off, rkey=mc.peer_mr[1]))
@@ -288,7 +288,7 @@ class _Operation:
         if self.have[i][c]:
             return                                   # a duplicate: never copied twice
         _, lo, hi = self.shards[i]
-        off = lo + c * CHUNK
+        off = lo + c * mc.chunk
         length = wc.byte_len - GRH_LEN
         src = wc.wr_id * mc.slot + GRH_LEN
         mc.buf[off: off + length] = mc.rbuf[src: src + length]

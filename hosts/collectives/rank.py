@@ -13,8 +13,9 @@ from hosts.rdma import open_device
 
 
 def build_comm(spec: dict, peers: list[Peer], me: Peer, store: FileStore, heartbeat=None) -> Communicator:
-    # RoCE MTU 1024 on the NIC (its link MTU is 1500) and 4096 in the HB domain (link MTU 9000)
-    mtu = {me.ip: 1024, me.hb_ip: 4096}
+    # the RoCE MTU each port's link carries (the testbed derives it from the link MTUs, as rxe from its netdev's)
+    roce_mtu = spec.get("roce_mtu", {"nic": 1024, "hb": 4096})
+    mtu = {me.ip: roce_mtu["nic"], me.hb_ip: roce_mtu["hb"]}
     # multicast needs uroce (pyverbs does not expose multicast attach); everything else takes rxe where it exists
     backend = "uroce" if spec.get("algo") == "multicast" else "auto"
     comm = Communicator(me, peers, store, lambda ip: open_device(ip, backend=backend, mtu=mtu.get(ip, 1024)),

@@ -12,7 +12,8 @@ def cmd_topo(args) -> int:
     given = {k: v for k, v in (("spines", args.spines), ("oversubscription", args.oversubscription)) if v is not None}
     fabric = topo.build(args.kind, args.servers, args.gpus, **given, nic_mbps=args.nic_mbps,
                         hb_mbps=args.hb_mbps, cpu_hosts=args.cpu_hosts,
-                        spares_per_server=args.spares_per_server, spare_servers=args.spare_servers)
+                        spares_per_server=args.spares_per_server, spare_servers=args.spare_servers,
+                        nic_mtu=args.nic_mtu)
     for key in topo.ignored_params(fabric.kind, given):
         print(f"warning: --{key}: a {fabric.kind} fabric has no use for it; ignored", file=sys.stderr)
     if args.draw:
@@ -44,6 +45,7 @@ def register(subparsers) -> None:
     t.add_argument("--oversubscription", type=float, default=None, help="default 1")
     t.add_argument("--nic-mbps", type=float, default=5.0)
     t.add_argument("--hb-mbps", type=float, default=None, help="default 9 x NIC")
+    t.add_argument("--nic-mtu", type=int, default=1500, help="MTU of every link but the HB ones (9000: jumbo)")
     t.add_argument("--cpu-hosts", type=int, default=0)
     t.add_argument("--spares-per-server", type=int, default=0, help="idle spare GPUs per HB domain")
     t.add_argument("--spare-servers", type=int, default=0, help="idle spare servers")

@@ -21,7 +21,7 @@ from testbed.cli.errors import EXIT_FAILED, UsageError, require_machine
 TOPO_KEYS = {"servers": "servers", "gpus": "gpus_per_server", "gpus_per_server": "gpus_per_server",
              "spines": "spines", "oversubscription": "oversubscription", "nic_mbps": "nic_mbps",
              "hb_mbps": "hb_mbps", "cpu_hosts": "cpu_hosts", "spares_per_server": "spares_per_server",
-             "spare_servers": "spare_servers"}
+             "spare_servers": "spare_servers", "nic_mtu": "nic_mtu"}
 LOG = "up.log"          # the fabric process's output, under RUN_ROOT (its run directory goes with the fabric)
 
 

@@ -5,10 +5,12 @@ captures and the report use the same names.
 """
 from __future__ import annotations
 
+from hosts.rdma.headers import IB_MTUS
 from testbed import PREFIX
 
 HB_MTU = 9000
-NIC_MTU = 1500          # every link that is not an HB link
+NIC_MTU = 1500          # default of every link that is not an HB link (the fabric's nic_mtu: up to 9000, jumbo)
+ROCE_HEADERS = 20 + 8 + 12 + 16 + 4     # IPv4, UDP, BTH, RETH, ICRC: what a RoCEv2 packet adds to its payload
 ROUTING_MODES = ("single", "ecmp", "spray", "rr", "split:K")
 
 
@@ -41,8 +43,19 @@ def is_patch(fabric, link) -> bool:
     return link.kind == "frontend" or (link.kind == "uplink" and fabric.params["oversubscription"] == 1.0)
 
 
-def mtu_of(link) -> int:
-    return HB_MTU if link.kind == "hb" else NIC_MTU
+def mtu_of(fabric, link) -> int:
+    return HB_MTU if link.kind == "hb" else fabric.params["nic_mtu"]
+
+
+def roce_mtu(link_mtu: int) -> int:
+    """The RoCE path MTU a link MTU carries: the largest IB MTU whose packets fit in it, as rxe derives its
+    own from its netdev's MTU (1500 -> 1024, 9000 -> 4096)."""
+    return max(m for m in IB_MTUS if m + ROCE_HEADERS <= link_mtu)
+
+
+def roce_mtus(fabric) -> dict[str, int]:
+    """What the ranks' RoCE devices use on their NIC and HB ports."""
+    return {"nic": roce_mtu(fabric.params["nic_mtu"]), "hb": roce_mtu(HB_MTU)}
 
 
 def tbf_burst(mbps: float, mtu: int) -> int:
@@ -65,11 +78,11 @@ def worst_queueing_delay(fabric) -> float:
     """Seconds a packet can wait in full queues on the longest path: host NIC out, two shaped uplink
     hops when spines are oversubscribed, and the switch port into the destination host. Transport
     timers must outlast it, or they retransmit packets that are only queued."""
-    nic = fabric.params["nic_mbps"]
-    delay = 2 * tbf_limit(nic, NIC_MTU) * 8 / (nic * 1e6)
+    nic, mtu = fabric.params["nic_mbps"], fabric.params["nic_mtu"]
+    delay = 2 * tbf_limit(nic, mtu) * 8 / (nic * 1e6)
     for link in fabric.links:
         if link.kind == "uplink" and not is_patch(fabric, link):
-            delay += 2 * tbf_limit(link.mbps, NIC_MTU) * 8 / (link.mbps * 1e6)
+            delay += 2 * tbf_limit(link.mbps, mtu) * 8 / (link.mbps * 1e6)
             break
     return delay
 

@@ -178,7 +178,7 @@ class Network:
         for h in fab.hosts.values():
             node = self.mn.get(h.name)
             lines = ["sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1",
-                     f"ip link set eth0 address {h.mac}"]
+                     f"ip link set eth0 mtu {fab.params['nic_mtu']} address {h.mac}"]
             neigh = [f"neigh replace {p.ip} lladdr {p.mac} dev eth0 nud permanent"
                      for p in nic_peers if p.name != h.name]
             if h.hb_ip:
@@ -210,14 +210,14 @@ class Network:
         for l in fab.links:
             if self.is_patch(l):
                 continue
-            mtu = mtu_of(l)
+            mtu = mtu_of(fab, l)
             for node, port in ((l.a, l.a_port), (l.b, l.b_port)):
                 if node in fab.hosts:
                     self.mn.get(node).cmd(tbf(f"eth{port}", l.mbps, mtu))
                 else:
                     dev = switch_port(node, port)
-                    if l.kind == "hb":
-                        cmds.append(f"ip link set {dev} mtu {HB_MTU}")
+                    if mtu != 1500:         # a veth's own
+                        cmds.append(f"ip link set {dev} mtu {mtu}")
                     cmds.append(tbf(dev, l.mbps, mtu))
         subprocess.run(["sh", "-c", "\n".join(cmds)], check=True, capture_output=True)
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from testbed.fabric.links import interface, ofport
+from testbed.fabric.links import NIC_MTU, ROCE_HEADERS, interface, ofport
 
 KINDS = ("rail-only", "rail-optimized", "clos")
 
@@ -35,6 +35,7 @@ MAX_GPUS_PER_SERVER = 64
 MAX_SPINES = 64
 MAX_CPU_HOSTS = 200
 MAX_SPARES_PER_SERVER = 16
+MIN_NIC_MTU, MAX_NIC_MTU = 1024 + ROCE_HEADERS, 9216     # RoCE MTU 1024 at least; jumbo frames at most
 SPARE_HOST_BASE = 129        # spare GPU k of a server: host address .(129 + k)
 CPU_SUBNET = 250
 NIC_PREFIX = "10.11"
@@ -245,16 +246,17 @@ def _check_rate(name: str, value) -> float:
 
 def build(kind: str, servers: int, gpus_per_server: int, spines: int = 2,
           oversubscription: float = 1.0, nic_mbps: float = 5.0, hb_mbps: float | None = None,
-          cpu_hosts: int = 0, spares_per_server: int = 0, spare_servers: int = 0) -> Fabric:
+          cpu_hosts: int = 0, spares_per_server: int = 0, spare_servers: int = 0, nic_mtu: int = NIC_MTU) -> Fabric:
     """Build the fabric model of one of KINDS; raises TopologyError naming a bad parameter.
 
     spares_per_server: idle GPUs in every server's HB domain (recovery `spare`); spare_servers: idle
-    servers (recovery `migrate`). Cabling order fixes port numbers: leaves, spines, HB domains, CPU hosts,
+    servers (recovery `migrate`); nic_mtu: the MTU of every link but the HB ones (9000: jumbo frames that
+    carry RoCE MTU 4096, as AI fabrics run). Cabling order fixes port numbers: leaves, spines, HB domains, CPU hosts,
     spares."""
     if kind not in KINDS:
         raise TopologyError(f"unknown fabric kind {kind!r}; choose one of {', '.join(KINDS)}")
     fabric = Fabric(kind, _checked(kind, servers, gpus_per_server, spines, oversubscription, nic_mbps, hb_mbps,
-                                   cpu_hosts, spares_per_server, spare_servers))
+                                   cpu_hosts, spares_per_server, spare_servers, nic_mtu))
     p = fabric.params
     for i in range(p["servers"]):
         for j in range(p["gpus_per_server"]):
@@ -270,7 +272,7 @@ def build(kind: str, servers: int, gpus_per_server: int, spines: int = 2,
 
 
 def _checked(kind, servers, gpus_per_server, spines, oversubscription, nic_mbps, hb_mbps, cpu_hosts,
-             spares_per_server, spare_servers) -> dict:
+             spares_per_server, spare_servers, nic_mtu) -> dict:
     n = _check_int("servers", servers, 1, MAX_SERVERS)      # checked in the order of the parameters
     params = {"servers": n, "gpus_per_server": _check_int("gpus_per_server", gpus_per_server, 1, MAX_GPUS_PER_SERVER),
               "spines": _check_int("spines", spines, 1, MAX_SPINES) if kind != "rail-only" else 0}
@@ -283,7 +285,8 @@ def _checked(kind, servers, gpus_per_server, spines, oversubscription, nic_mbps,
             or not 1 <= oversubscription <= 64:
         raise TopologyError(f"oversubscription must be a ratio between 1 and 64, got {oversubscription!r}")
     params.update(oversubscription=float(oversubscription), nic_mbps=nic, hb_mbps=hb, cpu_hosts=cpus,
-                  spares_per_server=spare_k, spare_servers=spare_n)
+                  spares_per_server=spare_k, spare_servers=spare_n,
+                  nic_mtu=_check_int("nic_mtu", nic_mtu, MIN_NIC_MTU, MAX_NIC_MTU))
     return params
 
 

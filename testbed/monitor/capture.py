@@ -13,7 +13,7 @@ import signal
 import subprocess
 import time
 
-from testbed.fabric.links import HB_MTU, NIC_MTU, is_patch, switch_port
+from testbed.fabric.links import HB_MTU, is_patch, switch_port
 from testbed.results import pcap
 
 ETHERNET_HEADER = 14
@@ -62,7 +62,7 @@ def largest_frame(fabric, point: str) -> int:
         switch, _, port = point.partition(":")
         kind = next(l.kind for l in fabric.links
                     if (l.a, l.a_port) == (switch, int(port)) or (l.b, l.b_port) == (switch, int(port)))
-    return (HB_MTU if kind == "hb" else NIC_MTU) + ETHERNET_HEADER
+    return (HB_MTU if kind == "hb" else fabric.params["nic_mtu"]) + ETHERNET_HEADER
 
 
 def snaplen_warnings(fabric, specs: list[dict]) -> list[str]:

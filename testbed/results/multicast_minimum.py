@@ -15,17 +15,18 @@ from __future__ import annotations
 
 from collections import deque
 
-from hosts.collectives.mcast_allgather import CHUNK
 from hosts.rdma.engine import ETH_OVERHEAD
 from hosts.rdma.headers import BTH_LEN, DETH_LEN, ICRC_LEN, IMM_LEN
+from testbed.fabric.links import roce_mtus
 
 CHUNK_OVERHEAD = ETH_OVERHEAD + 20 + 8 + BTH_LEN + DETH_LEN + IMM_LEN + ICRC_LEN   # 70 bytes per chunk
 EXACT_TERMINALS = 10           # Dreyfus-Wagner is 3^k: exact up to this many member switches
 
 
-def wire_bytes(nbytes: int) -> int:
-    """Bytes on one link for one multicast copy of nbytes: payload padded to 4 bytes per chunk, plus headers."""
-    chunks, last = max(1, -(-nbytes // CHUNK)), nbytes % CHUNK
+def wire_bytes(nbytes: int, chunk: int = 1024) -> int:
+    """Bytes on one link for one multicast copy of nbytes in chunks of `chunk` bytes (the NICs' RoCE MTU):
+    payload padded to 4 bytes per chunk, plus headers."""
+    chunks, last = max(1, -(-nbytes // chunk)), nbytes % chunk
     return nbytes + (-last) % 4 + chunks * CHUNK_OVERHEAD
 
 
@@ -122,11 +123,12 @@ def allgather_minimum(fabric, hosts: list[str], shard_bytes: int, scope: str = "
     """Bytes one multicast AllGather needs on the network: every shard once over its sender's tree. Scope
     rail: the multicast stays in each rail (the HB stage that follows is not network traffic)."""
     groups = [hosts] if scope != "rail" else _rails(fabric, hosts)
-    return sum(links for group in groups for links in tree_links(fabric, group).values()) * wire_bytes(shard_bytes)
+    return sum(links for group in groups for links in tree_links(fabric, group).values()) \
+        * wire_bytes(shard_bytes, roce_mtus(fabric)["nic"])
 
 
 def broadcast_minimum(fabric, hosts: list[str], root: str, nbytes: int) -> int:
-    return tree_links(fabric, hosts)[root] * wire_bytes(nbytes)
+    return tree_links(fabric, hosts)[root] * wire_bytes(nbytes, roce_mtus(fabric)["nic"])
 
 
 def _rails(fabric, hosts: list[str]) -> list[list[str]]:

@@ -76,6 +76,8 @@ FABRIC = obj({
     "host_backend": d({"enum": ["netns", "docker"]}, "What the emulated hosts are."),
     "transport": d(STR, "The RDMA transport the hosts used: uroce (user space) or rxe (kernel); set at bring-up."),
     "nic_mbps": d(NUM, "A NIC link's rate, Mbit/s."), "hb_mbps": d(NUM, "An HB-domain link's rate, Mbit/s."),
+    "nic_mtu": d(INT, "MTU of every link but the HB ones (9000 on HB links)."),
+    "roce_mtu": d(obj({"nic": INT, "hb": INT}, ["nic", "hb"]), "RoCE path MTU the ranks used on their NIC and HB ports."),
 }, ["kind", "servers", "gpus_per_server", "switches", "hosts", "links", "routing", "failover", "datapath",
     "host_backend", "nic_mbps", "hb_mbps"])
 

@@ -14,7 +14,7 @@ import time
 from hosts.collectives.algorithms import ALGOS
 from hosts.collectives.membership import peer_entry
 from testbed.fabric import hb_counters
-from testbed.fabric.links import transport_options, worst_queueing_delay
+from testbed.fabric.links import roce_mtus, transport_options, worst_queueing_delay
 from testbed.results import models
 from testbed.runtime import progress, recovery
 from testbed.runtime.launch import run_on_hosts
@@ -260,7 +260,7 @@ def _base_spec(net, spec: dict, peers: list[dict], store: str, size: int) -> dic
             "timeout_s": spec.get("timeout_s", 60), **transport_options(net.routing),
             "ring": "rank" if spec.get("ring") == "rank" else "rail",
             "multicast_scope": multicast_scope(fabric, spec),
-            "rc_timeout": 0.05 + 2 * worst_queueing_delay(fabric),
+            "rc_timeout": 0.05 + 2 * worst_queueing_delay(fabric), "roce_mtu": roce_mtus(fabric),
             # opt-in delay-based congestion control (hosts/rdma/cc.py)
             "congestion": "delay" if spec.get("congestion", "none") == "delay" else None,
             # senders pace just below the shaped rates, so queues do not build up

@@ -26,7 +26,7 @@ import shutil
 import time
 from hosts.collectives.membership import peer_entry
 from testbed.fabric import ovs
-from testbed.fabric.links import transport_options, worst_queueing_delay
+from testbed.fabric.links import roce_mtus, transport_options, worst_queueing_delay
 from testbed.planning.prediction import Prediction
 from testbed.runtime.launch import run_on_hosts
 from testbed.schema import NAME, POSITIVE_INT, RATE
@@ -114,6 +114,7 @@ def rank_spec(plan: Plan, s: dict, fabric, routing: str) -> dict:
             "tp_algo": plan.emulated.algorithms["tp_allreduce"], "dp_algo": plan.emulated.algorithms["dp_allreduce"],
             "iterations": s["iterations"], "check": s["check"], "timeout_s": s["timeout_s"],
             **transport_options(routing), "rc_timeout": 0.05 + 2 * worst_queueing_delay(fabric),
+            "roce_mtu": roce_mtus(fabric),
             # senders pace just below the shaped rates, so queues do not build up
             "rate_limit_bps": {"nic": PACE * fabric.params["nic_mbps"] * 1e6,
                                "hb": PACE * fabric.params["hb_mbps"] * 1e6}}

@@ -1,0 +1,39 @@
+"""Link MTUs: the fabric's nic_mtu (1500 by default, 9000 for jumbo frames), the RoCE MTU each carries (as rxe
+derives it from its netdev), and what depends on them (queueing delay, capture snaplen, multicast wire bytes)."""
+import pytest
+
+from testbed.fabric import topo
+from testbed.fabric.links import HB_MTU, mtu_of, roce_mtu, roce_mtus, worst_queueing_delay
+from testbed.monitor.capture import largest_frame
+from testbed.results import multicast_minimum as mm
+
+
+@pytest.mark.parametrize("link_mtu, want", [(1084, 1024), (1500, 1024), (2200, 2048), (4155, 2048), (4156, 4096),
+                                            (9000, 4096), (9216, 4096)])
+def test_roce_mtu_is_the_largest_ib_mtu_whose_packets_fit(link_mtu, want):
+    assert roce_mtu(link_mtu) == want
+
+
+def test_jumbo_nic_links_carry_roce_mtu_4096_and_hb_links_keep_theirs():
+    plain, jumbo = topo.build("rail-optimized", 2, 4), topo.build("rail-optimized", 2, 4, nic_mtu=9000)
+    assert plain.params["nic_mtu"] == 1500 and roce_mtus(plain) == {"nic": 1024, "hb": 4096}
+    assert roce_mtus(jumbo) == {"nic": 4096, "hb": 4096}
+    for link in jumbo.links:
+        assert mtu_of(jumbo, link) == (HB_MTU if link.kind == "hb" else 9000)
+    assert largest_frame(jumbo, "rail0:1") == 9014 and largest_frame(plain, "rail0:1") == 1514
+    # deeper tbf bursts on jumbo links lengthen the worst queueing delay the transport timers must outlast
+    assert worst_queueing_delay(jumbo) >= worst_queueing_delay(plain)
+
+
+@pytest.mark.parametrize("bad", [1000, 1083, 9217, 1500.0, "9000", True])
+def test_an_impossible_nic_mtu_is_named(bad):
+    with pytest.raises(topo.TopologyError, match="nic_mtu"):
+        topo.build("rail-only", 2, 2, nic_mtu=bad)
+
+
+def test_multicast_wire_bytes_follow_the_roce_mtu():
+    shard = 1 << 20
+    assert mm.wire_bytes(shard, 4096) == shard + 256 * 70 and mm.wire_bytes(shard) == shard + 1024 * 70
+    plain, jumbo = topo.build("rail-optimized", 2, 4), topo.build("rail-optimized", 2, 4, nic_mtu=9000)
+    hosts = sorted(plain.hosts)
+    assert mm.allgather_minimum(jumbo, hosts, shard) < mm.allgather_minimum(plain, hosts, shard)
