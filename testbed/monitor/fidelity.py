@@ -51,7 +51,13 @@ class CpuSampler:
 
     def report(self) -> dict:
         if not self.samples:
-            return {"cpu_idle_min_pct": None, "cpu_idle_mean_pct": None, "cpu_bound": False}
+            return {"cpu_idle_min_pct": None, "cpu_idle_mean_pct": None, "cpu_bound": False, "capacity_used": None}
         mean = sum(self.samples) / len(self.samples)
         return {"cpu_idle_min_pct": round(min(self.samples), 1), "cpu_idle_mean_pct": round(mean, 1),
-                "cpu_bound": mean < CPU_BOUND_IDLE_PCT}
+                "cpu_bound": mean < CPU_BOUND_IDLE_PCT, "capacity_used": capacity_used(mean)}
+
+
+def capacity_used(idle_pct: float) -> float:
+    """How close a run came to the emulation's capacity: CPU busy time over the most a run may use and stay
+    link-bound (1.0 = at the guard's threshold; above it, cpu_bound)."""
+    return round((100.0 - idle_pct) / (100.0 - CPU_BOUND_IDLE_PCT), 2)

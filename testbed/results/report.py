@@ -171,6 +171,9 @@ def summary_markdown(results: dict, table: str) -> str:
                   f"{x.get('first_success_s', x.get('resumed_s'))} | {x.get('lost_steps')} | {x['restored_s']} | "
                   f"{x.get('recovery') or ('-' if x['kind'] in GPU_FAULTS else 'reroute')} |" for x in results["faults"]]
         lines.append("")
+    used = [f"{w['name']} {w['capacity_used']:.2f}" for w in results["workloads"] if w.get("capacity_used") is not None]
+    if used:
+        lines += [f"Emulation capacity used (CPU busy over the fidelity limit, 1 = the limit): {', '.join(used)}.", ""]
     bound = [w["name"] for w in results["workloads"] if w.get("cpu_bound")]
     if bound:
         lines += [f"**Fidelity warning**: {', '.join(bound)} ran with under {CPU_BOUND_IDLE_PCT:g}% CPU idle on average; "

@@ -144,6 +144,8 @@ WORKLOAD_COMMON = {
     "cpu_idle_min_pct": d(nullable(NUM), "The fidelity guard: least CPU idle sampled, %."),
     "cpu_idle_mean_pct": d(nullable(NUM), "Mean CPU idle during the workload, %."),
     "cpu_bound": d(BOOL, "Taken without CPU headroom: the figure measures the machine, not the links."),
+    "capacity_used": d(nullable(NUM), "CPU busy time over the most a link-bound run may use (1 = the fidelity "
+                                      "guard's threshold; above 1 the run is cpu_bound)."),
     "first_error_at": at("when the first rank reported an error (null: none)."),
 }
 

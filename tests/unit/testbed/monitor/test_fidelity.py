@@ -12,9 +12,21 @@ def sampled(samples):
 def test_a_run_is_cpu_bound_below_the_measured_threshold():
     assert fidelity.CPU_BOUND_IDLE_PCT == 20.0
     # 12.8% mean idle: timings were measured 7.5 ms late at the 99th percentile; the old 10% let it pass
-    assert sampled([10.0, 15.6]) == {"cpu_idle_min_pct": 10.0, "cpu_idle_mean_pct": 12.8, "cpu_bound": True}
+    assert sampled([10.0, 15.6]) == {"cpu_idle_min_pct": 10.0, "cpu_idle_mean_pct": 12.8, "cpu_bound": True,
+                                     "capacity_used": 1.09}
     assert not sampled([20.0, 33.2])["cpu_bound"]
-    assert sampled([]) == {"cpu_idle_min_pct": None, "cpu_idle_mean_pct": None, "cpu_bound": False}
+    assert sampled([]) == {"cpu_idle_min_pct": None, "cpu_idle_mean_pct": None, "cpu_bound": False,
+                           "capacity_used": None}
+
+
+def test_every_run_says_how_close_it_came_to_the_capacity_limit():
+    assert [fidelity.capacity_used(idle) for idle in (100.0, 60.0, 20.0, 0.0)] == [0.0, 0.5, 1.0, 1.25]
+    results = {"scenario": "s", "ok": True, "workloads": [{"name": "w", "type": "traffic", "cpu_bound": False,
+                                                           "capacity_used": 0.62}],
+               "fabric": {"kind": "clos", "servers": 2, "gpus_per_server": 2, "switches": 6, "nic_mbps": 5,
+                          "hb_mbps": 45, "routing": "ecmp", "datapath": "user"}, "checks": []}
+    assert "Emulation capacity used (CPU busy over the fidelity limit, 1 = the limit): w 0.62." in \
+        report.summary_markdown(results, "table")
 
 
 def test_the_report_names_the_threshold_it_used():
