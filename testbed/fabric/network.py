@@ -216,7 +216,7 @@ class Network:
                     self.mn.get(node).cmd(tbf(f"eth{port}", l.mbps, mtu))
                 else:
                     dev = switch_port(node, port)
-                    if mtu != 1500:         # a veth's own
+                    if mtu != 1500:         # veths come up at 1500
                         cmds.append(f"ip link set {dev} mtu {mtu}")
                     cmds.append(tbf(dev, l.mbps, mtu))
         subprocess.run(["sh", "-c", "\n".join(cmds)], check=True, capture_output=True)

@@ -1,0 +1,165 @@
+"""Benchmark: the emulation's capacity, i.e. how fast the links may run before the machine, not the links,
+sets the pace (printed, not asserted).
+
+    .venv/bin/python benchmarks/capacity.py [--grids 2x4,4x4,4x8,8x8] [--mtus 1500,9000]
+                                            [--rates 5,10,20,40,80] [--floor 0.85] [--seconds 4] [--json FILE]
+
+For each rail-optimized grid (2 spines) and NIC MTU (1500: RoCE MTU 1024; 9000: jumbo frames, RoCE MTU
+4096), NIC rates are tried in increasing order, one bring-up each: a rank-order ring AllReduce (its ring
+crosses the spines) sized to take about --seconds of link time per operation, 1 warm-up and 2 timed
+iterations, checked against numpy. A rate passes when busbw / bound >= --floor and the fidelity guard stays
+quiet (mean CPU idle above its threshold); the capacity is the highest rate that passed (the search stops at
+the first failure). Printed per run: busbw / bound, CPU idle, capacity_used (1 = the guard's limit), and the
+packets per second the switches forwarded (every SDN port's transmitted packets over the operations' time), and
+ovs-vswitchd's and the kernel's (system, irq, softirq: veths, tbf, sockets, ovs-vswitchd's own system calls)
+shares of the machine's busy CPU time during the job, start-up of the ranks included.
+
+Then the machine's limit for this design: what Open vSwitch alone forwards here, two hosts on one switch
+with unshaped links, iperf3 UDP as fast as it can send at the frame size of a full RoCE packet of each MTU,
+as packets per second through the switch.
+"""
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+
+from testbed.fabric.links import roce_mtus
+from testbed.fabric.network import Network
+from testbed.fabric.topo import build
+from testbed.monitor.fidelity import CpuSampler
+from testbed.workloads import collective
+
+VSWITCHD_PID = "/var/run/openvswitch/ovs-vswitchd.pid"
+MIN_CHUNK = 64 * 1024
+ROCE_RC_HEADERS = 14 + 20 + 8 + 12 + 4          # Ethernet, IPv4, UDP, BTH, ICRC around a full RC payload
+
+
+def cpu_seconds(pid_file: str) -> float:
+    """User + system CPU seconds a daemon has used (from its pid file)."""
+    with open(pid_file) as f:
+        pid = f.read().strip()
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def busy_seconds() -> tuple[float, float]:
+    """The machine's busy CPU seconds so far: all of it, and the kernel's (system, irq, softirq)."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    tick = os.sysconf("SC_CLK_TCK")
+    return (sum(v) - v[3] - v[4]) / tick, (v[2] + v[5] + v[6]) / tick
+
+
+def switch_packets(net) -> int:
+    return sum(c["tx_packets"] for c in net.counters().values())
+
+
+def sized(rate_mbps: float, ranks: int, seconds: float) -> int:
+    """An AllReduce size whose ring takes about `seconds` of link time (2(n-1)/n of it crosses every NIC), and
+    at least 64 KiB per rank, so that each of the ring's 2(n-1) steps moves more than a few packets."""
+    nbytes = seconds * rate_mbps * 1e6 / 8 / (2 * (ranks - 1) / ranks)
+    unit = ranks * 4096                              # whole pages per rank's chunk
+    return max(ranks * MIN_CHUNK, int(nbytes // unit) * unit)
+
+
+def one_run(servers: int, per: int, mtu: int, rate: float, args) -> dict:
+    fabric = build("rail-optimized", servers, per, spines=2, nic_mbps=rate, nic_mtu=mtu)
+    n = servers * per
+    size = sized(rate, n, args.seconds)
+    with Network(fabric) as net:
+        before, ovs0, busy0 = switch_packets(net), cpu_seconds(VSWITCHD_PID), busy_seconds()
+        with CpuSampler() as cpu:
+            res = collective.run(net, {"type": "collective", "op": "allreduce", "algo": "ring", "ring": "rank",
+                                       "sizes": [size], "iterations": 2, "warmup": 1, "timeout_s": 120})
+        packets = switch_packets(net) - before
+        busy1 = busy_seconds()
+        busy = max(1e-9, busy1[0] - busy0[0])
+        ovs_share, kernel_share = (cpu_seconds(VSWITCHD_PID) - ovs0) / busy, (busy1[1] - busy0[1]) / busy
+    guard = {**cpu.report(), "ovs_share": round(ovs_share, 2), "kernel_share": round(kernel_share, 2)}
+    if not res["rows"]:
+        return {"grid": f"{servers}x{per}", "gpus": n, "mtu": mtu, "rate": rate, "bytes": size, "ok": False,
+                "failed": "; ".join(c["detail"] for c in res["checks"] if not c["ok"])[:200], **guard}
+    row = res["rows"][0]
+    op_s = row["seconds"] * 3                  # warm-up + 2 iterations: the counters saw all three
+    return {"grid": f"{servers}x{per}", "gpus": n, "mtu": mtu, "roce_mtu": roce_mtus(fabric)["nic"], "rate": rate,
+            "bytes": size, "ratio": row["bus_ratio"], "pps": round(packets / op_s), **guard,
+            "ok": row["bus_ratio"] >= args.floor and not guard["cpu_bound"]}
+
+
+def ovs_forwarding(mtu: int, seconds: float) -> dict:
+    """Packets per second one OVS switch forwards between two hosts on unshaped links (the machine's limit)."""
+    fabric = build("rail-optimized", 2, 1, spines=1, nic_mbps=10_000, hb_mbps=10_000, nic_mtu=mtu)
+    payload = roce_mtus(fabric)["nic"] + ROCE_RC_HEADERS - 14 - 20 - 8      # UDP payload of a full RoCE frame
+    with Network(fabric) as net:
+        a, b = net.host("s0g0"), net.host("s1g0")
+        server = b.popen(["iperf3", "-s", "-1", "-B", b.IP()], stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL)
+        time.sleep(0.5)
+        before, t0 = switch_packets(net), time.monotonic()
+        out = a.cmd(f"iperf3 -u -b 0 -l {payload} -t {seconds:g} -c {b.IP()} --json")
+        pps = (switch_packets(net) - before) / (time.monotonic() - t0)
+        server.wait(10)
+    lost = re.search(r'"lost_percent":\s*([0-9.]+)', out)
+    return {"mtu": mtu, "frame": payload + 42, "switch_pps": round(pps), "iperf_lost_pct": float(lost.group(1))
+            if lost else None}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--grids", default="2x4,4x4,4x8,8x8")
+    ap.add_argument("--mtus", default="1500,9000")
+    ap.add_argument("--rates", default="5,10,20,40,80", help="NIC Mbit/s, tried in this order")
+    ap.add_argument("--floor", type=float, default=0.85)
+    ap.add_argument("--seconds", type=float, default=4.0, help="link time per AllReduce")
+    ap.add_argument("--forward-seconds", type=float, default=5.0)
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    if os.geteuid() != 0:
+        raise SystemExit("capacity: run as root (it brings fabrics up)")
+    grids = [tuple(int(x) for x in g.split("x")) for g in args.grids.split(",")]
+    mtus = [int(m) for m in args.mtus.split(",")]
+    rates = [float(r) for r in args.rates.split(",")]
+    runs, capacity = [], {}
+    print(f"{'grid':>5} {'GPUs':>4} {'MTU':>5} {'Mbit/s':>6} {'MiB':>6} {'ratio':>6} {'idle%':>6} {'used':>5} "
+          f"{'switch pps':>10} {'ovs':>5} {'kern':>5}  pass")
+    for servers, per in grids:
+        for mtu in mtus:
+            best = None
+            for rate in rates:
+                r = one_run(servers, per, mtu, rate, args)
+                runs.append(r)
+                print(f"{r['grid']:>5} {r['gpus']:>4} {mtu:>5} {rate:>6g} {r['bytes'] / 2**20:>6.2f} "
+                      f"{r.get('ratio', float('nan')):>6.2f} {r['cpu_idle_mean_pct']:>6} {r['capacity_used']:>5} "
+                      f"{r.get('pps', 0):>10} {r['ovs_share']:>5} {r['kernel_share']:>5}  {'yes' if r['ok'] else 'no ' + r.get('failed', '')}", flush=True)
+                if not r["ok"]:
+                    break
+                best = rate
+            capacity[f"{servers}x{per}/{mtu}"] = best
+    forwarding = [ovs_forwarding(mtu, args.forward_seconds) for mtu in mtus]
+    print("\ncapacity: the highest NIC rate at which the ring stays >= %.2f of its bound with CPU headroom" % args.floor)
+    for servers, per in grids:
+        cells = [f"MTU {m}: {capacity[f'{servers}x{per}/{m}'] or '< ' + str(rates[0])} Mbit/s" for m in mtus]
+        print(f"  {servers * per:>3} GPUs ({servers}x{per}): " + ", ".join(cells))
+    print("\nOpen vSwitch alone, two hosts, unshaped links, iperf3 UDP at full-RoCE-frame size:")
+    for f in forwarding:
+        print(f"  MTU {f['mtu']} ({f['frame']}-byte frames): {f['switch_pps']} packets/s through the switch "
+              f"(iperf3 loss {f['iperf_lost_pct']}%)")
+    at_capacity = [r for r in runs if r["ok"] and capacity.get(f"{r['grid']}/{r['mtu']}") == r["rate"]]
+    for r in at_capacity:
+        limit = next(f["switch_pps"] for f in forwarding if f["mtu"] == r["mtu"])
+        print(f"  {r['grid']} MTU {r['mtu']} at {r['rate']:g} Mbit/s: {r['pps']} packets/s, "
+              f"{r['pps'] / limit:.2f} of OVS alone")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"runs": runs, "capacity": capacity, "forwarding": forwarding,
+                       "median_ratio": statistics.median(r["ratio"] for r in runs if "ratio" in r)}, f, indent=2)
+    sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()
