@@ -135,13 +135,15 @@ def main() -> None:
                 runs.append(r)
                 print(f"{r['grid']:>5} {r['gpus']:>4} {mtu:>5} {rate:>6g} {r['bytes'] / 2**20:>6.2f} "
                       f"{r.get('ratio', float('nan')):>6.2f} {r['cpu_idle_mean_pct']:>6} {r['capacity_used']:>5} "
-                      f"{r.get('pps', 0):>10} {r['ovs_share']:>5} {r['kernel_share']:>5}  {'yes' if r['ok'] else 'no ' + r.get('failed', '')}", flush=True)
+                      f"{r.get('pps', 0):>10} {r['ovs_share']:>5} {r['kernel_share']:>5}  "
+                      f"{'yes' if r['ok'] else 'no ' + r.get('failed', '')}", flush=True)
                 if not r["ok"]:
                     break
                 best = rate
             capacity[f"{servers}x{per}/{mtu}"] = best
     forwarding = [ovs_forwarding(mtu, args.forward_seconds) for mtu in mtus]
-    print("\ncapacity: the highest NIC rate at which the ring stays >= %.2f of its bound with CPU headroom" % args.floor)
+    print(f"\ncapacity: the highest NIC rate at which the ring stays >= {args.floor:.2f} of its bound "
+          "with CPU headroom")
     for servers, per in grids:
         cells = [f"MTU {m}: {capacity[f'{servers}x{per}/{m}'] or '< ' + str(rates[0])} Mbit/s" for m in mtus]
         print(f"  {servers * per:>3} GPUs ({servers}x{per}): " + ", ".join(cells))

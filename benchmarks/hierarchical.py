@@ -1,8 +1,8 @@
 """Benchmark: rail-aware hierarchical collectives against their models, phase by phase (printed, not asserted).
 
     .venv/bin/python benchmarks/hierarchical.py [--kinds rail-only,rail-optimized] [--grids 2x4,4x4] [--repeat 3]
-                                                [--nic-mbps 5] [--allreduce-size 4MiB] [--allgather-size 2MiB]
-                                                [--ring] [--json FILE]
+                                                [--nic-mbps 5] [--nic-mtu 1500] [--allreduce-size 4MiB]
+                                                [--allgather-size 2MiB] [--ring] [--json FILE]
 
 Per fabric kind and grid (servers x GPUs per server), one bring-up, then `--repeat` rounds of: hierarchical and
 hierarchical-pipelined AllReduce and AllGather (optionally the flat ring AllReduce for reference). Every result
@@ -36,7 +36,8 @@ def cases(args) -> list[dict]:
 
 
 def run_grid(kind: str, servers: int, per: int, args) -> list[dict]:
-    fabric = build(kind, servers, per, nic_mbps=args.nic_mbps, **({"spines": 2} if kind != "rail-only" else {}))
+    fabric = build(kind, servers, per, nic_mbps=args.nic_mbps, nic_mtu=args.nic_mtu,
+                   **({"spines": 2} if kind != "rail-only" else {}))
     rows = []
     with Network(fabric) as net:
         for rnd in range(args.repeat):
@@ -104,6 +105,7 @@ def main():
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--iterations", type=int, default=2)
     ap.add_argument("--nic-mbps", type=float, default=5)
+    ap.add_argument("--nic-mtu", type=int, default=1500, help="9000: jumbo NIC links, RoCE MTU 4096")
     ap.add_argument("--allreduce-size", default="4MiB")
     ap.add_argument("--allgather-size", default="2MiB")
     ap.add_argument("--ring", action="store_true", help="also the flat ring AllReduce, for reference")

@@ -2,7 +2,7 @@
 multicast Broadcast against the pipelined chain (printed, not asserted).
 
     .venv/bin/python benchmarks/multicast_allgather.py [--grids 2x4,4x4] [--sizes 1MiB,4MiB] [--repeat 3]
-                                                      [--nic-mbps 5] [--algos ring-rank,ring-rail,multicast]
+                                                      [--nic-mbps 5] [--nic-mtu 1500] [--algos ring-rank,ring-rail,multicast]
                                                       [--op allgather|broadcast] [--json FILE]
 
 Traffic is counted as SPCL (Khalilov et al., SC'24) counts it: bytes on every link, i.e. what the GPUs' NICs
@@ -44,7 +44,7 @@ def idle_pct(before: list[int], after: list[int]) -> float:
 
 
 def run_grid(servers: int, per: int, args) -> list[dict]:
-    fabric = build("rail-optimized", servers, per, spines=2, nic_mbps=args.nic_mbps)
+    fabric = build("rail-optimized", servers, per, spines=2, nic_mbps=args.nic_mbps, nic_mtu=args.nic_mtu)
     rows = []
     with Network(fabric) as net:
         for rnd in range(args.repeat):
@@ -115,6 +115,7 @@ def main():
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--iterations", type=int, default=2)
     ap.add_argument("--nic-mbps", type=float, default=5)
+    ap.add_argument("--nic-mtu", type=int, default=1500, help="9000: jumbo NIC links, RoCE MTU 4096")
     ap.add_argument("--json", help="write every round's rows to this file")
     args = ap.parse_args()
     try:
