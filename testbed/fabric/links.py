@@ -12,6 +12,7 @@ HB_MTU = 9000
 NIC_MTU = 1500          # default of every link that is not an HB link (the fabric's nic_mtu: up to 9000, jumbo)
 ROCE_HEADERS = 20 + 8 + 12 + 16 + 4     # IPv4, UDP, BTH, RETH, ICRC: what a RoCEv2 packet adds to its payload
 ROUTING_MODES = ("single", "ecmp", "spray", "rr", "split:K")
+PACE = 0.97             # ranks send at this share of their links' shaped rates
 
 
 def sysname(node: str) -> str:
@@ -100,3 +101,13 @@ def transport_options(routing: str) -> dict:
     if routing.startswith("split:"):
         return {"sport_mode": "qp", "split": int(routing.split(":", 1)[1])}
     return {"sport_mode": "qp", "split": 1}
+
+
+def rank_transport(fabric, routing: str) -> dict:
+    """What every rank's RoCE transport is told: the routing mode's options, a retransmission timeout that
+    outlasts full queues, the RoCE MTU of each port, and pacing just below the shaped rates, so that queues do
+    not build up."""
+    return {**transport_options(routing), "rc_timeout": 0.05 + 2 * worst_queueing_delay(fabric),
+            "roce_mtu": roce_mtus(fabric),
+            "rate_limit_bps": {"nic": PACE * fabric.params["nic_mbps"] * 1e6,
+                               "hb": PACE * fabric.params["hb_mbps"] * 1e6}}

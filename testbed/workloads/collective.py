@@ -14,7 +14,7 @@ import time
 from hosts.collectives.algorithms import ALGOS
 from hosts.collectives.membership import peer_entry
 from testbed.fabric import hb_counters
-from testbed.fabric.links import roce_mtus, transport_options, worst_queueing_delay
+from testbed.fabric.links import rank_transport
 from testbed.results import models
 from testbed.runtime import progress, recovery
 from testbed.runtime.launch import run_on_hosts
@@ -99,7 +99,6 @@ SCHEMA = {
                                                                     "no such check."}}},
     },
 }
-PACE = 0.97
 
 
 def validate(fabric, spec: dict, scenario: dict | None = None) -> None:
@@ -257,15 +256,11 @@ def _base_spec(net, spec: dict, peers: list[dict], store: str, size: int) -> dic
             "warmup": spec.get("warmup", 1), "check": spec.get("check", True), "recovery": spec.get("recovery", "abort"),
             "heartbeat": spec.get("heartbeat", {}),
             "admit": spec.get("recovery", "abort") != "abort", "state": bool(spec.get("state")),
-            "timeout_s": spec.get("timeout_s", 60), **transport_options(net.routing),
+            "timeout_s": spec.get("timeout_s", 60), **rank_transport(fabric, net.routing),
             "ring": "rank" if spec.get("ring") == "rank" else "rail",
             "multicast_scope": multicast_scope(fabric, spec),
-            "rc_timeout": 0.05 + 2 * worst_queueing_delay(fabric), "roce_mtu": roce_mtus(fabric),
             # opt-in delay-based congestion control (hosts/rdma/cc.py)
             "congestion": "delay" if spec.get("congestion", "none") == "delay" else None,
-            # senders pace just below the shaped rates, so queues do not build up
-            "rate_limit_bps": {"nic": PACE * fabric.params["nic_mbps"] * 1e6,
-                               "hb": PACE * fabric.params["hb_mbps"] * 1e6},
             **collective_phases.rank_options(spec, size, cluster(fabric))}
 
 

@@ -26,11 +26,11 @@ import shutil
 import time
 from hosts.collectives.membership import peer_entry
 from testbed.fabric import ovs
-from testbed.fabric.links import roce_mtus, transport_options, worst_queueing_delay
+from testbed.fabric.links import rank_transport
 from testbed.planning.prediction import Prediction
 from testbed.runtime.launch import run_on_hosts
 from testbed.schema import NAME, POSITIVE_INT, RATE
-from testbed.workloads import collective, collective_fabric, collective_rows, traffic
+from testbed.workloads import collective_fabric, collective_rows, traffic
 from testbed.workloads.training_plan import Plan, make_plan, settings
 
 # This workload's part of the scenario schema (the scenario file's `workloads:` items of its type).
@@ -88,7 +88,6 @@ SCHEMA = {
 
 
 PHASES = ("comp", "tp", "pp", "dp", "bubble", "iteration")
-PACE = collective.PACE
 DTYPES = {2: "float16", 4: "float32"}
 
 
@@ -113,11 +112,7 @@ def rank_spec(plan: Plan, s: dict, fabric, routing: str) -> dict:
             "dtype": DTYPES[s["model"]["bytes_per_param"]], "compute_s": plan.emulated.comp / plan.m,
             "tp_algo": plan.emulated.algorithms["tp_allreduce"], "dp_algo": plan.emulated.algorithms["dp_allreduce"],
             "iterations": s["iterations"], "check": s["check"], "timeout_s": s["timeout_s"],
-            **transport_options(routing), "rc_timeout": 0.05 + 2 * worst_queueing_delay(fabric),
-            "roce_mtu": roce_mtus(fabric),
-            # senders pace just below the shaped rates, so queues do not build up
-            "rate_limit_bps": {"nic": PACE * fabric.params["nic_mbps"] * 1e6,
-                               "hb": PACE * fabric.params["hb_mbps"] * 1e6}}
+            **rank_transport(fabric, routing)}
 
 
 def run(net, spec: dict) -> dict:
