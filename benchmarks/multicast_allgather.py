@@ -22,6 +22,7 @@ import statistics
 import sys
 import time
 
+from testbed.fabric.links import NIC_MTU
 from testbed.fabric.network import Network
 from testbed.fabric.topo import build
 from testbed.scenario import parse_size
@@ -115,7 +116,7 @@ def main():
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--iterations", type=int, default=2)
     ap.add_argument("--nic-mbps", type=float, default=5)
-    ap.add_argument("--nic-mtu", type=int, default=1500, help="9000: jumbo NIC links, RoCE MTU 4096")
+    ap.add_argument("--nic-mtu", type=int, default=NIC_MTU, help="default: jumbo NIC links (RoCE MTU 4096); 1500: RoCE MTU 1024")
     ap.add_argument("--json", help="write every round's rows to this file")
     args = ap.parse_args()
     try:

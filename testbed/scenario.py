@@ -14,6 +14,7 @@ import jsonschema
 import yaml
 
 from testbed import __version__
+from testbed.fabric.links import NIC_MTU
 from testbed.fabric.topo import KINDS
 from testbed.scenario_marks import Marks, parse
 from testbed.schema import RATE, SIZE, ScenarioError, parse_size
@@ -39,9 +40,9 @@ FABRIC = {
                      "scaled down so that the machine's CPUs are never the bottleneck."},
         "hb_mbps": {**RATE, "description": "Each GPU's HB-domain (NVLink) port rate in Mbit/s. "
                     "Default: 9 x nic_mbps (NVLink 3.6 Tbit/s to a 400 Gbit/s NIC)."},
-        "nic_mtu": {"type": "integer", "default": 1500,
-                    "description": "MTU of every link but the HB ones (1084 to 9216). 9000: jumbo frames carrying "
-                    "RoCE MTU 4096, as AI fabrics run, a quarter of the packets per byte of 1500 (RoCE MTU 1024)."},
+        "nic_mtu": {"type": "integer", "default": NIC_MTU,
+                    "description": "MTU of every link but the HB ones (1084 to 9216). The default, 9000: jumbo frames "
+                    "carrying RoCE MTU 4096, as AI fabrics run; 1500 (RoCE MTU 1024) sends four times the packets."},
         "cpu_hosts": {"type": "integer", "minimum": 0, "default": 0,
                       "description": "CPU hosts cpu0, cpu1, ... on a front-end switch cabled to every leaf "
                       "(for the offload workload's tf.data.service)."},

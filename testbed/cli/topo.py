@@ -5,7 +5,7 @@ import json
 import sys
 
 from testbed.cli.errors import UsageError
-from testbed.fabric import topo
+from testbed.fabric import links, topo
 
 
 def cmd_topo(args) -> int:
@@ -45,7 +45,8 @@ def register(subparsers) -> None:
     t.add_argument("--oversubscription", type=float, default=None, help="default 1")
     t.add_argument("--nic-mbps", type=float, default=5.0)
     t.add_argument("--hb-mbps", type=float, default=None, help="default 9 x NIC")
-    t.add_argument("--nic-mtu", type=int, default=1500, help="MTU of every link but the HB ones (9000: jumbo)")
+    t.add_argument("--nic-mtu", type=int, default=links.NIC_MTU,
+                   help=f"MTU of every link but the HB ones (default {links.NIC_MTU}: jumbo; 1500: standard frames)")
     t.add_argument("--cpu-hosts", type=int, default=0)
     t.add_argument("--spares-per-server", type=int, default=0, help="idle spare GPUs per HB domain")
     t.add_argument("--spare-servers", type=int, default=0, help="idle spare servers")

@@ -9,7 +9,7 @@ from hosts.rdma.headers import IB_MTUS
 from testbed import PREFIX
 
 HB_MTU = 9000
-NIC_MTU = 1500          # default of every link that is not an HB link (the fabric's nic_mtu: up to 9000, jumbo)
+NIC_MTU = 9000          # default of every link but the HB ones: jumbo frames, RoCE MTU 4096, as AI fabrics run
 ROCE_HEADERS = 20 + 8 + 12 + 16 + 4     # IPv4, UDP, BTH, RETH, ICRC: what a RoCEv2 packet adds to its payload
 ROUTING_MODES = ("single", "ecmp", "spray", "rr", "split:K")
 PACE = 0.97             # ranks send at this share of their links' shaped rates

@@ -170,7 +170,7 @@ def test_pcap_summarize_finds_corrupted_icrcs(tmp_path):
 def test_snaplen_that_cuts_roce_is_warned_about_at_validation():
     from testbed.fabric.topo import build
     from testbed.monitor import capture
-    fabric = build("rail-only", 2, 2)
+    fabric = build("rail-only", 2, 2, nic_mtu=1500)
     warnings = capture.snaplen_warnings(fabric, [{"point": "s0g0/nic", "snaplen": 128},
                                                  {"point": "s0g0/nic"},
                                                  {"point": "s0g0/hb", "snaplen": 1514},

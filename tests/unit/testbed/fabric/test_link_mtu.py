@@ -1,4 +1,4 @@
-"""Link MTUs: the fabric's nic_mtu (1500 by default, 9000 for jumbo frames), the RoCE MTU each carries (as rxe
+"""Link MTUs: the fabric's nic_mtu (9000 by default: jumbo frames; 1500 standard ones), the RoCE MTU each carries (as rxe
 derives it from its netdev), and what depends on them (queueing delay, capture snaplen, multicast wire bytes)."""
 import pytest
 
@@ -15,8 +15,8 @@ def test_roce_mtu_is_the_largest_ib_mtu_whose_packets_fit(link_mtu, want):
 
 
 def test_jumbo_nic_links_carry_roce_mtu_4096_and_hb_links_keep_theirs():
-    plain, jumbo = topo.build("rail-optimized", 2, 4), topo.build("rail-optimized", 2, 4, nic_mtu=9000)
-    assert plain.params["nic_mtu"] == 1500 and roce_mtus(plain) == {"nic": 1024, "hb": 4096}
+    plain, jumbo = topo.build("rail-optimized", 2, 4, nic_mtu=1500), topo.build("rail-optimized", 2, 4)
+    assert jumbo.params["nic_mtu"] == 9000 and roce_mtus(plain) == {"nic": 1024, "hb": 4096}
     assert roce_mtus(jumbo) == {"nic": 4096, "hb": 4096}
     for link in jumbo.links:
         assert mtu_of(jumbo, link) == (HB_MTU if link.kind == "hb" else 9000)
@@ -34,6 +34,6 @@ def test_an_impossible_nic_mtu_is_named(bad):
 def test_multicast_wire_bytes_follow_the_roce_mtu():
     shard = 1 << 20
     assert mm.wire_bytes(shard, 4096) == shard + 256 * 70 and mm.wire_bytes(shard) == shard + 1024 * 70
-    plain, jumbo = topo.build("rail-optimized", 2, 4), topo.build("rail-optimized", 2, 4, nic_mtu=9000)
+    plain, jumbo = topo.build("rail-optimized", 2, 4, nic_mtu=1500), topo.build("rail-optimized", 2, 4)
     hosts = sorted(plain.hosts)
     assert mm.allgather_minimum(jumbo, hosts, shard) < mm.allgather_minimum(plain, hosts, shard)

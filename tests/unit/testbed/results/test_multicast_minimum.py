@@ -6,12 +6,18 @@ import pytest
 
 from controllers import mcast_trees
 from controllers.routes import Topology
+from testbed.fabric.links import roce_mtus
 from testbed.fabric.topo import build
 from testbed.results import multicast_minimum as mm
 
 
 def gpus(fabric):
     return sorted(h.name for h in fabric.gpus())
+
+
+def wire(fabric, nbytes):
+    """One multicast copy of nbytes on a link, in chunks of the fabric's RoCE MTU."""
+    return mm.wire_bytes(nbytes, roce_mtus(fabric)["nic"])
 
 
 def test_a_chunk_on_the_wire_carries_ethernet_ip_udp_bth_deth_immdt_and_icrc():
@@ -34,23 +40,23 @@ def test_rail_optimized_tree_is_every_host_link_and_one_spine_to_each_rail(serve
     fabric = build("rail-optimized", servers, per, spines=spines)
     assert set(mm.tree_links(fabric, gpus(fabric)).values()) == {links}
     shard = 64 * 1024
-    assert mm.allgather_minimum(fabric, gpus(fabric), shard) == servers * per * links * mm.wire_bytes(shard)
+    assert mm.allgather_minimum(fabric, gpus(fabric), shard) == servers * per * links * wire(fabric, shard)
 
 
 def test_rail_only_has_one_tree_per_rail_and_the_rail_scope_the_same_on_rail_optimized():
     fabric = build("rail-only", 3, 4)
     assert set(mm.tree_links(fabric, gpus(fabric)).values()) == {3}       # 3 hosts on each rail switch
     shard = 1000
-    assert mm.allgather_minimum(fabric, gpus(fabric), shard) == 12 * 3 * mm.wire_bytes(shard)
+    assert mm.allgather_minimum(fabric, gpus(fabric), shard) == 12 * 3 * wire(fabric, shard)
     opt = build("rail-optimized", 3, 4)
-    assert mm.allgather_minimum(opt, gpus(opt), shard, scope="rail") == 12 * 3 * mm.wire_bytes(shard)
+    assert mm.allgather_minimum(opt, gpus(opt), shard, scope="rail") == 12 * 3 * wire(opt, shard)
 
 
 def test_clos_joins_the_tors_through_one_spine_and_broadcast_is_one_copy_over_the_tree():
     fabric = build("clos", 3, 4, spines=2)
     hosts = gpus(fabric)
     assert set(mm.tree_links(fabric, hosts).values()) == {12 + 3}
-    assert mm.broadcast_minimum(fabric, hosts, hosts[0], 4096) == 15 * mm.wire_bytes(4096)
+    assert mm.broadcast_minimum(fabric, hosts, hosts[0], 4096) == 15 * wire(fabric, 4096)
     some = ["s0g0", "s0g3"]                                 # both on one ToR: no spine link
     assert set(mm.tree_links(fabric, some).values()) == {2}
 

@@ -3,12 +3,14 @@ multicast row compares the network's bytes with the minimal trees' for as many o
 import pytest
 
 from testbed.fabric import hb_counters
+from testbed.fabric.links import roce_mtus
 from testbed.fabric.topo import build
 from testbed.results import multicast_minimum as mm
 from testbed.schema import ScenarioError
 from testbed.workloads import collective, collective_rows
 
 FABRIC = build("rail-optimized", 2, 4, spines=2)
+CHUNK = roce_mtus(FABRIC)["nic"]
 
 
 def counters(nic_rx: int, egress: int) -> dict:
@@ -28,9 +30,9 @@ def outs(count: int, times=(1.0, 1.0)) -> list[dict]:
 
 def test_a_multicast_row_is_measured_against_warmup_plus_iterations_of_minimal_trees():
     shard = 128 * 1024
-    per_op = 8 * 12 * mm.wire_bytes(shard)          # 8 shards, 12 tree links each (2 x 4 rail-optimized)
+    per_op = 8 * 12 * mm.wire_bytes(shard, CHUNK)          # 8 shards, 12 tree links each (2 x 4 rail-optimized)
     before = counters(0, 0)
-    after = counters(3 * mm.wire_bytes(shard), 3 * per_op - 8 * 3 * mm.wire_bytes(shard) + 1000)
+    after = counters(3 * mm.wire_bytes(shard, CHUNK), 3 * per_op - 8 * 3 * mm.wire_bytes(shard, CHUNK) + 1000)
     spec = {"op": "allgather", "algo": "multicast", "iterations": 2, "warmup": 1}
     row = collective_rows.row(FABRIC, spec, 1 << 20, outs(shard // 4), before, after, hb_bytes=500)
     assert row["tree_min_bytes"] == 3 * per_op
