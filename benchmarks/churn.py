@@ -17,6 +17,7 @@ import time
 import yaml
 
 from testbed import runner
+from testbed.fabric.links import NIC_MTU
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -26,10 +27,12 @@ def main() -> int:
     ap.add_argument("--duration", type=float, default=600)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--max-down", type=int, default=2)
+    ap.add_argument("--nic-mtu", type=int, default=NIC_MTU, help="9000: jumbo frames, RoCE MTU 4096; 1500: RoCE 1024")
     ap.add_argument("--out", default=os.path.join("results", "churn", time.strftime("%Y%m%d-%H%M%S")))
     args = ap.parse_args()
     with open(os.path.join(ROOT, "scenarios", "churn.yaml")) as f:
         doc = yaml.safe_load(f)
+    doc["fabric"]["nic_mtu"] = args.nic_mtu
     doc["workloads"][0].update(duration_s=args.duration, seed=args.seed, max_down=args.max_down)
     runner.check(doc, runner.fabric_of(doc))
     t0 = time.monotonic()

@@ -10,12 +10,14 @@ import argparse
 import tempfile
 
 from testbed import runner
+from testbed.fabric.links import NIC_MTU
 from testbed.scenario import parse_size
 
 
-def collective(kind, op, algo, size, nic, iterations=2):
+def collective(kind, op, algo, size, nic, mtu, iterations=2):
     scenario = {"name": f"bench-{kind}-{op}-{algo}",
-                "fabric": {"kind": kind, "servers": 2, "gpus_per_server": 4, "spines": 2, "nic_mbps": nic},
+                "fabric": {"kind": kind, "servers": 2, "gpus_per_server": 4, "spines": 2, "nic_mbps": nic,
+                           "nic_mtu": mtu},
                 "workloads": [{"type": "collective", "op": op, "algo": algo, "sizes": [size],
                                "iterations": iterations}]}
     out = runner.run(scenario, tempfile.mkdtemp(prefix="tb-bench-"), echo=lambda *a: None)
@@ -29,16 +31,17 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--nic-mbps", type=float, default=5)
     ap.add_argument("--size", default="4MiB")
+    ap.add_argument("--nic-mtu", type=int, default=NIC_MTU, help="9000: jumbo frames, RoCE MTU 4096; 1500: RoCE 1024")
     args = ap.parse_args()
-    size, nic = parse_size(args.size), args.nic_mbps
+    size, link = parse_size(args.size), (args.nic_mbps, args.nic_mtu)
     rows = []
-    ring = collective("rail-optimized", "allreduce", "ring", size, nic)
+    ring = collective("rail-optimized", "allreduce", "ring", size, *link)
     rows.append(("ring allreduce, rail-optimized", ring))
-    a2a_ro = collective("rail-only", "alltoall", "two-step", size, nic)
-    a2a_opt = collective("rail-optimized", "alltoall", "direct", size, nic)
+    a2a_ro = collective("rail-only", "alltoall", "two-step", size, *link)
+    a2a_opt = collective("rail-optimized", "alltoall", "direct", size, *link)
     rows += [("alltoall two-step, rail-only", a2a_ro), ("alltoall direct, rail-optimized", a2a_opt)]
-    ag_ring = collective("rail-only", "allgather", "ring", size, nic)
-    ag_hier = collective("rail-only", "allgather", "hierarchical", size, nic)
+    ag_ring = collective("rail-only", "allgather", "ring", size, *link)
+    ag_hier = collective("rail-only", "allgather", "hierarchical", size, *link)
     rows += [("allgather ring, rail-only", ag_ring), ("allgather hierarchical, rail-only", ag_hier)]
 
     print(f"{'case':<36} {'bytes':>9} {'time s':>8} {'busbw MB/s':>11} {'bound':>7} {'ratio':>6} "

@@ -106,7 +106,7 @@ def main():
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--iterations", type=int, default=2)
     ap.add_argument("--nic-mbps", type=float, default=5)
-    ap.add_argument("--nic-mtu", type=int, default=NIC_MTU, help="default: jumbo NIC links (RoCE MTU 4096); 1500: RoCE MTU 1024")
+    ap.add_argument("--nic-mtu", type=int, default=NIC_MTU, help="9000: jumbo frames, RoCE MTU 4096; 1500: RoCE 1024")
     ap.add_argument("--allreduce-size", default="4MiB")
     ap.add_argument("--allgather-size", default="2MiB")
     ap.add_argument("--ring", action="store_true", help="also the flat ring AllReduce, for reference")

@@ -6,17 +6,19 @@ import argparse
 import tempfile
 
 from testbed import runner, scenario
+from testbed.fabric.links import NIC_MTU
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--modes", default="single,ecmp,spray,split:4")
     ap.add_argument("--scenario", default="scenarios/lb_compare.yaml")
+    ap.add_argument("--nic-mtu", type=int, default=NIC_MTU, help="9000: jumbo frames, RoCE MTU 4096; 1500: RoCE 1024")
     args = ap.parse_args()
     print(f"{'mode':<9} {'workload':<16} {'time s':>8} {'busbw MB/s':>10} {'imbalance':>9} {'out-of-order':>12} "
           f"{'retx':>6} {'idle%':>6} correct")
     for mode in args.modes.split(","):
-        doc = scenario.load(args.scenario, [f"routing.mode={mode}"])
+        doc = scenario.load(args.scenario, [f"routing.mode={mode}", f"fabric.nic_mtu={args.nic_mtu}"])
         out = runner.run(doc, tempfile.mkdtemp(prefix="tb-lb-"), echo=lambda *a: None)
         for w in out["workloads"]:
             for r in w["rows"]:

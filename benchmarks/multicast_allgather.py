@@ -116,7 +116,7 @@ def main():
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--iterations", type=int, default=2)
     ap.add_argument("--nic-mbps", type=float, default=5)
-    ap.add_argument("--nic-mtu", type=int, default=NIC_MTU, help="default: jumbo NIC links (RoCE MTU 4096); 1500: RoCE MTU 1024")
+    ap.add_argument("--nic-mtu", type=int, default=NIC_MTU, help="9000: jumbo frames, RoCE MTU 4096; 1500: RoCE 1024")
     ap.add_argument("--json", help="write every round's rows to this file")
     args = ap.parse_args()
     try:

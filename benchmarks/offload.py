@@ -1,6 +1,6 @@
 """Benchmark: FastFlow vs TF-NO / TF-DSR / TF-DSLR and a fixed-ratio sweep of p'2 and p'3, both pipelines, two NIC rates.
 
-    sudo .venv/bin/python benchmarks/offload.py [NIC_MBPS ...]      (default 100 10; REPEATS=3 in the environment)
+    sudo .venv/bin/python benchmarks/offload.py [NIC_MBPS ...] [--nic-mtu M]   (default 100 10; REPEATS=3)
 
 100 Mbit/s leaves the network plentiful; at 10 Mbit/s the trainer's NIC is the bottleneck and remote-only
 offloading (TF-DSR) loses. Every policy runs REPEATS times (rounds interleaved); per NIC rate and pipeline it
@@ -8,10 +8,11 @@ prints TF-NO, TF-DSLR, TF-DSR, the sweep's best and FastFlow as median [min-max]
 profiling. A round is 11 trainer runs per pipeline: ~11 min a round for both pipelines on a 2-core machine
 (34 min per NIC rate with REPEATS=3).
 """
+import argparse
 import json
 import os
-import sys
 
+from testbed.fabric.links import NIC_MTU
 from testbed.fabric.network import Network
 from testbed.fabric.topo import build
 from testbed.workloads import offload
@@ -21,10 +22,10 @@ SPEC = {"pipelines": ["compute", "data"], "gpu_steps_per_s": 25, "local_cores": 
         "repeats": int(os.environ.get("REPEATS", 3))}
 
 
-def main(rates: list[float]) -> None:
+def main(rates: list[float], mtu: int) -> None:
     for nic in rates:
         print(f"\n== NIC {nic:g} Mbit/s ==", flush=True)
-        fabric = build("rail-optimized", 1, 2, spines=1, nic_mbps=nic, cpu_hosts=2)
+        fabric = build("rail-optimized", 1, 2, spines=1, nic_mbps=nic, cpu_hosts=2, nic_mtu=mtu)
         with Network(fabric) as net:
             result = offload.run(net, SPEC)
         for table in offload.tables(result):
@@ -39,4 +40,8 @@ def main(rates: list[float]) -> None:
 
 
 if __name__ == "__main__":
-    main([float(a) for a in sys.argv[1:]] or [100.0, 10.0])
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("rates", nargs="*", type=float, default=[100.0, 10.0], metavar="NIC_MBPS")
+    ap.add_argument("--nic-mtu", type=int, default=NIC_MTU, help="default 9000: jumbo frames; 1500: standard frames")
+    args = ap.parse_args()
+    main(args.rates, args.nic_mtu)

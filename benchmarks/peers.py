@@ -18,6 +18,7 @@ import sys
 import tempfile
 
 from testbed import runner
+from testbed.fabric.links import NIC_MTU
 
 MPI_TUNED = {"btl_tcp_eager_limit": "4194304", "btl_tcp_rndv_eager_limit": "4194304",
              "btl_tcp_max_send_size": "4194304", "coll_tuned_use_dynamic_rules": "1",
@@ -37,7 +38,7 @@ PEERS = {   # name -> (column, program workload, the package it needs)
 }
 
 
-def scenario(sizes: str, iters: int, nic_mbps: float, peers: list[str]) -> dict:
+def scenario(sizes: str, iters: int, nic_mbps: float, nic_mtu: int, peers: list[str]) -> dict:
     workloads = [{"type": "collective", "name": "ours", "op": "allreduce", "algo": "ring",
                   "sizes": sizes.split(","), "iterations": iters}]
     for name in peers:
@@ -45,7 +46,7 @@ def scenario(sizes: str, iters: int, nic_mbps: float, peers: list[str]) -> dict:
         spec["command"] = spec["command"].format(python="{python}", sizes=sizes, iters=iters)
         workloads.append({"type": "program", "name": name, "timeout_s": 300, **spec})
     return {"name": "peers", "fabric": {"kind": "rail-optimized", "servers": 4, "gpus_per_server": 1, "spines": 1,
-                                        "nic_mbps": nic_mbps}, "workloads": workloads}
+                                        "nic_mbps": nic_mbps, "nic_mtu": nic_mtu}, "workloads": workloads}
 
 
 def program_rows(out: str, w: dict) -> dict[int, float]:
@@ -60,6 +61,7 @@ def main() -> int:
     p.add_argument("--sizes", default="64KiB,256KiB,1MiB")
     p.add_argument("--nic-mbps", type=float, default=50)
     p.add_argument("--iters", type=int, default=3)
+    p.add_argument("--nic-mtu", type=int, default=NIC_MTU, help="default 9000: jumbo frames; 1500: standard frames")
     p.add_argument("--out")
     a = p.parse_args()
     peers = [n for n, (_, _, pkg) in PEERS.items() if importlib.util.find_spec(pkg) is not None]
@@ -69,7 +71,7 @@ def main() -> int:
         peers = [n for n in peers if not n.startswith("mpi")]
         print("# Open MPI left out: no mpirun (apt openmpi-bin)")
     out = a.out or tempfile.mkdtemp(prefix="tb-peers-")
-    r = runner.run(scenario(a.sizes, a.iters, a.nic_mbps, peers), out, echo=lambda *x: None)
+    r = runner.run(scenario(a.sizes, a.iters, a.nic_mbps, a.nic_mtu, peers), out, echo=lambda *x: None)
     line = a.nic_mbps * 1e6 / 8 / 1e6
     by = {w["name"]: w for w in r["workloads"]}
     cols = {"ours": {row["bytes"]: row["busbw_MBps"] for row in by["ours"].get("rows", [])}}

@@ -18,6 +18,7 @@ Goal: a GPU crash detected and the communicator re-formed in <= 2 s.
 import argparse
 import time
 
+from testbed.fabric.links import NIC_MTU
 from testbed.fabric.network import Network
 from testbed.fabric.topo import build
 from testbed.runtime import fault_outcomes, faults
@@ -55,10 +56,13 @@ def main():
     ap.add_argument("--policies", nargs="+", default=["abort", "shrink", "spare", "migrate"])
     ap.add_argument("--at", type=float, default=4.0)
     ap.add_argument("--size", default="1MiB")
+    ap.add_argument("--nic-mtu", type=int, default=NIC_MTU, help="9000: jumbo frames, RoCE MTU 4096; 1500: RoCE 1024")
     args = ap.parse_args()
-    fabric = build("rail-optimized", 2, 4, spines=2, nic_mbps=5, spares_per_server=1, spare_servers=1)
+    fabric = build("rail-optimized", 2, 4, spines=2, nic_mbps=5, spares_per_server=1, spare_servers=1,
+                   nic_mtu=args.nic_mtu)
     cases = [(k, p, None) for k in args.kinds for p in args.policies] + [("gpu-crash", "shrink", False)]
-    print(f"# ring AllReduce {args.size} on rail-optimized 2x4 (+1 spare GPU per server, +1 spare server), NIC 5 Mbit/s;")
+    print(f"# ring AllReduce {args.size} on rail-optimized 2x4 (+1 spare GPU per server, +1 spare server), NIC 5 Mbit/s, "
+          f"MTU {args.nic_mtu};")
     print("# heartbeats over the NIC / HB domain every 0.15 s, failed after 1 s of silence; watchdog bound 2 s;")
     print("# seconds after the failure")
     print(f"# {'fault':<12} {'policy':<8} {'heartbeats':<10} {'detected':>8} {'by':<10} {'re-formed':>9} "

@@ -12,12 +12,14 @@ import argparse
 import tempfile
 
 from testbed import runner
+from testbed.fabric.links import NIC_MTU
 from testbed.fabric.topo import build
 from testbed.workloads import training
 
 
 def run(kind, args, scale):
-    fabric = {"kind": kind, "servers": args.servers, "gpus_per_server": args.gpus, "nic_mbps": args.nic_mbps}
+    fabric = {"kind": kind, "servers": args.servers, "gpus_per_server": args.gpus, "nic_mbps": args.nic_mbps,
+              "nic_mtu": args.nic_mtu}
     if kind != "rail-only":
         fabric["spines"] = 2
     spec = {"type": "training_iteration", "plan": {"tp": args.tp, "pp": args.pp, "dp": args.dp},
@@ -42,9 +44,10 @@ def main():
     ap.add_argument("--schedule", default="1f1b", choices=("1f1b", "gpipe"))
     ap.add_argument("--nic-mbps", type=float, default=5)
     ap.add_argument("--target-s", type=float, default=20)
+    ap.add_argument("--nic-mtu", type=int, default=NIC_MTU, help="9000: jumbo frames, RoCE MTU 4096; 1500: RoCE 1024")
     args = ap.parse_args()
     kinds = args.fabrics.split(",")
-    first = build(kinds[0], args.servers, args.gpus, nic_mbps=args.nic_mbps)
+    first = build(kinds[0], args.servers, args.gpus, nic_mbps=args.nic_mbps, nic_mtu=args.nic_mtu)
     scale = training.make_plan(first, {"plan": {"tp": args.tp, "pp": args.pp, "dp": args.dp},
                                        "micro_batches": args.micro_batches, "target_s": args.target_s}).scale
     print(f"p={args.pp} t={args.tp} d={args.dp}, m={args.micro_batches}, {args.schedule}, {args.servers} servers x "
