@@ -5,7 +5,7 @@ import json
 import sys
 
 from testbed.cli.errors import UsageError
-from testbed.fabric import links, topo
+from testbed.fabric import links, placement, topo
 
 
 def cmd_topo(args) -> int:
@@ -24,8 +24,14 @@ def cmd_topo(args) -> int:
             raise UsageError(str(exc)) from None
         except OSError as exc:
             raise UsageError(f"--draw {args.draw}: {exc.strerror}") from None
+    spread = None
+    if args.machines is not None:
+        try:
+            spread = placement.place(fabric, args.machines.split(","))
+        except placement.PlacementError as exc:
+            raise UsageError(f"--machines: {exc}") from None
     if args.json:
-        print(json.dumps(fabric.to_json()))
+        print(json.dumps(fabric.to_json() | ({"placement": spread.to_json(fabric)} if spread else {})))
         return 0
     c = fabric.counts()
     print(f"{fabric.kind}: {c['servers']} servers x {c['gpus_per_server']} GPUs, "
@@ -33,6 +39,9 @@ def cmd_topo(args) -> int:
     for sw in fabric.switches.values():
         ports = [l for l in fabric.links if sw.name in (l.a, l.b)]
         print(f"  {sw.name:<8} {sw.kind:<8} {len(ports):>3} ports")
+    if spread:
+        print(f"placed by rails on {len(spread.machines)} machines:")
+        print("\n".join(spread.describe(fabric)))
     return 0
 
 
@@ -50,6 +59,8 @@ def register(subparsers) -> None:
     t.add_argument("--cpu-hosts", type=int, default=0)
     t.add_argument("--spares-per-server", type=int, default=0, help="idle spare GPUs per HB domain")
     t.add_argument("--spare-servers", type=int, default=0, help="idle spare servers")
+    t.add_argument("--machines", metavar="NAME,NAME,...",
+                   help="also show how the fabric is spread over these machines (placement by rails)")
     t.add_argument("--json", action="store_true")
     t.add_argument("--draw", metavar="FILE", help="also draw the fabric into FILE (.svg, .png or .pdf)")
     t.set_defaults(func=cmd_topo)

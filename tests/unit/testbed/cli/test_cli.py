@@ -40,6 +40,8 @@ def test_topo_text():
     (["run", os.path.join(FIXTURES, "gpus_error.yaml")], "gpus_per_server must be between"),
     (["run", os.path.join(FIXTURES, "kind.yaml"), "--set", "fabric.kind=mesh"], "'mesh' is not one of"),
     (["frobnicate"], "invalid choice"),
+    (["topo", "rail-only", "--servers", "2", "--gpus", "2", "--machines", "a,b,c"], "3 machines but the fabric has 2"),
+    (["topo", "rail-only", "--servers", "2", "--gpus", "2", "--machines", "a,,b"], "'' is not a host name"),
 ])
 def test_bad_input_is_one_line_exit_2(args, message):
     p = run_cli(*args)
@@ -87,6 +89,20 @@ def test_undecodable_scenario_files_are_one_line_exit_2(tmp_path, content, messa
     (tmp_path / "past" / "scenario.yaml").write_bytes(content)
     p = run_cli("run", "--again", str(tmp_path / "past"))
     assert p.returncode == 2 and message in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+
+
+def test_topo_shows_the_placement_over_machines():
+    p = run_cli("topo", "rail-optimized", "--servers", "4", "--gpus", "4", "--machines", "m1,m2")
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    assert lines[-4:] == ["placed by rails on 2 machines:",
+                          "  m1: 5 switches (rail0, rail1, spine0, hb0, hb2), 8 hosts",
+                          "  m2: 5 switches (rail2, rail3, spine1, hb1, hb3), 8 hosts",
+                          "  between machines: 12 links: 8 hb (360 Mbit/s), 4 uplink (40 Mbit/s)"]
+    p = run_cli("topo", "rail-only", "--servers", "2", "--gpus", "2", "--machines", "a,b", "--json")
+    placed = json.loads(p.stdout)["placement"]
+    assert placed["machines"]["a"] == {"switches": ["rail0", "hb0"], "hosts": ["s0g0", "s1g0"]}
+    assert {c["kind"] for c in placed["crossing"]} == {"hb"} and placed["crossing_mbps"] == 90.0
 
 
 def test_topo_warns_about_options_the_fabric_kind_ignores():
