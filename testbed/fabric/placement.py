@@ -3,9 +3,9 @@
 By rails: each machine takes whole leaves (a rail switch with the GPUs whose NIC sits on it; on clos a ToR
 with its servers), in contiguous, balanced blocks, and a share of the spines (round robin). A server's HB
 switch goes to the machine holding most of its GPUs; its spare GPUs go with it. The front-end switch and the
-CPU hosts go to the first machine. A link whose ends are on two machines is cabled across the machines'
-network (a VXLAN tunnel per link): on rail-only that is only HB links, on rail-optimized HB and rail-spine
-links, on clos only ToR-spine links (a server stays on one machine).
+CPU hosts go to the first machine. A link whose ends are on two machines has to cross the machines' own
+network: on rail-only only HB links do, on rail-optimized HB and rail-spine links, on clos only ToR-spine links
+(a server stays on one machine); front-end links and parked spare NICs may cross too.
 """
 from __future__ import annotations
 
