@@ -42,6 +42,6 @@ def main(rates: list[float], mtu: int) -> None:
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("rates", nargs="*", type=float, default=[100.0, 10.0], metavar="NIC_MBPS")
-    ap.add_argument("--nic-mtu", type=int, default=NIC_MTU, help="default 9000: jumbo frames; 1500: standard frames")
+    ap.add_argument("--nic-mtu", type=int, default=NIC_MTU, help="9000: jumbo frames, RoCE MTU 4096; 1500: RoCE 1024")
     args = ap.parse_args()
     main(args.rates, args.nic_mtu)

@@ -61,7 +61,7 @@ def main() -> int:
     p.add_argument("--sizes", default="64KiB,256KiB,1MiB")
     p.add_argument("--nic-mbps", type=float, default=50)
     p.add_argument("--iters", type=int, default=3)
-    p.add_argument("--nic-mtu", type=int, default=NIC_MTU, help="default 9000: jumbo frames; 1500: standard frames")
+    p.add_argument("--nic-mtu", type=int, default=NIC_MTU, help="9000: jumbo frames, RoCE MTU 4096; 1500: RoCE 1024")
     p.add_argument("--out")
     a = p.parse_args()
     peers = [n for n, (_, _, pkg) in PEERS.items() if importlib.util.find_spec(pkg) is not None]

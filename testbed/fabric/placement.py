@@ -32,15 +32,15 @@ class Placement:
         """The links cabled between machines."""
         return [l for l in fabric.links if self.node_machine[l.a] != self.node_machine[l.b]]
 
-    def nodes_of(self, machine: str) -> list[str]:
-        return [n for n, m in self.node_machine.items() if m == machine]
+    def nodes_of(self, fabric: Fabric, machine: str) -> dict[str, list[str]]:
+        """A machine's switches and hosts, in the fabric's order."""
+        mine = [n for n, m in self.node_machine.items() if m == machine]
+        return {"switches": [n for n in mine if n in fabric.switches], "hosts": [n for n in mine if n in fabric.hosts]}
 
     def to_json(self, fabric: Fabric) -> dict:
         """The form results.json and `testbed topo --json` carry."""
         crossing = self.crossing(fabric)
-        return {"machines": {m: {"switches": [n for n in self.nodes_of(m) if n in fabric.switches],
-                                 "hosts": [n for n in self.nodes_of(m) if n in fabric.hosts]}
-                             for m in self.machines},
+        return {"machines": {m: self.nodes_of(fabric, m) for m in self.machines},
                 "crossing": [{"a": l.a, "b": l.b, "kind": l.kind, "mbps": l.mbps} for l in crossing],
                 "crossing_mbps": sum(l.mbps for l in crossing)}
 
@@ -48,10 +48,9 @@ class Placement:
         """One line per machine, then the links between machines by kind, with their summed rate."""
         lines = []
         for m in self.machines:
-            mine = self.nodes_of(m)
-            switches = [n for n in mine if n in fabric.switches]
-            hosts = [n for n in mine if n in fabric.hosts]
-            lines.append(f"  {m}: {len(switches)} switches ({', '.join(switches)}), {len(hosts)} hosts")
+            mine = self.nodes_of(fabric, m)
+            lines.append(f"  {m}: {len(mine['switches'])} switches ({', '.join(mine['switches'])}), "
+                         f"{len(mine['hosts'])} hosts")
         crossing = self.crossing(fabric)
         by_kind = Counter(l.kind for l in crossing)
         rate = {k: sum(l.mbps for l in crossing if l.kind == k) for k in by_kind}
