@@ -15,6 +15,7 @@ import time
 from testbed import __version__
 from testbed.fabric import ovs, topo
 from testbed.fabric.links import roce_mtus
+from testbed.fabric.machines import machines_from
 from testbed.fabric.network import Network
 from testbed.monitor import capture
 from testbed.monitor.fidelity import CpuSampler
@@ -96,7 +97,8 @@ def run(scenario: dict, out_dir: str, echo=print, report: progress.Progress | No
     previous = signal.signal(signal.SIGTERM, on_term)
     net = Network(fabric, routing=results["fabric"]["routing"], failover=results["fabric"]["failover"],
                   hosts=results["fabric"]["host_backend"], host_limits=host_limits(scenario),
-                  controller_delay_ms=results["fabric"]["controller_delay_ms"])
+                  controller_delay_ms=results["fabric"]["controller_delay_ms"],
+                  machines=machines_from(scenario.get("machines", [])))
     net.out_dir = out_dir            # the results folder: workloads keep files there (a program's per-rank logs)
     live = _Live(captures=capture.Captures(net, scenario.get("capture", []), out_dir))
     try:
@@ -157,6 +159,9 @@ def _bring_up(net: Network, results: dict, report) -> None:
     report.stage("bring-up")
     report.note(f"bringing up {fabric.kind}: {fabric.params['servers']} servers x {fabric.params['gpus_per_server']} GPUs, "
          f"{len(fabric.switches)} switches, routing {f['routing']}, hosts {f['host_backend']}")
+    if net.placement:
+        report.note(f"spread over {len(net.machines)} machines: " + "; ".join(net.placement.describe(fabric)))
+        f["placement"] = net.placement.to_json(fabric)
     net.start()
     results["timings"]["bring_up_s"] = round(net.timings["bring_up_s"], 3)
     f["transport"] = net.rdma["transport"]       # rxe where the kernel has Soft-RoCE

@@ -129,6 +129,25 @@ SCHEMA = {
                     "description": "Packet captures taken while the workloads run."},
         "hosts": {"enum": ["netns", "docker"], "default": "netns",
                   "description": "Emulated hosts: network namespaces (netns) or Docker containers (docker)."},
+        "machines": {"type": "array", "minItems": 1, "maxItems": 64, "default": [],
+                     "description": "Spread the fabric over these machines by rails (docs/machines.md): each runs "
+                     "its own Open vSwitch and is reached over ssh; the controller and the run stay here. Default: "
+                     "none, everything on this machine.",
+                     "items": {"type": "object", "additionalProperties": False, "required": ["name", "address"],
+                               "properties": {
+                                   "name": {"type": "string", "pattern": r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$",
+                                            "description": "The machine's name in placement and results."},
+                                   "address": {"type": "string", "minLength": 1,
+                                               "description": "Where ssh reaches it; also the VXLAN tunnels' "
+                                               "underlay address."},
+                                   "ssh_user": {"type": "string", "default": "root",
+                                                "description": "The ssh user (root, or one with sudo -n)."},
+                                   "ssh_options": {"type": "array", "items": {"type": "string"}, "default": [],
+                                                   "description": "Extra ssh options, e.g. [-i, KEY, -p, '2222']."},
+                                   "pythonpath": {"type": "string", "default": "/opt/testbed",
+                                                  "description": "Where the machine has the `hosts` package."},
+                                   "python": {"type": "string", "default": "python3",
+                                              "description": "The machine's interpreter (with numpy)."}}}},
         "host_limits": {"type": "object", "additionalProperties": False, "default": {},
                         "description": "CPU and memory limits of each Docker host (with hosts: docker only).",
                         "properties": {"cpus": {"type": "number", "exclusiveMinimum": 0, "maximum": 64, "default": 1,
@@ -202,6 +221,11 @@ def validate(doc) -> dict:
                     raise ScenarioError(f"workloads.{i}.{key}: {exc}") from None
         if w.get("pattern") == "pairs" and "pairs" not in w:
             raise ScenarioError(f"workloads.{i}: pattern 'pairs' needs a 'pairs' list")
+    if doc.get("machines") and doc.get("hosts", "netns") != "netns":
+        raise ScenarioError("machines: a fabric spread over machines runs namespace hosts; drop hosts: docker")
+    names = [m.get("name") for m in doc.get("machines", [])]
+    if len(set(names)) != len(names):
+        raise ScenarioError(f"machines: a name is listed twice ({', '.join(sorted({n for n in names if names.count(n) > 1}))})")
     if "host_limits" in doc:
         if doc.get("hosts", "netns") != "docker":
             raise ScenarioError("host_limits: CPU and memory limits are for Docker hosts; set hosts: docker")

@@ -11,6 +11,11 @@ Everything carries the testbed prefix and is recorded in the run directory for `
 
 Hosts are network namespaces (Mininet's hosts, the default) or Docker containers (hosts="docker",
 testbed/fabric/hosts/dockerhost.py), with the same cabling, addressing and workloads.
+
+With machines=[Machine, ...] the fabric is spread over those machines by rails (testbed/fabric/placement.py):
+their switches and namespace hosts are Mininet Cluster Edition's remote nodes, links between machines are
+VXLAN tunnels, and every switch-side command runs on the switch's machine (`run_at`). Without it, everything
+is on this machine, as always.
 """
 from __future__ import annotations
 
@@ -30,6 +35,11 @@ from testbed.fabric import ovs, runstate
 from testbed.fabric.controller import Controller, ControllerError, LoopbackController
 from testbed.fabric.hosts import BackendUnavailable, backend_class, softroce
 from testbed.fabric.links import HB_MTU, interface, is_patch, mtu_of, switch_port, sysname, tbf
+from testbed.fabric.machines import (VNI_BASE, VXLAN_OVERHEAD, ControllerTunnel, Machine, MachineBridge,
+                                     MachineError, MachineHost, MachineLink, MachineSwitch)
+from testbed.fabric.machines import check as check_machine
+from testbed.fabric.machines import underlay_mtu
+from testbed.fabric.placement import PlacementError, place
 from testbed.fabric.topo import Fabric
 
 
@@ -53,11 +63,22 @@ def set_host_port(node, run_dir: str, host: str, port: int, up: bool) -> None:
 class Network:
     def __init__(self, fabric: Fabric, routing: str = "ecmp", run_dir: str | None = None,
                  failover: bool = True, hosts: str = "netns", host_limits: dict | None = None,
-                 controller_delay_ms: float = 0.0):
+                 controller_delay_ms: float = 0.0, machines: list[Machine] | None = None):
         try:
             backend = backend_class(hosts)
         except BackendUnavailable as exc:
             raise NetworkError(str(exc)) from None
+        self.machines = {m.name: m for m in machines or []}
+        self.placement = None
+        if self.machines:
+            if hosts != "netns":
+                raise NetworkError(f"hosts: {hosts} cannot be spread over machines; machines run namespace hosts")
+            try:
+                self.placement = place(fabric, list(self.machines))
+            except PlacementError as exc:
+                raise NetworkError(str(exc)) from None
+        self.tunnels: list[ControllerTunnel] = []
+        self.machine_facts: dict[str, dict] = {}
         self.fabric = fabric
         self.routing = routing
         self.failover = failover
@@ -86,17 +107,23 @@ class Network:
 
     def start(self, ready_timeout: float = 60) -> None:
         t0 = time.monotonic()
-        ovs.require_running()
+        if self.machines:
+            self._check_machines()
+        else:
+            ovs.require_running()
         self._take_fabric_lock()
         self.timings["lock_wait_s"] = time.monotonic() - t0     # queued behind another run: not bring-up
         t0 = time.monotonic()
         self._refuse_concurrent_run()
         os.makedirs(self.run_dir, exist_ok=True)
         self._record(bridges=[sysname(s.name) for s in self.fabric.switches.values()],
-                     fabric={"kind": self.fabric.kind, **self.fabric.params}, hosts=self.hosts)
+                     fabric={"kind": self.fabric.kind, **self.fabric.params}, hosts=self.hosts,
+                     machines=[m.to_json() for m in self.machines.values()],
+                     placement=self.placement.node_machine if self.placement else {})
         self.timings.update(self.backend.start(list(self.fabric.hosts), self._record))
         self.controller = Controller(self.run_dir, self.routing, self.failover, self.controller_delay_ms)
         self._record(controller_pid=self._controller_call(self.controller.start, self.fabric))
+        self._open_tunnels()
         setLogLevel("error")   # Mininet warns about br_netfilter sysctls we do not rely on
         self.mn = Mininet(topo=None, build=False, controller=None, autoSetMacs=False, waitConnected=False)
         self.mn.addController(LoopbackController("tb-c0", ip="127.0.0.1", port=self.controller.port))
@@ -122,6 +149,11 @@ class Network:
                     self.mn = None
         finally:
             self.backend.stop()
+        for tunnel in self.tunnels:
+            tunnel.close()
+        self.tunnels = []
+        for machine in self.machines.values():
+            machine.close()
         if self.controller is not None:
             self.controller.stop()
             self.controller = None
@@ -153,24 +185,82 @@ class Network:
         protocols = "OpenFlow13,OpenFlow15"
         dp = "user" if ovs.datapath() == "user" else "kernel"
         for sw in fab.switches.values():
+            on = self._on_machine(sw.name)
             if sw.sdn:
-                mn.addSwitch(sysname(sw.name), cls=OVSSwitch, datapath=dp, protocols=protocols,
+                mn.addSwitch(sysname(sw.name), cls=MachineSwitch if on else OVSSwitch, **on, protocols=protocols,
+                             datapath=self.machine_facts[on["machine"].name]["datapath"] if on else dp,
                              dpid=f"{sw.dpid:016x}", failMode="secure", inband=False)
             else:
-                mn.addSwitch(sysname(sw.name), cls=LinuxBridge)
+                mn.addSwitch(sysname(sw.name), cls=MachineBridge if on else LinuxBridge, **on)
         for h in fab.hosts.values():
-            mn.addHost(h.name, ip=f"{h.ip}/16", mac=h.mac, **self.backend.node_params(h.name))
-        for l in fab.links:
+            on = self._on_machine(h.name)
+            params = {"cls": MachineHost, **on} if on else self.backend.node_params(h.name)
+            mn.addHost(h.name, ip=f"{h.ip}/16", mac=h.mac, **params)
+        for index, l in enumerate(fab.links):
             a_host, b_host = l.a in fab.hosts, l.b in fab.hosts
             n1 = mn.get(l.a if a_host else sysname(l.a))
             n2 = mn.get(l.b if b_host else sysname(l.b))
             i1, i2 = interface(fab, l.a, l.a_port), interface(fab, l.b, l.b_port)     # as `topo --json` names them
-            patch = self.is_patch(l)
-            mn.addLink(n1, n2, port1=l.a_port, port2=l.b_port, intfName1=i1, intfName2=i2,
-                       cls=OVSLink if patch else Link)
+            cls, extra = OVSLink if self.is_patch(l) else Link, {}
+            if self.machines and cls is Link:       # a veth within a machine, VXLAN between machines
+                cls, extra = MachineLink, {"vni": VNI_BASE + index, "mtu": mtu_of(fab, l)}
+            mn.addLink(n1, n2, port1=l.a_port, port2=l.b_port, intfName1=i1, intfName2=i2, cls=cls, **extra)
 
     def is_patch(self, link) -> bool:
-        return is_patch(self.fabric, link)
+        """An OVS patch port: only within one machine."""
+        return is_patch(self.fabric, link) and not self.crosses(link)
+
+    # -- machines -----------------------------------------------------------------------------
+    def machine_of(self, node: str) -> Machine | None:
+        """The machine that emulates a switch or host; None: this one."""
+        return self.machines[self.placement.node_machine[node]] if self.placement else None
+
+    def _on_machine(self, node: str) -> dict:
+        machine = self.machine_of(node)
+        return {"machine": machine} if machine else {}
+
+    def crosses(self, link) -> bool:
+        return self.placement is not None and self.machine_of(link.a) != self.machine_of(link.b)
+
+    def run_at(self, node: str, argv: list[str], check: bool = True) -> subprocess.CompletedProcess:
+        """A command in the root namespace of the machine that emulates `node` (its switch ports, its OVS)."""
+        machine = self.machine_of(node)
+        if machine is None:
+            return subprocess.run(argv, check=check, capture_output=True, text=True)
+        try:
+            return machine.run(argv, check=check)
+        except MachineError as exc:
+            raise NetworkError(str(exc)) from None
+
+    def popen_at(self, node: str, argv: list[str], **params) -> subprocess.Popen:
+        """A process in the root namespace of the machine that emulates `node` (a capture at a switch port)."""
+        machine = self.machine_of(node)
+        return machine.popen(argv, **params) if machine else subprocess.Popen(argv, **params)
+
+    def _check_machines(self) -> None:
+        """Every machine answers, has what it needs, and carries the links between machines at their MTU."""
+        try:
+            self.machine_facts = {m.name: check_machine(m) for m in self.machines.values()}
+            for l in self.placement.crossing(self.fabric):
+                a, b = self.machine_of(l.a), self.machine_of(l.b)
+                need = mtu_of(self.fabric, l) + VXLAN_OVERHEAD
+                have = underlay_mtu(a, b)
+                if have < need:
+                    raise NetworkError(f"the {l.kind} link {l.a}-{l.b} crosses from {a.name} to {b.name} with MTU "
+                                       f"{need - VXLAN_OVERHEAD}: VXLAN needs an underlay MTU of {need}, and "
+                                       f"{a.name}'s is {have} (raise it, or lower fabric.nic_mtu)")
+        except MachineError as exc:
+            raise NetworkError(str(exc)) from None
+
+    def _open_tunnels(self) -> None:
+        """Each machine's switches reach the controller at 127.0.0.1 there, tunnelled to loopback here."""
+        try:
+            for machine in self.machines.values():
+                self.tunnels.append(ControllerTunnel(machine, self.controller.port))
+            for tunnel in self.tunnels:
+                tunnel.wait(self.controller.port)
+        except MachineError as exc:
+            raise NetworkError(str(exc)) from None
 
     def _configure_hosts(self) -> None:
         fab = self.fabric
@@ -201,12 +291,11 @@ class Network:
         """Spares' NIC ports are cabled but disabled, until a job brings a spare onto its rail (testbed.fabric.spares)."""
         for l in self.fabric.links:
             if l.standby:
-                subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", "mod-port", sysname(l.b), str(l.b_port), "down"],
-                               check=True, capture_output=True)
+                self.run_at(l.b, ["ovs-ofctl", "-O", "OpenFlow13", "mod-port", sysname(l.b), str(l.b_port), "down"])
 
     def _shape(self) -> None:
         """tbf at both ends of every shaped link (the host side in the host's namespace)."""
-        fab, cmds = self.fabric, []
+        fab, cmds = self.fabric, {}
         for l in fab.links:
             if self.is_patch(l):
                 continue
@@ -216,10 +305,13 @@ class Network:
                     self.mn.get(node).cmd(tbf(f"eth{port}", l.mbps, mtu))
                 else:
                     dev = switch_port(node, port)
+                    mine = cmds.setdefault(self.machine_of(node), [])
                     if mtu != 1500:         # veths come up at 1500
-                        cmds.append(f"ip link set {dev} mtu {mtu}")
-                    cmds.append(tbf(dev, l.mbps, mtu))
-        subprocess.run(["sh", "-c", "\n".join(cmds)], check=True, capture_output=True)
+                        mine.append(f"ip link set {dev} mtu {mtu}")
+                    mine.append(tbf(dev, l.mbps, mtu))
+        for machine, lines in cmds.items():
+            node = next(n for n in fab.switches if self.machine_of(n) == machine)
+            self.run_at(node, ["sh", "-ec", "\n".join(lines)])
 
     def _controller_call(self, fn, *args):
         try:
@@ -236,9 +328,17 @@ class Network:
 
     def counters(self) -> dict[str, dict[str, int]]:
         """"SWITCH:PORT" -> byte and packet counters of every SDN switch port, now."""
-        bridges = self.sdn_bridges()
-        raw = ovs.port_counters(list(bridges))
+        bridges, raw = self.sdn_bridges(), {}
+        for machine, group in self._bridges_by_machine().items():
+            raw.update(ovs.port_counters(group, run=machine.run if machine else None))
         return {f"{bridges[br]}:{port}": c for (br, port), c in sorted(raw.items())}
+
+    def _bridges_by_machine(self) -> dict:
+        """Machine (None: this one) -> the SDN bridges it runs."""
+        out: dict = {}
+        for bridge, switch in self.sdn_bridges().items():
+            out.setdefault(self.machine_of(switch), []).append(bridge)
+        return out
 
     def controller_view(self) -> dict:
         """The controller's state: installed switches, ports it saw down, route-update events."""

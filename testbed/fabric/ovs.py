@@ -52,26 +52,30 @@ def our_bridges() -> list[str]:
 PORT_STATS_RE = re.compile(r"port\s+(\d+): rx pkts=(\d+), bytes=(\d+).*?tx pkts=(\d+), bytes=(\d+)", re.S)
 
 
-def port_counters(bridges: list[str]) -> dict[tuple[str, int], dict[str, int]]:
+def _local(argv: list[str], check: bool = True, timeout: float = 10) -> subprocess.CompletedProcess:
+    return subprocess.run(argv, check=check, capture_output=True, text=True, timeout=timeout)
+
+
+def port_counters(bridges: list[str], run=None) -> dict[tuple[str, int], dict[str, int]]:
     """(bridge, OpenFlow port) -> {tx_bytes, rx_bytes, tx_packets, rx_packets}.
 
     OpenFlow port stats, not OVSDB's (those refresh every 5 s and stay 0 on patch ports). Patch-port
     counters are credited when the revalidators account datapath flows, so wait for a round first.
+    run: how a command runs on the bridges' machine (Machine.run); this machine's by default.
     """
-    wait_revalidators()
-    return {(br, port): c for br in bridges for port, c in dump_ports(br).items()}
+    wait_revalidators(run)
+    return {(br, port): c for br in bridges for port, c in dump_ports(br, run).items()}
 
 
-def wait_revalidators() -> None:
+def wait_revalidators(run=None) -> None:
     """Until the revalidators finish a round (every ~0.5 s), after which patch-port counters are current."""
-    subprocess.run(["ovs-appctl", "revalidator/wait"], capture_output=True, timeout=10)
+    (run or _local)(["ovs-appctl", "revalidator/wait"], check=False)
 
 
-def dump_ports(bridge: str) -> dict[int, dict[str, int]]:
+def dump_ports(bridge: str, run=None) -> dict[int, dict[str, int]]:
     """OpenFlow port -> counters of one bridge; one `ovs-ofctl dump-ports`. Ports whose counters OVS
     cannot read (shown as "?") are left out."""
-    proc = subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", "dump-ports", bridge],
-                          capture_output=True, text=True, timeout=10)
+    proc = (run or _local)(["ovs-ofctl", "-O", "OpenFlow13", "dump-ports", bridge], check=False)
     if proc.returncode != 0:
         raise OVSError(f"ovs-ofctl dump-ports {bridge}: {proc.stderr.strip()}")
     return {int(port): {"rx_packets": int(rxp), "rx_bytes": int(rxb), "tx_packets": int(txp), "tx_bytes": int(txb)}

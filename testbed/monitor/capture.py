@@ -31,6 +31,12 @@ def file_name(point: str) -> str:
 
 def interface(fabric, point: str) -> tuple[str | None, str]:
     """(host or None for the root namespace, interface name) of a capture point."""
+    node, dev = where(fabric, point)
+    return (node if node in fabric.hosts else None), dev
+
+
+def where(fabric, point: str) -> tuple[str, str]:
+    """(the host or switch, interface name) of a capture point."""
     if "/" in point:
         host, kind = point.split("/", 1)
         if host not in fabric.hosts or kind not in ("nic", "hb") or (kind == "hb" and not fabric.hosts[host].hb_ip):
@@ -45,7 +51,7 @@ def interface(fabric, point: str) -> tuple[str | None, str]:
                 if is_patch(fabric, link):
                     raise CaptureError(f"{point} is an OVS patch port, which has no interface to capture on; "
                                        f"capture at a host NIC instead")
-                return None, switch_port(switch, port)
+                return switch, switch_port(switch, port)
     raise CaptureError(f"switch {switch} has no port {port}")
 
 
@@ -99,15 +105,18 @@ class Captures:
             return
         os.makedirs(self.dir, exist_ok=True)
         for spec in self.specs:
-            host, dev = interface(self.net.fabric, spec["point"])
+            node, dev = where(self.net.fabric, spec["point"])
             path = os.path.join(self.dir, file_name(spec["point"]))
-            argv = ["tcpdump", "-i", dev, "-w", path, "-U", "-n", "-s", str(spec.get("snaplen", WHOLE_FRAMES)),
+            # the pcap comes on tcpdump's stdout, so it lands here whichever machine captures
+            argv = ["tcpdump", "-i", dev, "-w", "-", "-U", "-n", "-s", str(spec.get("snaplen", WHOLE_FRAMES)),
                     "-c", str(spec.get("max_packets", 1_000_000))]
             if spec.get("filter"):
                 argv += spec["filter"].split()
             # the machine's tcpdump, in the host's network namespace (Docker hosts: not in the container)
-            popen = self.net.host(host).tool_popen if host else subprocess.Popen
-            self.procs.append((spec, path, popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)))
+            popen = self.net.host(node).tool_popen if node in self.net.fabric.hosts else \
+                lambda argv, **params: self.net.popen_at(node, argv, **params)
+            with open(path, "wb") as out:
+                self.procs.append((spec, path, popen(argv, stdout=out, stderr=subprocess.PIPE)))
         time.sleep(0.5)      # tcpdump needs a moment before it sees packets
         for spec, _, proc in self.procs:
             if proc.poll() is not None:

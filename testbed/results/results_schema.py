@@ -78,6 +78,8 @@ FABRIC = obj({
     "nic_mbps": d(NUM, "A NIC link's rate, Mbit/s."), "hb_mbps": d(NUM, "An HB-domain link's rate, Mbit/s."),
     "nic_mtu": d(INT, "MTU of every link but the HB ones (9000 on HB links)."),
     "roce_mtu": d(obj({"nic": INT, "hb": INT}, ["nic", "hb"]), "RoCE path MTU the ranks used on their NIC and HB ports."),
+    "placement": d({"type": "object"}, "With machines: each machine's switches and hosts, and the links between "
+                                       "machines (VXLAN) with their summed rate."),
 }, ["kind", "servers", "gpus_per_server", "switches", "hosts", "links", "routing", "failover", "datapath",
     "host_backend", "nic_mbps", "hb_mbps"])
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 import heapq
 import os
 import signal
-import subprocess
 import threading
 import time
 
@@ -77,7 +76,7 @@ def _ends(net, link: Link):
         yield ("host" if node in net.fabric.hosts else "switch"), node, port
 
 
-def set_patch(link: Link, up: bool) -> None:
+def set_patch(net, link: Link, up: bool) -> None:
     """Patch ports ignore OpenFlow's port-down config, so a cut is their removal (the switches send
     PORT_STATUS delete/add), and repair re-creates them with the same port numbers."""
     ends = [(sysname(link.a), switch_port(link.a, link.a_port), link.a_port),
@@ -90,7 +89,7 @@ def set_patch(link: Link, up: bool) -> None:
                     f"options:peer={peer}", f"ofport_request={number}"]
         else:
             cmd += ["--", "--if-exists", "del-port", br, port]
-    subprocess.run(cmd, check=True, capture_output=True)
+    net.run_at(link.a, cmd)       # patch ports join switches of one machine
 
 
 def set_link(net, link: Link, up: bool, disable: bool = False) -> None:
@@ -99,7 +98,7 @@ def set_link(net, link: Link, up: bool, disable: bool = False) -> None:
     disable=True is the `port-disable` fault instead: the switch port is configured down by OpenFlow (the
     switch knows at once) and the host's end goes down too."""
     if net.is_patch(link):
-        return set_patch(link, up)      # a patch port has no carrier: its removal is the cut
+        return set_patch(net, link, up)      # a patch port has no carrier: its removal is the cut
     state = "up" if up else "down"
     ends = list(_ends(net, link))
     if not disable:             # one end: a host's NIC if the cable has one, else the first switch's veth
@@ -108,11 +107,9 @@ def set_link(net, link: Link, up: bool, disable: bool = False) -> None:
         if kind == "host":
             net.set_host_port(node, port, up)
         elif disable and net.fabric.switches[node].sdn:
-            subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", "mod-port", sysname(node), str(port), state],
-                           check=True, capture_output=True)
-        else:       # a switch's veth in the root namespace, or an HB domain's Linux bridge port
-            subprocess.run(["ip", "link", "set", switch_port(node, port), state], check=True,
-                           capture_output=True)
+            net.run_at(node, ["ovs-ofctl", "-O", "OpenFlow13", "mod-port", sysname(node), str(port), state])
+        else:       # a switch's veth (or VXLAN device) in its machine's root namespace, or an HB bridge port
+            net.run_at(node, ["ip", "link", "set", switch_port(node, port), state])
 
 
 def inject(net, target: str, up: bool = False, disable: bool = False) -> dict:
@@ -154,8 +151,7 @@ def cut_nics(net, kind: str, target: str, up: bool) -> dict:
              if net.fabric.hosts[h].kind == "gpu"]
     for link in links:
         node, port = (link.b, link.b_port) if link.a in net.fabric.hosts else (link.a, link.a_port)
-        subprocess.run(["ip", "link", "set", switch_port(node, port), "up" if up else "down"], check=True,
-                       capture_output=True)
+        net.run_at(node, ["ip", "link", "set", switch_port(node, port), "up" if up else "down"])
     return {"target": target, "up": up, "at": at, "links": len(links)}
 
 
