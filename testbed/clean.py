@@ -45,6 +45,8 @@ def stale_processes(states: dict[str, dict]) -> list[tuple[int, str]]:
     for state in states.values():
         if "controller_pid" in state:
             found.append((state["controller_pid"], "controllers.run"))
+        for pid in state.get("tunnel_pids", []):         # the controller's tunnels to machines
+            found.append((pid, "127.0.0.1:"))
         for name, pid in {**state.get("host_pids", {}), **state.get("switch_pids", {})}.items():
             found.append((pid, f"mininet:{name}"))
     return found
@@ -61,12 +63,29 @@ def stale_containers(live: set[str], echo=print) -> int:
     for c in client.containers.list(all=True, filters={"label": dockerhost.LABEL}):
         if not c.name.startswith(PREFIX) or c.labels.get(f"{dockerhost.LABEL}.run") in live:
             continue
+        if f"{dockerhost.LABEL}.machine" in c.labels:      # a container acting as a machine: its starter stops it
+            continue
         try:
             c.remove(force=True)
             removed += 1
         except Exception as exc:
             echo(f"clean: container {c.name}: {exc}")
     return removed
+
+
+def clean_machines(state: dict, echo=print) -> int:
+    """What a run spread over machines left on them; a machine that cannot be reached is named."""
+    from testbed.fabric import machines
+    placement, gone = state.get("placement", {}), 0
+    pids = {**state.get("host_pids", {}), **state.get("switch_pids", {})}
+    for entry in state["machines"]:
+        machine = machines.Machine(**{**entry, "ssh_options": tuple(entry.get("ssh_options", ()))})
+        nodes = {n: pid for n, pid in pids.items() if placement.get(n.removeprefix(PREFIX)) == machine.name}
+        try:
+            gone += machines.clean(machine, nodes, state.get("bridges", []))
+        except (machines.MachineError, subprocess.TimeoutExpired) as exc:
+            echo(f"clean: machine {machine.name}: {exc}")
+    return gone
 
 
 def clean(echo=print) -> dict:
@@ -114,6 +133,11 @@ def clean(echo=print) -> dict:
                 pass
         subprocess.run(["ip", "netns", "delete", ns], capture_output=True)
         removed["netns"] += 1
+
+    # Runs spread over machines: what they left on each machine.
+    for run_dir, state in states.items():
+        if run_dir not in live and state.get("machines"):
+            removed["machines"] = removed.get("machines", 0) + clean_machines(state, echo)
 
     for run_dir in glob.glob(os.path.join(RUN_ROOT, "run-*")):
         if run_dir not in live:

@@ -17,7 +17,7 @@ VXLAN between machines with 9000-byte inner frames. Docker's --privileged is not
 CAP_SYS_RESOURCE is outside the bounding set, so a machine gets every other capability, no seccomp or
 AppArmor profile, and /dev/net/tun (the userspace datapath's bridge ports, ssh tunnels). A machine cannot
 set net.core.wmem_default: it is global (read-only inside a network namespace), so it has the host's.
-Machines belong to no run: `testbed clean` removes them as left behind.
+Machines belong to no run; `testbed clean` leaves them (what started them stops them).
 """
 from __future__ import annotations
 

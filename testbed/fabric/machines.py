@@ -63,6 +63,7 @@ class Machine:
     def ssh(self, tty: bool = False) -> list[str]:
         """The ssh command that runs one command line on the machine. One connection per machine, shared by
         every node and process (ControlMaster): sshd's limits on new connections are not hit at bring-up."""
+        os.makedirs(SSH_DIR, mode=0o700, exist_ok=True)
         return ["ssh", "-q", "-o", "BatchMode=yes", "-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=3",
                 "-o", "ControlMaster=auto", "-o", f"ControlPath={SSH_DIR}/%C", "-o", "ControlPersist=yes",
                 *self.ssh_options, *(["-tt"] if tty else ["-T"]), f"{self.ssh_user}@{self.address}"]
@@ -134,6 +135,21 @@ def check(machine: Machine) -> dict:
         raise MachineError(f"machine {machine.name} lacks {', '.join(missing)}")
     datapath = next((line.split()[1] for line in proc.stdout.splitlines() if line.startswith("DATAPATH")), "user")
     return {"datapath": datapath}
+
+
+def clean(machine: Machine, nodes: dict[str, int], bridges: list[str]) -> int:
+    """What a finished or crashed run left on a machine: its nodes' shells (by PID, while their command line
+    still names the node), its bridges, and the testbed's devices in the root namespace (veth ends, VXLAN
+    devices, HB bridges). Returns how many objects went; MachineError if the machine cannot be reached."""
+    lines = [f"grep -qa 'mininet:{name}' /proc/{pid}/cmdline 2>/dev/null && kill -9 {pid} && echo GONE"
+             for name, pid in nodes.items()]
+    lines += [f"ovs-vsctl --timeout=5 br-exists {br} 2>/dev/null && ovs-vsctl --timeout=5 del-br {br} && echo GONE"
+              for br in bridges if br.startswith(PREFIX)]
+    lines.append(f"for dev in $(ip -o link show | sed -n 's/^[0-9]*: \\({PREFIX}[^:@]*\\).*/\\1/p'); do "
+                 "ip link del \"$dev\" 2>/dev/null && echo GONE; done")
+    out = machine.run(["sh", "-c", "\n".join(lines) + "\ntrue"]).stdout
+    machine.close()
+    return out.split().count("GONE")
 
 
 def underlay_mtu(machine: Machine, peer: Machine) -> int:
@@ -217,6 +233,11 @@ class MachineNode(RemoteMixin):
         self.sshcmd = machine.ssh(tty=True)
         self.shell, self.pid = None, None
         super(RemoteMixin, self).__init__(name, **params)
+
+    def rcmd(self, *cmd, **opts) -> str:
+        """A command line in the machine's root namespace (Cluster Edition's, which reads bytes as text)."""
+        proc = self.machine.run(["sh", "-c", " ".join(cmd)], check=False)
+        return proc.stdout + proc.stderr
 
     def _popen(self, cmd, sudo=True, tt=True, **params):
         if isinstance(cmd, str):

@@ -257,6 +257,7 @@ class Network:
         try:
             for machine in self.machines.values():
                 self.tunnels.append(ControllerTunnel(machine, self.controller.port))
+            self._record(tunnel_pids=[t.proc.pid for t in self.tunnels])
             for tunnel in self.tunnels:
                 tunnel.wait(self.controller.port)
         except MachineError as exc:
