@@ -258,6 +258,33 @@ class MachineHost(MachineNode, NamespaceHost):
         super().__init__(name, machine, **params)
 
 
+    def processes(self) -> dict[int, str]:
+        return processes(self.machine, self.pid)
+
+    def signal(self, pids, sig) -> int:
+        return signal_processes(self.machine, pids, sig)
+
+
+def processes(machine: Machine, shell: int) -> dict[int, str]:
+    """PID -> command line of what runs in the network namespace of a node's shell on its machine (one ssh
+    round), except the shell and the testbed's captures there (tcpdump)."""
+    script = (f"t=$(readlink /proc/{shell}/ns/net) || exit 0; for d in /proc/[0-9]*; do p=${{d#/proc/}}; "
+              f"[ $p = {shell} ] && continue; [ \"$(readlink $d/ns/net 2>/dev/null)\" = \"$t\" ] || continue; "
+              "c=$(tr '\\0' ' ' < $d/cmdline 2>/dev/null) || continue; case $c in tcpdump*) continue;; esac; "
+              "echo \"$p $c\"; done")
+    out = machine.run(["sh", "-c", script], check=False).stdout
+    return {int(pid): cmdline for pid, _, cmdline in (line.partition(" ") for line in out.splitlines())
+            if pid.isdigit()}
+
+
+def signal_processes(machine: Machine, pids, sig) -> int:
+    """How many of pids (on the machine) got sig."""
+    if not pids:
+        return 0
+    script = f"for p in {' '.join(str(int(p)) for p in pids)}; do kill -{int(sig)} $p 2>/dev/null && echo HIT; done"
+    return machine.run(["sh", "-c", script], check=False).stdout.split().count("HIT")
+
+
 class MachineSwitch(MachineNode, RemoteOVSSwitch):
     """A switch: a bridge in its machine's Open vSwitch, started and stopped in one batch per machine
     (Cluster Edition's RemoteOVSSwitch)."""

@@ -14,10 +14,10 @@ outcome says when and how (`detected_by`), see Schedule and fault_outcomes.py.
 from __future__ import annotations
 
 import heapq
-import os
 import signal
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 from testbed.fabric.links import switch_port, sysname
 from testbed.fabric.topo import Link
@@ -101,15 +101,25 @@ def set_link(net, link: Link, up: bool, disable: bool = False) -> None:
         return set_patch(net, link, up)      # a patch port has no carrier: its removal is the cut
     state = "up" if up else "down"
     ends = list(_ends(net, link))
-    if not disable:             # one end: a host's NIC if the cable has one, else the first switch's veth
+    if not disable and not net.crosses(link):
+        # one end: a host's NIC if the cable has one, else the first switch's veth (the other end loses carrier;
+        # a VXLAN tunnel between machines carries no carrier, so there both ends go down, as both ends of a cut
+        # fibre lose light)
         ends = [next((e for e in ends if e[0] == "host"), ends[0])]
-    for kind, node, port in ends:
+
+    def set_end(end) -> None:
+        kind, node, port = end
         if kind == "host":
             net.set_host_port(node, port, up)
         elif disable and net.fabric.switches[node].sdn:
             net.run_at(node, ["ovs-ofctl", "-O", "OpenFlow13", "mod-port", sysname(node), str(port), state])
         else:       # a switch's veth (or VXLAN device) in its machine's root namespace, or an HB bridge port
             net.run_at(node, ["ip", "link", "set", switch_port(node, port), state])
+    if len(ends) == 1:
+        set_end(ends[0])
+    else:           # both ends at once, as a cable's (over ssh, one after the other would open a window of loss)
+        with ThreadPoolExecutor(len(ends)) as pool:
+            list(pool.map(set_end, ends))
 
 
 def inject(net, target: str, up: bool = False, disable: bool = False) -> dict:
@@ -156,36 +166,13 @@ def cut_nics(net, kind: str, target: str, up: bool) -> dict:
 
 
 def host_processes(net, host: str) -> list[int]:
-    """PIDs running in an emulated host's namespace, except the host's own shell and the testbed's tools
-    there (captures): a failed GPU takes its programs down, not the probe watching its NIC."""
-    node = net.host(host)
-    shell, tools = node.pid, getattr(node, "tool_pids", frozenset())
-    try:
-        ns = os.readlink(f"/proc/{shell}/ns/net")
-    except OSError:
-        return []
-    pids = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and int(entry) != shell and int(entry) not in tools:
-            try:
-                if os.readlink(f"/proc/{entry}/ns/net") == ns:
-                    pids.append(int(entry))
-            except OSError:
-                continue
-    return pids
+    """PIDs running in an emulated host (on its machine), except its shell and the testbed's tools there."""
+    return list(net.host(host).processes())
 
 
 def rank_processes(net, host: str) -> list[int]:
-    """PIDs of collective rank processes in a host's namespace."""
-    pids = []
-    for pid in host_processes(net, host):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if RANK_PROGRAM.encode() in f.read():
-                    pids.append(pid)
-        except OSError:
-            continue
-    return pids
+    """PIDs of collective rank processes in a host."""
+    return [pid for pid, cmdline in net.host(host).processes().items() if RANK_PROGRAM in cmdline]
 
 
 def signal_gpus(net, hosts: list[str], sig) -> int:
@@ -194,20 +181,16 @@ def signal_gpus(net, hosts: list[str], sig) -> int:
     lives on). A Docker host crashes and hangs as a whole: its container is killed, paused or unpaused."""
     hit = 0
     for host in hosts:
+        node = net.host(host)
         if sig in RANK_SIGNALS:
             pids = rank_processes(net, host)
         else:
-            failed = net.host(host).fail(sig)          # the backend's own way (a container), if it has one
+            failed = node.fail(sig)          # the backend's own way (a container), if it has one
             if failed is not None:
                 hit += failed
                 continue
             pids = host_processes(net, host)
-        for pid in pids:
-            try:
-                os.kill(pid, sig)
-                hit += 1
-            except ProcessLookupError:
-                pass
+        hit += node.signal(pids, sig)
     return hit
 
 

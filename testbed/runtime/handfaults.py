@@ -8,14 +8,15 @@ from __future__ import annotations
 import signal
 import subprocess
 
-from testbed.fabric import runstate, topo
+from testbed.fabric import machines, runstate, topo
+from testbed.fabric.hosts.base import LocalProcesses
 
 
 class HandFaultError(ValueError):
     pass
 
 
-class _Host:
+class _Host(LocalProcesses):
     """A live run's host, entered by the PID of its shell (the parts of testbed.fabric.hosts.HostNode faults use)."""
 
     def __init__(self, pid: int):
@@ -44,6 +45,25 @@ class _ContainerHost(_Host):
         return dockerhost.container_fault(client.containers.get(self.container), sig)
 
 
+class _MachineHost:
+    """A live run's host on another machine: its shell's PID there, entered with mnexec over ssh."""
+
+    def __init__(self, pid: int, machine: machines.Machine):
+        self.pid, self.machine = pid, machine
+
+    def cmd(self, command: str) -> str:
+        return self.machine.run(["mnexec", "-a", str(self.pid), "sh", "-c", command], check=False).stdout
+
+    def fail(self, sig) -> int | None:
+        return None
+
+    def processes(self) -> dict[int, str]:
+        return machines.processes(self.machine, self.pid)
+
+    def signal(self, pids, sig) -> int:
+        return machines.signal_processes(self.machine, pids, sig)
+
+
 class RunningFabric:
     """Just enough of a Network, rebuilt from a live run's state, for testbed.runtime.faults."""
 
@@ -54,8 +74,25 @@ class RunningFabric:
         self.fabric = topo.build(kind, **params)
         self.pids = state.get("host_pids", {})
         self.docker = state.get("hosts") == "docker"
+        self.machines = {e["name"]: machines.Machine(**{**e, "ssh_options": tuple(e.get("ssh_options", ()))})
+                         for e in state.get("machines", [])}
+        self.placement = state.get("placement", {})
+
+    def machine_of(self, node: str) -> machines.Machine | None:
+        return self.machines.get(self.placement.get(node, ""))
+
+    def crosses(self, link) -> bool:
+        return self.machine_of(link.a) != self.machine_of(link.b)
+
+    def run_at(self, node: str, argv: list[str], check: bool = True) -> subprocess.CompletedProcess:
+        machine = self.machine_of(node)
+        if machine is None:
+            return subprocess.run(argv, check=check, capture_output=True, text=True)
+        return machine.run(argv, check=check)
 
     def host(self, name: str) -> _Host:
+        if self.machine_of(name):
+            return _MachineHost(self.pids[name], self.machine_of(name))
         if self.docker:
             from testbed.fabric.hosts.dockerhost import container_name
             return _ContainerHost(self.pids[name], container_name(name))
@@ -63,7 +100,7 @@ class RunningFabric:
 
     def is_patch(self, link) -> bool:
         from testbed.fabric.links import is_patch
-        return is_patch(self.fabric, link)
+        return is_patch(self.fabric, link) and not self.crosses(link)
 
     def set_host_port(self, host: str, port: int, up: bool) -> None:
         from testbed.fabric.network import set_host_port

@@ -42,14 +42,7 @@ def fence(net, host: str) -> int:
     failed = net.host(host).fail(signal.SIGKILL)
     if failed is not None:
         return failed
-    hit = 0
-    for pid in rank_processes(net, host):
-        try:
-            os.kill(pid, signal.SIGKILL)
-            hit += 1
-        except ProcessLookupError:
-            pass
-    return hit
+    return net.host(host).signal(rank_processes(net, host), signal.SIGKILL)
 
 
 def member(host, local_rank: int) -> dict:

@@ -44,6 +44,8 @@ class HostNode(Protocol):
     def popen(self, *args, **kwargs): ...
     def tool_popen(self, *args, **kwargs): ...
     def fail(self, sig) -> int | None: ...
+    def processes(self) -> dict[int, str]: ...
+    def signal(self, pids, sig) -> int: ...
 
 
 class HostBackend(Protocol):
@@ -61,11 +63,46 @@ class HostBackend(Protocol):
     def enter(host: str, pid: int, tty: bool) -> list[str]: ...
 
 
-class NamespaceHost(Host):
+class LocalProcesses:
+    """The processes of a host whose network namespace is on this machine, found and signalled from here."""
+
+    pid: int
+    tool_pids: frozenset = frozenset()
+
+    def processes(self) -> dict[int, str]:
+        """PID -> command line of what runs in the host's network namespace, except the host's own shell and the
+        testbed's tools there (captures): a failed GPU takes its programs down, not the probe watching its NIC."""
+        try:
+            ns = os.readlink(f"/proc/{self.pid}/ns/net")
+        except OSError:
+            return {}
+        found = {}
+        for entry in os.listdir("/proc"):
+            if entry.isdigit() and int(entry) != self.pid and int(entry) not in self.tool_pids:
+                try:
+                    if os.readlink(f"/proc/{entry}/ns/net") == ns:
+                        with open(f"/proc/{entry}/cmdline", "rb") as f:
+                            found[int(entry)] = f.read().replace(b"\0", b" ").decode(errors="replace")
+                except OSError:
+                    continue
+        return found
+
+    def signal(self, pids, sig) -> int:
+        """How many of pids got sig (the others had ended)."""
+        hit = 0
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+                hit += 1
+            except ProcessLookupError:
+                pass
+        return hit
+
+
+class NamespaceHost(LocalProcesses, Host):
     """A Mininet host (its own network namespace, the machine's file system and interpreter)."""
 
     python = sys.executable
-    tool_pids: frozenset = frozenset()
 
     def tool_popen(self, *args, **kwargs):
         """A tool of the testbed's own in the host (a capture): a GPU fault in the host spares it."""

@@ -34,7 +34,7 @@ from mininet.node import Host
 
 from hosts import cgroups
 from testbed import PREFIX
-from testbed.fabric.hosts.base import RemoteShell
+from testbed.fabric.hosts.base import LocalProcesses, RemoteShell
 from testbed.fabric.hosts.engine import DockerUnavailable, engine  # noqa: F401 (dockerhost.engine: the API)
 from testbed.fabric.hosts.mpissh import Ssh
 
@@ -209,7 +209,7 @@ class ContainerProcess(subprocess.Popen):
         self.send_signal(signal.SIGKILL)
 
 
-class DockerHost(Host):
+class DockerHost(LocalProcesses, Host):
     """A Mininet host whose network namespace is a container's (see the module docstring)."""
 
     python = "python3"            # the image's interpreter runs the hosts package

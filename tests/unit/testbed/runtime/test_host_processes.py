@@ -4,11 +4,17 @@ import subprocess
 import sys
 from types import SimpleNamespace
 
+from testbed.fabric.hosts.base import LocalProcesses
 from testbed.runtime.faults import host_processes
 
 
+class FakeHost(LocalProcesses):
+    def __init__(self, pid, tool_pids):
+        self.pid, self.tool_pids = pid, tool_pids
+
+
 def fake_net(shell_pid, tools=frozenset()):
-    node = SimpleNamespace(pid=shell_pid, tool_pids=tools)
+    node = FakeHost(shell_pid, tools)
     return SimpleNamespace(host=lambda name: node)
 
 
