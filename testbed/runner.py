@@ -16,6 +16,7 @@ from testbed import __version__
 from testbed.fabric import ovs, topo
 from testbed.fabric.links import roce_mtus
 from testbed.fabric.machines import machines_from
+from testbed.fabric.placement import PlacementError, place
 from testbed.fabric.network import Network
 from testbed.monitor import capture
 from testbed.monitor.fidelity import CpuSampler
@@ -63,6 +64,11 @@ def check(scenario: dict, fabric: topo.Fabric) -> None:
             capture.validate(fabric, [spec])
         except capture.CaptureError as exc:
             raise ScenarioError(f"capture.{i}: {exc}") from None
+    if scenario.get("machines"):
+        try:
+            place(fabric, [m["name"] for m in scenario["machines"]])
+        except PlacementError as exc:
+            raise ScenarioError(f"machines: {exc}") from None
 
 
 def warnings(scenario: dict, fabric: topo.Fabric) -> list[str]:

@@ -330,11 +330,11 @@ class Network:
     def counters(self) -> dict[str, dict[str, int]]:
         """"SWITCH:PORT" -> byte and packet counters of every SDN switch port, now."""
         bridges, raw = self.sdn_bridges(), {}
-        for machine, group in self._bridges_by_machine().items():
+        for machine, group in self.bridges_by_machine().items():
             raw.update(ovs.port_counters(group, run=machine.run if machine else None))
         return {f"{bridges[br]}:{port}": c for (br, port), c in sorted(raw.items())}
 
-    def _bridges_by_machine(self) -> dict:
+    def bridges_by_machine(self) -> dict:
         """Machine (None: this one) -> the SDN bridges it runs."""
         out: dict = {}
         for bridge, switch in self.sdn_bridges().items():

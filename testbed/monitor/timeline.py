@@ -31,19 +31,21 @@ class Timeline:
         self._thread = threading.Thread(target=self._run, daemon=True, name="tb-timeline")
 
     def sample(self) -> None:
-        """Take one sample now (the thread's step; callable directly)."""
+        """Take one sample now (the thread's step; callable directly). Each machine's switches are read on it."""
         bridges = self.net.sdn_bridges()
-        try:
-            ovs.wait_revalidators()
-        except (OSError, subprocess.TimeoutExpired):
-            pass                     # counters of veth ports are current anyway
         now, ports = time.time(), {}
-        for bridge, switch in bridges.items():
+        for machine, group in self.net.bridges_by_machine().items():
+            run = machine.run if machine else None
             try:
-                counters = ovs.dump_ports(bridge)
-            except (ovs.OVSError, OSError, subprocess.TimeoutExpired):
-                continue
-            ports.update({f"{switch}:{p}": (c["tx_bytes"], c["rx_bytes"]) for p, c in counters.items()})
+                ovs.wait_revalidators(run)
+            except (OSError, subprocess.TimeoutExpired):
+                pass                     # counters of veth ports are current anyway
+            for bridge in group:
+                try:
+                    counters = ovs.dump_ports(bridge, run)
+                except (ovs.OVSError, OSError, subprocess.TimeoutExpired):
+                    continue
+                ports.update({f"{bridges[bridge]}:{p}": (c["tx_bytes"], c["rx_bytes"]) for p, c in counters.items()})
         if ports:
             self.samples.append((now, ports))
 

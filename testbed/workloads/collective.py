@@ -117,6 +117,9 @@ def validate(fabric, spec: dict, scenario: dict | None = None) -> None:
         raise ScenarioError("recovery spare needs spare GPUs in the HB domains: set fabric.spares_per_server")
     if policy == "migrate" and not fabric.params.get("spare_servers"):
         raise ScenarioError("recovery migrate needs spare servers: set fabric.spare_servers")
+    if policy in ("spare", "migrate") and (scenario or {}).get("machines"):
+        # a spare's fibre is moved between switch ports, which a VXLAN tunnel to another machine cannot follow
+        raise ScenarioError(f"recovery {policy} does not work across machines yet; use shrink (or no machines:)")
     if spec.get("state") and (spec["op"] != "allreduce" or spec.get("dtype", "float32") != "float32"):
         raise ScenarioError("state needs op allreduce with dtype float32 (its sums are exact)")
     if beat and beat.get("period_s", 0.15) >= beat.get("timeout_s", 1.0):

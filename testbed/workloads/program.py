@@ -123,6 +123,9 @@ def validate(fabric, spec: dict, scenario: dict | None = None) -> None:
                 raise ScenarioError(f"program figure {name!r}: regex {fig['regex']!r}: {exc}") from None
         if fig.get("rank", 0) >= len(hosts):
             raise ScenarioError(f"program figure {name!r}: rank {fig['rank']} of a job of {len(hosts)} ranks")
+    if s["launcher"] == "mpirun" and (scenario or {}).get("machines"):
+        raise ScenarioError("program launcher mpirun does not work across machines yet (its remote shell enters "
+                            "hosts on this machine); use launcher env")
     if "name" in s and not NAME.match(s["name"]):
         raise ScenarioError(f"program name {s['name']!r}: use letters, digits, '.', '_' and '-' (it names a folder)")
 

@@ -1,5 +1,6 @@
 """A fabric spread over two machines (containers acting as machines, tools/machines.py), against the same
-scenario on this machine alone: the same checks pass, collectives equal numpy's results, a cut VXLAN link
+scenario on this machine alone: the same checks pass, collectives (multicast too, its bytes at the minimal
+trees') equal numpy's results, a cut VXLAN link
 between machines is detected and routed around, a GPU crash on a remote machine is recovered from, a capture
 on a remote host comes back whole, and neither tear-down nor `testbed clean` after a killed run leaves
 anything on any machine.
@@ -36,6 +37,8 @@ SCENARIO = {
          "sizes": ["1MiB"], "iterations": 2},
         {"type": "collective", "name": "allgather-hier", "op": "allgather", "algo": "hierarchical",
          "sizes": ["1MiB"], "iterations": 2},
+        {"type": "collective", "name": "allgather-mcast", "op": "allgather", "algo": "multicast", "sizes": ["1MiB"],
+         "iterations": 1, "expect": {"max_tree_ratio": 1.15}},
         {"type": "collective", "name": "allreduce-shrink", "op": "allreduce", "algo": "ring", "sizes": ["1MiB"],
          "iterations": 3, "recovery": "shrink"},
     ],
@@ -108,7 +111,7 @@ def test_placement_is_by_rails_and_recorded(runs):
 
 
 def test_collectives_across_machines_equal_numpy_near_their_bound(runs):
-    for name in ("allreduce-ring", "allgather-hier", "allreduce-shrink"):
+    for name in ("allreduce-ring", "allgather-hier", "allgather-mcast", "allreduce-shrink"):
         rows = workload(runs["split"], name)["rows"]
         assert rows and all(r["correct"] for r in rows), name
     # without a fault in its way, a collective across machines stays near its bound (0.96-1.02 measured)

@@ -109,3 +109,28 @@ def test_sigint_stops_the_remote_process_and_its_last_output_still_arrives():
     out, _ = proc.communicate(timeout=10)
     assert out.strip() == "flushed" and time.monotonic() - t0 < 5
     assert proc.returncode == 0
+
+
+SPLIT = {"name": "x", "fabric": {"kind": "rail-optimized", "servers": 2, "gpus_per_server": 4, "spares_per_server": 1},
+         "machines": [{"name": "m1", "address": "10.0.0.1"}, {"name": "m2", "address": "10.0.0.2"}],
+         "workloads": [{"type": "connectivity"}]}
+
+
+@pytest.mark.parametrize("change, words", [
+    ({"hosts": "docker"}, "machines: a fabric spread over machines runs namespace hosts"),
+    ({"machines": [{"name": "m1", "address": "a"}, {"name": "m1", "address": "b"}]}, "machines: a name is listed twice"),
+    ({"machines": [{"name": "m1"}]}, "machines.0: 'address' is a required property"),
+    ({"machines": [{"name": f"m{i}", "address": "a"} for i in range(5)]}, "5 machines but the fabric has 4 rails"),
+    ({"workloads": [{"type": "collective", "op": "allreduce", "algo": "ring", "sizes": ["1MiB"], "recovery": "spare"}]},
+     "recovery spare does not work across machines yet"),
+    ({"workloads": [{"type": "program", "command": "true", "launcher": "mpirun"}]},
+     "launcher mpirun does not work across machines yet"),
+])
+def test_what_cannot_run_across_machines_is_refused_before_bring_up(change, words):
+    import copy
+
+    from testbed import runner
+    from testbed.scenario import ScenarioError, validate
+    with pytest.raises(ScenarioError, match=words):
+        doc = validate({**copy.deepcopy(SPLIT), **change})
+        runner.check(doc, runner.fabric_of(doc))

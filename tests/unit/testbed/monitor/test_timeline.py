@@ -12,20 +12,23 @@ class FakeNet:
     def sdn_bridges(self):
         return {"tb-rail0": "rail0", "tb-spine0": "spine0"}
 
+    def bridges_by_machine(self):
+        return {None: list(self.sdn_bridges())}
+
 
 @pytest.fixture
 def counters(monkeypatch):
     """tb-rail0 counts up by 1000 bytes out and 10 in per dump; tb-spine0 is gone (ovs-ofctl fails)."""
     calls = {"dumps": [], "waits": 0}
 
-    def dump_ports(bridge):
+    def dump_ports(bridge, run=None):
         calls["dumps"].append(bridge)
         if bridge == "tb-spine0":
             raise ovs.OVSError("ovs-ofctl dump-ports tb-spine0: no such bridge")
         n = calls["dumps"].count(bridge)
         return {1: {"tx_bytes": 1000 * n, "rx_bytes": 10 * n, "tx_packets": n, "rx_packets": n}}
 
-    def wait():
+    def wait(run=None):
         calls["waits"] += 1
     monkeypatch.setattr(timeline.ovs, "dump_ports", dump_ports)
     monkeypatch.setattr(timeline.ovs, "wait_revalidators", wait)
