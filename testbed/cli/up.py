@@ -77,6 +77,8 @@ def scenario_of(args) -> dict:
         doc.setdefault("routing", {})["mode"] = args.routing
     if args.hosts:
         doc["hosts"] = args.hosts
+    if doc.get("machines"):
+        raise UsageError("a live fabric runs on this machine only; `testbed run` spreads a scenario over its machines")
     return scenario.validate(doc)
 
 

@@ -61,6 +61,8 @@ def one_line_error(capsys, argv) -> str:
     (["up", "--topo", "clos", "--set", "fabric.servers=2"], "--set overrides a scenario's values"),
     (["up", "--topo", "clos", "--routing", "zigzag"], "'zigzag' is not a routing mode"),
     (["up", "--topo", "rail-only,servers=2,gpus=100"], "gpus_per_server must be between"),
+    (["up", "scenarios/smoke.yaml", "--set", "machines=[{name: m1, address: 10.0.0.1}]"],
+     "a live fabric runs on this machine only"),
     (["exec", "s0g0"], "give the command to run"),
     (["exec", "s0g0", "--"], "give the command to run"),
 ])
