@@ -15,6 +15,7 @@ import yaml
 
 from testbed import __version__
 from testbed.fabric.links import NIC_MTU
+from testbed.fabric.placement import MACHINE_NAME
 from testbed.fabric.topo import KINDS
 from testbed.scenario_marks import Marks, parse
 from testbed.schema import RATE, SIZE, ScenarioError, parse_size
@@ -135,7 +136,7 @@ SCHEMA = {
                      "none, everything on this machine.",
                      "items": {"type": "object", "additionalProperties": False, "required": ["name", "address"],
                                "properties": {
-                                   "name": {"type": "string", "pattern": r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$",
+                                   "name": {"type": "string", "pattern": MACHINE_NAME.pattern,
                                             "description": "The machine's name in placement and results."},
                                    "address": {"type": "string", "minLength": 1,
                                                "description": "Where ssh reaches it; also the VXLAN tunnels' "

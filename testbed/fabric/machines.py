@@ -31,12 +31,12 @@ from mininet.nodelib import LinuxBridge
 
 from testbed import PREFIX, RUN_ROOT
 from testbed.fabric.hosts.base import NamespaceHost
+from testbed.fabric.placement import MACHINE_NAME
 
 VXLAN_PORT = 4789
 VXLAN_OVERHEAD = 50             # outer Ethernet 14 + IPv4 20 + UDP 8 + VXLAN 8: the underlay carries this more
 VNI_BASE = 4096                 # a link's VNI is this plus its index in the fabric
 SSH_DIR = os.path.join(RUN_ROOT, "ssh")
-NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 
 
 class MachineError(RuntimeError):
@@ -100,7 +100,7 @@ def machines_from(entries: list[dict]) -> list[Machine]:
     out, seen = [], set()
     for i, e in enumerate(entries):
         name, address = e.get("name"), e.get("address")
-        if not isinstance(name, str) or not NAME.match(name):
+        if not isinstance(name, str) or not MACHINE_NAME.match(name):
             raise MachineError(f"machines[{i}]: name {name!r} is not a machine name (letters, digits, . _ -)")
         if name in seen:
             raise MachineError(f"machines[{i}]: machine {name!r} is listed twice")
