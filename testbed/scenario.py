@@ -149,6 +149,10 @@ SCHEMA = {
                                                   "description": "Where the machine has the `hosts` package."},
                                    "python": {"type": "string", "default": "python3",
                                               "description": "The machine's interpreter (with numpy)."}}}},
+        "host_image": {"enum": ["default", "torch"], "default": "default",
+                       "description": "The Docker hosts' image (with hosts: docker only): default (Python, numpy, "
+                       "Open MPI, mpi4py, ssh) or torch (that and Debian's python3-torch 1.13 with gloo; +1 GB, "
+                       "built on first use)."},
         "host_limits": {"type": "object", "additionalProperties": False, "default": {},
                         "description": "CPU and memory limits of each Docker host (with hosts: docker only).",
                         "properties": {"cpus": {"type": "number", "exclusiveMinimum": 0, "maximum": 64, "default": 1,
@@ -227,6 +231,8 @@ def validate(doc) -> dict:
     names = [m.get("name") for m in doc.get("machines", [])]
     if len(set(names)) != len(names):
         raise ScenarioError(f"machines: a name is listed twice ({', '.join(sorted({n for n in names if names.count(n) > 1}))})")
+    if doc.get("host_image", "default") != "default" and doc.get("hosts", "netns") != "docker":
+        raise ScenarioError("host_image: the image of Docker hosts; set hosts: docker")
     if "host_limits" in doc:
         if doc.get("hosts", "netns") != "docker":
             raise ScenarioError("host_limits: CPU and memory limits are for Docker hosts; set hosts: docker")
@@ -239,10 +245,12 @@ def validate(doc) -> dict:
 
 
 def host_limits(doc: dict) -> dict:
-    """Per-host limits of a Docker-hosts scenario, as the backend takes them: {cpus, memory (bytes)}."""
+    """What a Docker-hosts scenario asks of each host, as the backend takes it: {cpus, memory (bytes), image}."""
     limits = dict(doc.get("host_limits", {}))
     if "memory" in limits:
         limits["memory"] = parse_size(limits["memory"], MIN_HOST_MEMORY, MAX_HOST_MEMORY)
+    if doc.get("host_image", "default") != "default":
+        limits["image"] = doc["host_image"]
     return limits
 
 

@@ -21,24 +21,19 @@ Machines belong to no run; `testbed clean` leaves them (what started them stops 
 """
 from __future__ import annotations
 
-import hashlib
-import io
 import os
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 
-from testbed import PREFIX, PROJECT_ROOT, RUN_ROOT
+from testbed import PREFIX, RUN_ROOT
 from testbed.fabric.hosts import image
 
 MACHINE_IMAGE = f"{PREFIX}machine:latest"
 NETWORK = f"{PREFIX}mgmt"
 CONTAINER_PREFIX = f"{PREFIX}machine-"
 LABEL = "testbed"
-MACHINE_DIR = os.path.join(PROJECT_ROOT, "docker", "machine")
-INPUTS = ("Dockerfile", "packages", "entrypoint")
 KEY_DIR = os.path.join(RUN_ROOT, "machines")
 KEY = os.path.join(KEY_DIR, f"{PREFIX}machine-key")
 SSH_UNREACHABLE = 255       # ssh's own failures; any other status is the remote command's
@@ -53,46 +48,12 @@ def _client():
     return engine()
 
 
-def inputs_digest(client) -> str:
-    """The image's inputs: docker/machine/ and the tb-host image it is built from."""
-    h = hashlib.sha256(client.images.get(image.IMAGE).id.encode())
-    for name in INPUTS:
-        with open(os.path.join(MACHINE_DIR, name), "rb") as f:
-            h.update(name.encode() + b"\0" + f.read() + b"\0")
-    return h.hexdigest()[:16]
-
-
-def _context() -> io.BytesIO:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        for name in INPUTS:
-            tar.add(os.path.join(MACHINE_DIR, name), name)
-    buf.seek(0)
-    return buf
-
-
 def ensure_image(client, echo=print) -> str:
     """tb-machine:latest, (re)built only when it is missing or its inputs changed (tb-host first)."""
-    import docker
-    image.ensure(client, echo=echo)
-    digest = inputs_digest(client)
     try:
-        if client.images.get(MACHINE_IMAGE).labels.get("testbed.inputs") == digest:
-            return MACHINE_IMAGE
-    except docker.errors.ImageNotFound:
-        pass
-    t0 = time.monotonic()
-    try:
-        client.images.build(fileobj=_context(), custom_context=True, tag=MACHINE_IMAGE,
-                            buildargs={"BASE": image.IMAGE}, labels={LABEL: "1", "testbed.inputs": digest},
-                            network_mode="host", rm=True, forcerm=True)    # apt needs the host's network
-    except docker.errors.BuildError as exc:
-        lines = [str(c.get("stream", c.get("error", ""))).strip() for c in exc.build_log]
-        raise MachineError(f"building {MACHINE_IMAGE} failed: {exc.msg} "
-                           f"({' | '.join(x for x in lines if x)[-300:]})") from None
-    size = client.images.get(MACHINE_IMAGE).attrs["Size"]
-    echo(f"image: {MACHINE_IMAGE}, {size / 1e6:.0f} MB, built in {time.monotonic() - t0:.1f} s")
-    return MACHINE_IMAGE
+        return image.derived(client, "machine", echo=echo)
+    except image.ImageError as exc:
+        raise MachineError(str(exc)) from None
 
 
 def key_pair() -> tuple[str, str]:

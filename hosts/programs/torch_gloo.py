@@ -104,7 +104,8 @@ def main() -> int:
                   f"{spread}")
         print(json.dumps({"ranks": n, "rows": rows, "busbw_MBps": max(r["busbw_MBps"] for r in rows),
                           "correct": all(r["wrong"] == 0 for r in rows), "losses": losses,
-                          "loss_ratio": losses[-1] / losses[0] if losses else None, "weight_spread": spread}))
+                          "loss_ratio": losses[-1] / losses[0] if losses else None, "weight_spread": spread,
+                          "torch": torch.__version__}))
     dist.barrier()                                        # every rank done before rank 0's store goes away
     dist.destroy_process_group()
     return 0 if all(r["wrong"] == 0 for r in rows) and spread == 0 else 1

@@ -289,3 +289,20 @@ def test_a_gpu_crash_aborts_the_mpi_job_on_docker_hosts_as_on_namespaces(tmp_pat
     job, = fault["jobs"]
     assert job["ended"] == "failed" and 0 <= job["error_after_s"] <= 5, job
     print(mpi["reaction"])
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_program_torch_runs_in_docker_hosts_of_the_torch_image(tmp_path):
+    """scenarios/program-torch.yaml on Docker hosts of `host_image: torch` (Debian's python3-torch 1.13, built
+    FROM the host image on first use): the gloo all_reduce sweep and the DDP steps pass as on namespaces."""
+    need_docker()
+    doc = load(os.path.join(SCENARIOS, "program-torch.yaml"), ["hosts=docker", "host_image=torch"])
+    out = str(tmp_path / "torch-docker")
+    r = runner.run(doc, out, echo=lambda *a: None)
+    print(runner.summary_table(r))
+    assert r["ok"], [c for c in r["checks"] if not c["ok"]]
+    w = r["workloads"][0]
+    res = last_json(rank_logs(out, w)[0])
+    assert res["torch"].startswith("1.13") and res["correct"] and res["weight_spread"] == 0
+    assert res["losses"][-1] < 0.9 * res["losses"][0] and w["figures"]["busbw"] > 0

@@ -279,8 +279,8 @@ class Docker:
 
     name, carries_tensorflow = "docker", False      # the host image has no TensorFlow
 
-    def __init__(self, run_dir: str, **limits):
-        self.run_dir, self.limits = run_dir, limits
+    def __init__(self, run_dir: str, image: str = "default", **limits):
+        self.run_dir, self.image, self.limits = run_dir, image, limits
         self.containers: Containers | None = None
         self.ssh: Ssh | None = None
 
@@ -292,7 +292,7 @@ class Docker:
         from testbed.fabric.hosts import image
         t0 = time.monotonic()
         client = engine()
-        tag = image.ensure(client, echo=lambda *a: None)
+        tag = image.flavour(client, self.image, echo=lambda *a: None)
         timings = {"image_s": time.monotonic() - t0}
         self.containers = Containers(client, tag, self.run_dir, **self.limits)
         self.ssh = Ssh(os.path.join(self.run_dir, "ssh"), self.containers.env)

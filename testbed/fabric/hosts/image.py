@@ -181,6 +181,45 @@ def ensure(client, echo=print) -> str:
     return IMAGE
 
 
+FLAVOURS = ("default", "torch")      # what Docker hosts may run on: the host image, or it plus docker/torch/
+
+
+def derived(client, name: str, echo=print) -> str:
+    """tb-NAME:latest, built FROM the host image with docker/NAME/ as its context (its Dockerfile and the files
+    beside it); (re)built only when those files or the host image changed. Installing needs Debian's mirror."""
+    import docker
+    base = ensure(client, echo=echo)
+    folder, tag = os.path.join(DOCKER_DIR, name), f"{PREFIX}{name}:latest"
+    files = sorted(f for f in os.listdir(folder) if os.path.isfile(os.path.join(folder, f)))
+    h = hashlib.sha256(client.images.get(base).id.encode())
+    for f in files:
+        with open(os.path.join(folder, f), "rb") as fh:
+            h.update(f.encode() + b"\0" + fh.read() + b"\0")
+    digest = h.hexdigest()[:16]
+    if _label(client, tag, "testbed.inputs") == digest:
+        return tag
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for f in files:
+            tar.add(os.path.join(folder, f), f)
+    buf.seek(0)
+    t0 = time.monotonic()
+    try:
+        client.images.build(fileobj=buf, custom_context=True, tag=tag, buildargs={"BASE": base},
+                            labels={"testbed": "1", "testbed.inputs": digest}, network_mode="host", rm=True,
+                            forcerm=True)       # apt needs this machine's network
+    except docker.errors.BuildError as exc:
+        lines = [str(c.get("stream", c.get("error", ""))).strip() for c in exc.build_log]
+        raise ImageError(f"building {tag} failed: {exc.msg} ({' | '.join(l for l in lines if l)[-300:]})") from None
+    echo(f"image: {tag}, {client.images.get(tag).attrs['Size'] / 1e6:.0f} MB, built in {time.monotonic() - t0:.1f} s")
+    return tag
+
+
+def flavour(client, name: str = "default", echo=print) -> str:
+    """The image Docker hosts run: the host image, or a flavour derived from it."""
+    return ensure(client, echo=echo) if name == "default" else derived(client, name, echo=echo)
+
+
 def main(argv: list[str] | None = None) -> int:
     import argparse
 

@@ -99,3 +99,14 @@ def test_hosts_backend_and_limits():
     with pytest.raises(ScenarioError, match="^host_limits: CPU and memory limits are for Docker hosts; set hosts: docker$"):
         from testbed.scenario import validate
         validate({**doc, "hosts": "netns"})
+
+
+def test_the_torch_image_is_asked_of_docker_hosts_only():
+    from testbed.scenario import host_limits, validate
+    doc = load(os.path.join(FIXTURES, "mode.yaml"), ["hosts=docker", "host_image=torch"])
+    assert host_limits(doc) == {"image": "torch"}
+    assert host_limits(load(os.path.join(FIXTURES, "mode.yaml"), ["hosts=docker"])) == {}
+    with pytest.raises(ScenarioError, match="^host_image: the image of Docker hosts; set hosts: docker$"):
+        validate({**doc, "hosts": "netns"})
+    with pytest.raises(ScenarioError, match="host_image"):
+        validate({**doc, "host_image": "tensorflow"})
