@@ -64,7 +64,8 @@ class Machine:
         """The ssh command that runs one command line on the machine. One connection per machine, shared by
         every node and process (ControlMaster): sshd's limits on new connections are not hit at bring-up."""
         os.makedirs(SSH_DIR, mode=0o700, exist_ok=True)
-        return ["ssh", "-q", "-o", "BatchMode=yes", "-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=3",
+        return ["ssh", "-q", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "-o", "ServerAliveInterval=5",
+                "-o", "ServerAliveCountMax=3",
                 "-o", "ControlMaster=auto", "-o", f"ControlPath={SSH_DIR}/%C", "-o", "ControlPersist=yes",
                 *self.ssh_options, *(["-tt"] if tty else ["-T"]), f"{self.ssh_user}@{self.address}"]
 
@@ -168,7 +169,7 @@ class ControllerTunnel:
     def __init__(self, machine: Machine, port: int):
         self.machine = machine
         self.proc = subprocess.Popen(["ssh", "-N", "-o", "BatchMode=yes", "-o", "ExitOnForwardFailure=yes",
-                                      "-o", "ControlPath=none", "-o", "ServerAliveInterval=5",
+                                      "-o", "ControlPath=none", "-o", "ConnectTimeout=10", "-o", "ServerAliveInterval=5",
                                       *machine.ssh_options, "-R", f"127.0.0.1:{port}:127.0.0.1:{port}",
                                       f"{machine.ssh_user}@{machine.address}"],
                                      stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,

@@ -34,7 +34,7 @@ SCENARIO = {
     "workloads": [
         {"type": "connectivity"},
         {"type": "collective", "name": "allreduce-ring", "op": "allreduce", "algo": "ring", "ring": "rank",
-         "sizes": ["1MiB"], "iterations": 2},
+         "sizes": ["1MiB"], "iterations": 1},
         {"type": "collective", "name": "allgather-hier", "op": "allgather", "algo": "hierarchical",
          "sizes": ["1MiB"], "iterations": 2},
         {"type": "collective", "name": "allgather-mcast", "op": "allgather", "algo": "multicast", "sizes": ["1MiB"],
