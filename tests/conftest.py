@@ -36,3 +36,14 @@ def pytest_collection_modifyitems(config, items):
             problem = problem or root_problem()
             if problem:
                 item.add_marker(pytest.mark.skip(reason=problem))
+
+
+@pytest.fixture(scope="session")
+def docker_engine():
+    """A client of the Docker engine; the test skips, with the reason printed, where there is none."""
+    from testbed.fabric.hosts.engine import DockerUnavailable, engine
+    try:
+        return engine()
+    except DockerUnavailable as exc:
+        print(f"SKIP: no Docker engine can run here: {exc}")
+        pytest.skip(f"no Docker engine can run here: {exc}")

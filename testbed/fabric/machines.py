@@ -188,13 +188,9 @@ class ControllerTunnel:
         raise MachineError(f"machine {self.machine.name}: the controller's port is not reachable there")
 
     def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        if self.proc.poll() is None:        # a tunnel has nothing to flush
+            self.proc.kill()
+            self.proc.wait()
 
 
 class RemoteProcess(subprocess.Popen):

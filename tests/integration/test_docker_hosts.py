@@ -29,12 +29,8 @@ root = pytest.mark.root
 
 
 @pytest.fixture(scope="module")
-def client():
-    from testbed.fabric.hosts.dockerhost import DockerUnavailable, engine
-    try:
-        return engine()
-    except DockerUnavailable as exc:
-        pytest.skip(f"no Docker engine can run here: {exc}")
+def client(docker_engine):
+    return docker_engine
 
 
 @pytest.fixture(scope="module")

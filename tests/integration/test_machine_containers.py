@@ -19,12 +19,8 @@ NAMES = ["m1", "m2"]
 
 
 @pytest.fixture(scope="module")
-def client():
-    from testbed.fabric.hosts.engine import DockerUnavailable, engine
-    try:
-        return engine()
-    except DockerUnavailable as exc:
-        pytest.skip(f"no Docker engine can run here: {exc}")
+def client(docker_engine):
+    return docker_engine
 
 
 @pytest.fixture(scope="module")

@@ -53,12 +53,7 @@ LEFTOVERS = "ovs-vsctl list-br; ip -o link show | grep -o ' tb-[^:@]*'; ps -eo a
 
 
 @pytest.fixture(scope="module")
-def cluster():
-    from testbed.fabric.hosts.engine import DockerUnavailable, engine
-    try:
-        engine()
-    except DockerUnavailable as exc:
-        pytest.skip(f"no Docker engine can run here: {exc}")
+def cluster(docker_engine):
     addresses = machines.start(NAMES)
     key, _ = machines.key_pair()
     entries = [{"name": n, "address": a, "ssh_options": machines.ssh_options(key)} for n, a in addresses.items()]
