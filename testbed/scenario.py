@@ -91,6 +91,9 @@ CAPTURE = {"type": "object", "additionalProperties": False, "required": ["point"
                                "description": "tcpdump stops after this many packets."}}}
 ROUTING_MODES = ["single", "ecmp", "spray", "split:2", "split:4", "rr"]
 
+# host_image: a flavour of the host image, or an image reference NAME:TAG (with an optional registry path)
+HOST_IMAGE = re.compile(r"^(default|torch|[a-z0-9][a-z0-9._/-]*:[A-Za-z0-9._-]+)$")
+
 SCHEMA = {
     "type": "object", "additionalProperties": False, "required": ["name", "fabric", "workloads"],
     "description": "A testbed scenario: a fabric, the workloads run on it, faults injected and packets captured.",
@@ -149,10 +152,12 @@ SCHEMA = {
                                                   "description": "Where the machine has the `hosts` package."},
                                    "python": {"type": "string", "default": "python3",
                                               "description": "The machine's interpreter (with numpy)."}}}},
-        "host_image": {"enum": ["default", "torch"], "default": "default",
+        "host_image": {"type": "string", "default": "default", "pattern": HOST_IMAGE.pattern,
+                       "examples": ["default", "torch", "tb-tensorflow:latest"],
                        "description": "The Docker hosts' image (with hosts: docker only): default (Python, numpy, "
-                       "Open MPI, mpi4py, ssh) or torch (that and Debian's python3-torch 1.13 with gloo; +1 GB, "
-                       "built on first use)."},
+                       "Open MPI, mpi4py, ssh), torch (that and Debian's python3-torch 1.13 with gloo; +1 GB, "
+                       "built on first use) or NAME:TAG, an image of yours built FROM tb-host:latest (with "
+                       "TensorFlow, say: docs/docker.md)."},
         "host_limits": {"type": "object", "additionalProperties": False, "default": {},
                         "description": "CPU and memory limits of each Docker host (with hosts: docker only).",
                         "properties": {"cpus": {"type": "number", "exclusiveMinimum": 0, "maximum": 64, "default": 1,

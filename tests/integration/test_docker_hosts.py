@@ -21,6 +21,7 @@ from testbed import runner
 from testbed.fabric.hosts import image
 from testbed.fabric.network import Network
 from testbed.fabric.topo import build
+from testbed.scenario import validate
 from testbed.workloads import collective, connectivity
 from tests.paths import ROOT
 
@@ -228,3 +229,35 @@ def test_vagrant_and_ci_provision_with_the_same_script():
     else:
         p = subprocess.run(["ruby", "-c", os.path.join(ROOT, "Vagrantfile")], capture_output=True, text=True)
         assert p.returncode == 0 and "Syntax OK" in p.stdout, p.stderr
+
+
+def test_a_users_own_image_runs_the_hosts_and_a_missing_one_is_named(client, tmp_path):
+    """host_image: NAME:TAG, an image the user built FROM the host image (with TensorFlow, say): the hosts run
+    it, and a program sees what it added; an image that is not here fails the run in one line naming it."""
+    import io
+
+    from testbed.fabric.hosts import image
+    base = image.ensure(client)
+    tag = "tb-usertest:latest"
+    dockerfile = f"FROM {base}\nRUN echo added-by-the-user > /etc/tb-user-image\n".encode()
+    client.images.build(fileobj=io.BytesIO(dockerfile), tag=tag, rm=True, labels={"testbed": "1"})
+    try:
+        doc = validate({"name": "user-image", "hosts": "docker", "host_image": tag,
+                        "fabric": {"kind": "rail-only", "servers": 2, "gpus_per_server": 1, "nic_mbps": 50},
+                        "workloads": [{"type": "program", "name": "marker", "timeout_s": 60, "command": [
+                            "{python}", "-c", "import json; print(json.dumps({'marker': "
+                            "open('/etc/tb-user-image').read().strip()}))"]}]})
+        out = str(tmp_path / "user")
+        r = runner.run(doc, out, echo=lambda *a: None)
+        assert r["ok"], [c for c in r["checks"] if not c["ok"]]
+        w = r["workloads"][0]
+        for rank in w["ranks"]:
+            with open(os.path.join(out, w["logs"], rank["stdout"])) as f:
+                assert json.loads(f.read().strip().splitlines()[-1]) == {"marker": "added-by-the-user"}
+        missing = runner.run({**doc, "host_image": "tb-no-such-image:latest"}, str(tmp_path / "missing"),
+                             echo=lambda *a: None)
+        assert not missing["ok"]
+        assert any("host_image tb-no-such-image:latest: no such image on this machine" in c.get("detail", "")
+                   for c in missing["checks"])
+    finally:
+        client.images.remove(tag, force=True)

@@ -216,8 +216,19 @@ def derived(client, name: str, echo=print) -> str:
 
 
 def flavour(client, name: str = "default", echo=print) -> str:
-    """The image Docker hosts run: the host image, or a flavour derived from it."""
-    return ensure(client, echo=echo) if name == "default" else derived(client, name, echo=echo)
+    """The image Docker hosts run: the host image, a flavour derived from it (FLAVOURS), or NAME:TAG, an image
+    the user built FROM it, which must be here already."""
+    import docker
+    if name == "default":
+        return ensure(client, echo=echo)
+    if name in FLAVOURS:
+        return derived(client, name, echo=echo)
+    try:
+        client.images.get(name)
+    except docker.errors.ImageNotFound:
+        raise ImageError(f"host_image {name}: no such image on this machine; build it FROM {IMAGE} "
+                         f"(docs/docker.md)") from None
+    return name
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -101,7 +101,7 @@ def test_hosts_backend_and_limits():
         validate({**doc, "hosts": "netns"})
 
 
-def test_the_torch_image_is_asked_of_docker_hosts_only():
+def test_the_hosts_image_is_asked_of_docker_hosts_only():
     from testbed.scenario import host_limits, validate
     doc = load(os.path.join(FIXTURES, "mode.yaml"), ["hosts=docker", "host_image=torch"])
     assert host_limits(doc) == {"image": "torch"}
@@ -109,4 +109,5 @@ def test_the_torch_image_is_asked_of_docker_hosts_only():
     with pytest.raises(ScenarioError, match="^host_image: the image of Docker hosts; set hosts: docker$"):
         validate({**doc, "hosts": "netns"})
     with pytest.raises(ScenarioError, match="host_image"):
-        validate({**doc, "host_image": "tensorflow"})
+        validate({**doc, "host_image": "tensorflow"})           # neither a flavour nor NAME:TAG
+    assert host_limits(validate({**doc, "host_image": "tb-tensorflow:latest"})) == {"image": "tb-tensorflow:latest"}
