@@ -33,13 +33,15 @@ class Timeline:
     def sample(self) -> None:
         """Take one sample now (the thread's step; callable directly). Each machine's switches are read on it."""
         bridges = self.net.sdn_bridges()
-        now, ports = time.time(), {}
-        for machine, group in self.net.bridges_by_machine().items():
-            run = machine.run if machine else None
+        groups = {machine: (machine.run if machine else None, group)
+                  for machine, group in self.net.bridges_by_machine().items()}
+        for run, _ in groups.values():
             try:
                 ovs.wait_revalidators(run)
             except (OSError, subprocess.TimeoutExpired):
                 pass                     # counters of veth ports are current anyway
+        now, ports = time.time(), {}     # after the waits: the counters are of now
+        for run, group in groups.values():
             for bridge in group:
                 try:
                     counters = ovs.dump_ports(bridge, run)
