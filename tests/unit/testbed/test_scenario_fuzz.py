@@ -166,6 +166,10 @@ def test_the_generator_reaches_valid_documents():
     @settings(FUZZ, max_examples=150)
     @given(from_schema(SCHEMA))
     def collect(doc):
+        # machines and host_image are fuzzed by the properties above; drawn here, each halves the share of
+        # documents that can pass (machines need as many rails, host_image needs Docker hosts and no machines)
+        if isinstance(doc, dict):
+            doc = {k: v for k, v in doc.items() if k not in ("machines", "host_image")}
         seen.append(validate(doc)[0])
     collect()
     assert 0 in seen and 2 in seen, seen
