@@ -79,7 +79,7 @@ def clean_machines(state: dict, echo=print) -> int:
     placement, gone = state.get("placement", {}), 0
     pids = {**state.get("host_pids", {}), **state.get("switch_pids", {})}
     for entry in state["machines"]:
-        machine = machines.Machine(**{**entry, "ssh_options": tuple(entry.get("ssh_options", ()))})
+        machine = machines.Machine.from_json(entry)
         nodes = {n: pid for n, pid in pids.items() if placement.get(n.removeprefix(PREFIX)) == machine.name}
         try:
             gone += machines.clean(machine, nodes, state.get("bridges", []))

@@ -91,6 +91,11 @@ class Machine:
         subprocess.run(self.ssh()[:-2] + ["-O", "exit", f"{self.ssh_user}@{self.address}"], capture_output=True,
                        stdin=subprocess.DEVNULL, timeout=15)
 
+    @classmethod
+    def from_json(cls, entry: dict) -> "Machine":
+        """The machine a run's state file recorded (to_json)."""
+        return cls(**{**entry, "ssh_options": tuple(entry.get("ssh_options", ()))})
+
     def to_json(self) -> dict:
         return {"name": self.name, "address": self.address, "ssh_user": self.ssh_user,
                 "ssh_options": list(self.ssh_options), "pythonpath": self.pythonpath, "python": self.python}
@@ -167,7 +172,7 @@ class ControllerTunnel:
     machine's switches connect to 127.0.0.1 as the local ones do."""
 
     def __init__(self, machine: Machine, port: int):
-        self.machine = machine
+        self.machine, self.port = machine, port
         self.proc = subprocess.Popen(["ssh", "-N", "-o", "BatchMode=yes", "-o", "ExitOnForwardFailure=yes",
                                       "-o", "ControlPath=none", "-o", "ConnectTimeout=10", "-o", "ServerAliveInterval=5",
                                       *machine.ssh_options, "-R", f"127.0.0.1:{port}:127.0.0.1:{port}",
@@ -175,9 +180,9 @@ class ControllerTunnel:
                                      stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                      start_new_session=True)
 
-    def wait(self, port: int, timeout: float = 20) -> None:
+    def wait(self, timeout: float = 20) -> None:
         deadline = time.monotonic() + timeout
-        probe = ["bash", "-c", f"(echo > /dev/tcp/127.0.0.1/{port}) 2>/dev/null && echo OPEN"]
+        probe = ["bash", "-c", f"(echo > /dev/tcp/127.0.0.1/{self.port}) 2>/dev/null && echo OPEN"]
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise MachineError(f"machine {self.machine.name}: the controller tunnel failed: "
@@ -253,7 +258,6 @@ class MachineHost(MachineNode, NamespaceHost):
     def __init__(self, name, machine: Machine, **params):
         self.python = machine.python
         super().__init__(name, machine, **params)
-
 
     def processes(self) -> dict[int, str]:
         return processes(self.machine, self.pid)

@@ -224,7 +224,9 @@ class Network:
 
     def run_at(self, node: str, argv: list[str], check: bool = True) -> subprocess.CompletedProcess:
         """A command in the root namespace of the machine that emulates `node` (its switch ports, its OVS)."""
-        machine = self.machine_of(node)
+        return self._run_on(self.machine_of(node), argv, check)
+
+    def _run_on(self, machine: Machine | None, argv: list[str], check: bool = True) -> subprocess.CompletedProcess:
         if machine is None:
             return subprocess.run(argv, check=check, capture_output=True, text=True)
         try:
@@ -259,7 +261,7 @@ class Network:
                 self.tunnels.append(ControllerTunnel(machine, self.controller.port))
             self._record(tunnel_pids=[t.proc.pid for t in self.tunnels])
             for tunnel in self.tunnels:
-                tunnel.wait(self.controller.port)
+                tunnel.wait()
         except MachineError as exc:
             raise NetworkError(str(exc)) from None
 
@@ -311,8 +313,7 @@ class Network:
                         mine.append(f"ip link set {dev} mtu {mtu}")
                     mine.append(tbf(dev, l.mbps, mtu))
         for machine, lines in cmds.items():
-            node = next(n for n in fab.switches if self.machine_of(n) == machine)
-            self.run_at(node, ["sh", "-ec", "\n".join(lines)])
+            self._run_on(machine, ["sh", "-ec", "\n".join(lines)])
 
     def _controller_call(self, fn, *args):
         try:

@@ -7,6 +7,7 @@ Points:
 """
 from __future__ import annotations
 
+import functools
 import os
 import re
 import signal
@@ -114,7 +115,7 @@ class Captures:
                 argv += spec["filter"].split()
             # the machine's tcpdump, in the host's network namespace (Docker hosts: not in the container)
             popen = self.net.host(node).tool_popen if node in self.net.fabric.hosts else \
-                lambda argv, **params: self.net.popen_at(node, argv, **params)
+                functools.partial(self.net.popen_at, node)
             with open(path, "wb") as out:
                 self.procs.append((spec, path, popen(argv, stdout=out, stderr=subprocess.PIPE)))
         time.sleep(0.5)      # tcpdump needs a moment before it sees packets

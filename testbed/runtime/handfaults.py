@@ -74,8 +74,7 @@ class RunningFabric:
         self.fabric = topo.build(kind, **params)
         self.pids = state.get("host_pids", {})
         self.docker = state.get("hosts") == "docker"
-        self.machines = {e["name"]: machines.Machine(**{**e, "ssh_options": tuple(e.get("ssh_options", ()))})
-                         for e in state.get("machines", [])}
+        self.machines = {e["name"]: machines.Machine.from_json(e) for e in state.get("machines", [])}
         self.placement = state.get("placement", {})
 
     def machine_of(self, node: str) -> machines.Machine | None:
