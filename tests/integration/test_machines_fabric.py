@@ -34,7 +34,7 @@ SCENARIO = {
     "workloads": [
         {"type": "connectivity"},
         {"type": "collective", "name": "allreduce-ring", "op": "allreduce", "algo": "ring", "ring": "rank",
-         "sizes": ["1MiB"], "iterations": 1},
+         "sizes": ["2MiB"], "iterations": 1},
         {"type": "collective", "name": "allgather-hier", "op": "allgather", "algo": "hierarchical",
          "sizes": ["1MiB"], "iterations": 2},
         {"type": "collective", "name": "allgather-mcast", "op": "allgather", "algo": "multicast", "sizes": ["1MiB"],
@@ -43,8 +43,9 @@ SCENARIO = {
          "iterations": 3, "recovery": "shrink"},
     ],
     "faults": [
-        # with single-path routing, s0g3's ring hop to s1g0 leaves rail3 (on m2) for spine0 (on m1)
-        {"workload": "allreduce-ring", "at": 2.0, "kind": "link-down", "target": "path:s0g3>s1g0", "duration": 2.0},
+        # with single-path routing, s0g3's ring hop to s1g0 leaves rail3 (on m2) for spine0 (on m1); the cut
+        # outlasts the RC retransmission timeout (6.8 s at 5 Mbit/s), which recovers what the tunnel's queue lost
+        {"workload": "allreduce-ring", "at": 2.0, "kind": "link-down", "target": "path:s0g3>s1g0", "duration": 8.0},
         {"workload": "allreduce-shrink", "at": 3.0, "kind": "gpu-crash", "target": "s1g3"},
     ],
     "capture": [{"point": "s1g3/nic", "filter": "udp port 4791", "max_packets": 20000}],
@@ -120,8 +121,12 @@ def test_a_cut_vxlan_link_between_machines_is_detected_and_routed_around(runs):
     assert on["rail3"] != on["spine0"]          # the cut link is a VXLAN tunnel
     f = fault(runs["split"], "link-down")
     assert f["detected_s"] - f["at_s"] < 1.0 and f["installed_s"] - f["at_s"] < 2.0, f
-    # while rail3-spine0 was cut, the ring's hop went over spine1
-    assert workload(runs["split"], "allreduce-ring")["rows"][0]["uplink_bytes"]["rail3-spine1"] > 100_000
+    # while rail3-spine0 was cut, the ring's hop went over spine1 (at once, or after the retransmission timeout
+    # when the cut lost the tail of a window: no later packet to NAK it)
+    row = workload(runs["split"], "allreduce-ring")["rows"][0]
+    print(f"split ring under the cut: {row['seconds']:.2f} s, {row['transport'].get('timeouts', 0)} timeouts, "
+          f"{row['uplink_bytes']['rail3-spine1']} bytes over spine1")
+    assert row["uplink_bytes"]["rail3-spine1"] > 100_000 and row["correct"]
 
 
 def test_a_gpu_crash_on_a_remote_machine_is_recovered_from(runs):
