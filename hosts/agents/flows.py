@@ -24,6 +24,7 @@ DATAGRAM = 1024
 HEADER = struct.Struct("!IQ")       # flow id, sequence number
 SOCK_BUF = 1 << 20
 UDP_HEADER = struct.Struct("!HHHH")  # source port, destination port, length, checksum
+QUIET_S = 2.0                        # silence after a UDP flow's paced end that ends its receiver
 
 
 def wait_until(t: float) -> None:
@@ -121,12 +122,19 @@ def udp_receive(f: dict, start_at: float, deadline: float, ready: threading.Even
     silences = []                # every silence of over 1.5 packet times: [start, seconds], to match with faults
     spacing = DATAGRAM * 8 / (f["rate_mbps"] * 1e6) if f.get("rate_mbps") else None
     top, reordered = -1, 0
+    # a paced sender is done by `ends`: a receiver still short of packets then stops after QUIET_S of silence
+    # (what was lost stays lost) instead of waiting for the deadline
+    ends = start_at + expected * spacing if spacing else deadline
     while len(seen) < expected and (left := deadline - time.time()) > 0:
-        sock.settimeout(left)
+        # silent since the last arrival (or, when nothing came, since well after the end: a late sender)
+        quiet_since = max(ends, last) if last is not None else ends + 5 * QUIET_S
+        sock.settimeout(min(left, max(0.01, quiet_since + QUIET_S - time.time())))
         try:
             data = sock.recv(65536)
         except socket.timeout:
-            break
+            if time.time() - quiet_since >= QUIET_S:
+                break
+            continue
         flow, seq = HEADER.unpack_from(data)
         if flow == f["flow"] and seq not in seen:
             now = time.time()
