@@ -231,6 +231,7 @@ def test_vagrant_and_ci_provision_with_the_same_script():
         assert p.returncode == 0 and "Syntax OK" in p.stdout, p.stderr
 
 
+@root
 def test_a_users_own_image_runs_the_hosts_and_a_missing_one_is_named(client, tmp_path):
     """host_image: NAME:TAG, an image the user built FROM the host image (with TensorFlow, say): the hosts run
     it, and a program sees what it added; an image that is not here fails the run in one line naming it."""
