@@ -21,12 +21,14 @@ demo: setup
 # sockets and timers); then the others one at a time (one fabric per machine). Both run; either failing fails.
 NO_FABRIC := not root and not docker and not qemu
 PYTEST := $(PY) -m pytest -q -rs
+# $(call two_passes,MORE_MARKERS,MORE_OPTIONS): MORE_MARKERS narrows the second pass ("and not slow", say)
+two_passes = $(PYTEST) -n 4 -m "$(NO_FABRIC)" tests; a=$$?; \
+	$(PYTEST) $(2) -m "not ($(NO_FABRIC))$(1)" tests; b=$$?; [ $$a = 0 ] && [ $$b = 0 ]
 
 test: setup
 	@trap '.venv/bin/testbed clean >/dev/null; scripts/dockerd-stop; scripts/ovs-stop' EXIT; \
 		scripts/ovs-start && scripts/dockerd-start || exit 1; \
-		$(PYTEST) -n 4 -m "$(NO_FABRIC)" tests; a=$$?; \
-		$(PYTEST) --durations=15 -m "not ($(NO_FABRIC))" tests; b=$$?; [ $$a = 0 ] && [ $$b = 0 ]
+		$(call two_passes,,--durations=15)
 
 test-unit: setup
 	$(PYTEST) -n 4 -m "not root" tests
@@ -34,8 +36,7 @@ test-unit: setup
 test-fast: setup
 	@trap '.venv/bin/testbed clean >/dev/null; scripts/dockerd-stop; scripts/ovs-stop' EXIT; \
 		scripts/ovs-start && scripts/dockerd-start || exit 1; \
-		$(PYTEST) -n 4 -m "$(NO_FABRIC)" tests; a=$$?; \
-		$(PYTEST) -m "not ($(NO_FABRIC)) and not slow and not qemu" tests; b=$$?; [ $$a = 0 ] && [ $$b = 0 ]
+		$(call two_passes, and not slow and not qemu,)
 
 clean:
 	@if [ -x .venv/bin/testbed ]; then .venv/bin/testbed clean; fi
