@@ -18,6 +18,7 @@ from pyroute2 import IPRoute
 
 from testbed import PREFIX, RUN_ROOT
 from testbed.fabric import ovs, runstate
+from testbed.fabric.links import node_of
 
 
 def _cmdline(pid: int) -> str:
@@ -78,9 +79,10 @@ def clean_machines(state: dict, echo=print) -> int:
     from testbed.fabric import machines
     placement, gone = state.get("placement", {}), 0
     pids = {**state.get("host_pids", {}), **state.get("switch_pids", {})}
+    tag = state.get("tag", "")
     for entry in state["machines"]:
         machine = machines.Machine.from_json(entry)
-        nodes = {n: pid for n, pid in pids.items() if placement.get(n.removeprefix(PREFIX)) == machine.name}
+        nodes = {n: pid for n, pid in pids.items() if placement.get(node_of(n, tag)) == machine.name}
         try:
             gone += machines.clean(machine, nodes, state.get("bridges", []))
         except (machines.MachineError, subprocess.TimeoutExpired) as exc:

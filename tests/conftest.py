@@ -29,6 +29,15 @@ def _results_follow_their_schema(request):
             pytest.fail("results.json off its schema:\n" + "\n".join(found[:20]), pytrace=False)
 
 
+def pytest_configure(config):
+    """`make test` runs its fabric tests over two pytest-xdist workers (TESTBED_TAG_PER_WORKER=1): each worker
+    brings its fabrics up under its own fabric tag (testbed.fabric.links.fabric_tag), so that two fabrics run
+    side by side on the machine; the CLI commands a test starts inherit it."""
+    worker = getattr(config, "workerinput", {}).get("workerid", "")      # gw0, gw1, ... under xdist
+    if worker and os.environ.get("TESTBED_TAG_PER_WORKER"):
+        os.environ["TESTBED_FABRIC_TAG"] = worker.removeprefix("gw")[-1]
+
+
 def pytest_collection_modifyitems(config, items):
     problem = None
     for item in items:

@@ -5,6 +5,9 @@ captures and the report use the same names.
 """
 from __future__ import annotations
 
+import os
+import string
+
 from hosts.rdma.headers import IB_MTUS
 from testbed import PREFIX
 
@@ -13,11 +16,37 @@ NIC_MTU = 9000          # default of every link but the HB ones: jumbo frames, R
 ROCE_HEADERS = 20 + 8 + 12 + 16 + 4     # IPv4, UDP, BTH, RETH, ICRC: what a RoCEv2 packet adds to its payload
 ROUTING_MODES = ("single", "ecmp", "spray", "rr", "split:K")
 PACE = 0.97             # ranks send at this share of their links' shaped rates
+TAG_VARIABLE = "TESTBED_FABRIC_TAG"
+TAG_CHARS = string.ascii_lowercase + string.digits
+IFNAMSIZ = 15           # the kernel's limit on a device name
+
+
+def fabric_tag() -> str:
+    """The tag that sets this fabric's names apart from another on the same machine: empty (the default,
+    one fabric per machine) or one lowercase letter or digit from TESTBED_FABRIC_TAG (make test gives each
+    test worker its own). One character only: a spine's port device, tb-spine63-p64, leaves room for one."""
+    tag = os.environ.get(TAG_VARIABLE, "")
+    if tag and (len(tag) != 1 or tag not in TAG_CHARS):
+        raise ValueError(f"{TAG_VARIABLE}={tag!r}: must be empty or one lowercase letter or digit")
+    return tag
 
 
 def sysname(node: str) -> str:
-    """Name of a switch on the machine (bridge name, port-name stem)."""
-    return PREFIX + node
+    """Name of a switch on the machine (bridge name, port-name stem), or of a Docker host's container."""
+    return PREFIX + fabric_tag() + node
+
+
+def node_of(name: str, tag: str) -> str:
+    """The model's name of a switch from its name on the machine, in a run that had this tag."""
+    return name.removeprefix(PREFIX + tag)
+
+
+def overlong_names(fabric) -> list[str]:
+    """Device names of this fabric the kernel would refuse (longer than IFNAMSIZ)."""
+    links = fabric.links + [l for circuit in fabric.circuits.values() for l in circuit]
+    ends = [(l.a, l.a_port) for l in links] + [(l.b, l.b_port) for l in links]
+    names = {switch_port(node, port) for node, port in ends if node not in fabric.hosts}
+    return sorted(n for n in names | {sysname(s) for s in fabric.switches} if len(n) > IFNAMSIZ)
 
 
 def switch_port(switch: str, port: int) -> str:

@@ -34,7 +34,8 @@ from testbed import RUN_ROOT
 from testbed.fabric import ovs, runstate
 from testbed.fabric.controller import Controller, ControllerError, LoopbackController
 from testbed.fabric.hosts import BackendUnavailable, backend_class, softroce
-from testbed.fabric.links import HB_MTU, interface, is_patch, mtu_of, switch_port, sysname, tbf
+from testbed.fabric.links import (HB_MTU, IFNAMSIZ, TAG_VARIABLE, fabric_tag, interface, is_patch, mtu_of,
+                                  overlong_names, switch_port, sysname, tbf)
 from testbed.fabric.machines import (VNI_BASE, VXLAN_OVERHEAD, ControllerTunnel, Machine, MachineBridge,
                                      MachineError, MachineHost, MachineLink, MachineSwitch)
 from testbed.fabric.machines import check as check_machine
@@ -107,6 +108,7 @@ class Network:
 
     def start(self, ready_timeout: float = 60) -> None:
         t0 = time.monotonic()
+        self._check_names()
         if self.machines:
             self._check_machines()
         else:
@@ -116,7 +118,7 @@ class Network:
         t0 = time.monotonic()
         self._refuse_concurrent_run()
         os.makedirs(self.run_dir, exist_ok=True)
-        self._record(bridges=[sysname(s.name) for s in self.fabric.switches.values()],
+        self._record(tag=fabric_tag(), bridges=[sysname(s.name) for s in self.fabric.switches.values()],
                      fabric={"kind": self.fabric.kind, **self.fabric.params}, hosts=self.hosts,
                      machines=[m.to_json() for m in self.machines.values()],
                      placement=self.placement.node_machine if self.placement else {})
@@ -163,6 +165,18 @@ class Network:
             self._lock_fd = None
         self.timings["tear_down_s"] = time.monotonic() - t0
 
+    def _check_names(self) -> None:
+        """The fabric tag and the device names it gives, before anything is made."""
+        try:
+            fabric_tag()
+        except ValueError as exc:
+            raise NetworkError(str(exc)) from None
+        overlong = overlong_names(self.fabric)
+        if overlong:
+            raise NetworkError(f"device names longer than {IFNAMSIZ} characters: {', '.join(overlong[:3])}"
+                               f"{' ...' if len(overlong) > 3 else ''}; use fewer ports per switch"
+                               f"{' or no ' + TAG_VARIABLE if fabric_tag() else ''}")
+
     def _take_fabric_lock(self) -> None:
         """One fabric per machine. A second run is refused, or with TESTBED_WAIT_FOR_FABRIC=SECONDS queues
         behind the running one."""
@@ -172,7 +186,7 @@ class Network:
             raise NetworkError(str(exc)) from None
 
     def _refuse_concurrent_run(self) -> None:
-        """Switch names are the same in every run: a second fabric would clobber a running one."""
+        """A tag's switch names are the same in every run: a second fabric would clobber a running one."""
         mine = {sysname(s) for s in self.fabric.switches}
         for run_dir, state in runstate.all_runs().items():
             if state.get("owner_pid") != os.getpid() and runstate.alive(state) and mine & set(state.get("bridges", [])):

@@ -14,6 +14,7 @@ import os
 import time
 
 from testbed import RUN_ROOT
+from testbed.fabric.links import fabric_tag
 
 STATE_FILE = "state.json"
 
@@ -56,20 +57,26 @@ def alive(state: dict) -> bool:
 
 
 def live_fabric() -> tuple[str, dict] | None:
-    """(run directory, state) of the fabric up on this machine, whichever command brought it up (the lock
-    allows one), or None."""
+    """(run directory, state) of the fabric up on this machine under this process's fabric tag, whichever
+    command brought it up (the lock allows one per tag), or None."""
+    tag = fabric_tag()
     for run_dir, state in all_runs().items():
-        if alive(state) and "fabric" in state:
+        if alive(state) and "fabric" in state and state.get("tag", "") == tag:
             return run_dir, state
     return None
 
 
+def lock_path() -> str:
+    """The lock file of this process's fabric tag."""
+    return os.path.join(RUN_ROOT, f"fabric{fabric_tag()}.lock")
+
+
 def take_lock(wait_s: float = 0.0) -> int:
-    """One fabric per machine (switch names are the same in every run): an exclusive lock, waited for up to
-    wait_s. The kernel releases it when its holder dies, so a crashed run never blocks the next. Returns the
-    descriptor to give to release_lock."""
+    """One fabric per machine and fabric tag (a tag's switch names are the same in every run): an exclusive
+    lock, waited for up to wait_s. The kernel releases it when its holder dies, so a crashed run never blocks
+    the next. Returns the descriptor to give to release_lock."""
     os.makedirs(RUN_ROOT, exist_ok=True)
-    fd = os.open(os.path.join(RUN_ROOT, "fabric.lock"), os.O_CREAT | os.O_RDWR, 0o644)
+    fd = os.open(lock_path(), os.O_CREAT | os.O_RDWR, 0o644)
     deadline = time.monotonic() + wait_s
     while True:
         try:
@@ -79,7 +86,8 @@ def take_lock(wait_s: float = 0.0) -> int:
             if time.monotonic() >= deadline:
                 os.close(fd)
                 raise FabricBusy("another testbed run is using this machine's fabric; wait for it to finish "
-                                 "(or set TESTBED_WAIT_FOR_FABRIC=SECONDS to queue behind it)") from None
+                                 "(or set TESTBED_WAIT_FOR_FABRIC=SECONDS to queue behind it, or "
+                                 "TESTBED_FABRIC_TAG=<a letter or digit> to run beside it)") from None
             time.sleep(0.5)
 
 

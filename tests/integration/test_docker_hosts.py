@@ -25,7 +25,7 @@ from testbed.scenario import validate
 from testbed.workloads import collective, connectivity
 from tests.paths import ROOT
 
-pytestmark = [pytest.mark.docker]
+pytestmark = [pytest.mark.docker, pytest.mark.alone]     # testbed clean, fixed container names
 root = pytest.mark.root
 
 

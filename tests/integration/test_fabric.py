@@ -11,6 +11,7 @@ import pytest
 
 from testbed import RUN_ROOT
 from testbed.fabric import runstate
+from testbed.fabric.links import fabric_tag, sysname
 from testbed.fabric.network import Network
 from testbed.fabric.topo import KINDS, build
 from testbed.workloads import connectivity, traffic
@@ -18,7 +19,7 @@ from testbed.workloads import connectivity, traffic
 pytestmark = pytest.mark.root
 from tests.paths import ROOT
 
-FABRIC_OBJECT = re.compile(r"^tb-(rail|spine|tor|hb|fe)\d")
+FABRIC_OBJECT = re.compile(rf"^tb-{fabric_tag()}(rail|spine|tor|hb|fe)\d")     # this worker's, under make test
 
 
 def busy_bridges() -> set[str]:
@@ -139,6 +140,7 @@ def test_ctrl_c_tears_down(tmp_path):
     assert "interrupted" in out + err
 
 
+@pytest.mark.alone          # testbed clean also removes namespaces that other tests have not recorded
 def test_clean_removes_what_a_killed_run_left():
     script = ("from testbed.fabric.topo import build; from testbed.fabric.network import Network; import os, signal\n"
               "net = Network(build('rail-only', 2, 2)); net.start()\n"
@@ -156,7 +158,7 @@ def test_a_second_fabric_is_refused_or_queued(monkeypatch):
     from testbed.fabric.network import NetworkError
     holder = subprocess.Popen([sys.executable, "-c",
                                "import fcntl, os, sys, time\n"
-                               f"fd = os.open({os.path.join(RUN_ROOT, 'fabric.lock')!r}, os.O_CREAT | os.O_RDWR)\n"
+                               f"fd = os.open({runstate.lock_path()!r}, os.O_CREAT | os.O_RDWR)\n"
                                "fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); time.sleep(60)\n"],
                               stdout=subprocess.PIPE, text=True)
     try:
@@ -175,3 +177,37 @@ def test_a_second_fabric_is_refused_or_queued(monkeypatch):
     monkeypatch.setenv("TESTBED_WAIT_FOR_FABRIC", "30")
     with Network(build("rail-only", 2, 2)) as net:
         assert connectivity.run(net, {})["ok"]
+
+
+def test_two_fabrics_under_different_tags_run_side_by_side():
+    """A fabric tag gives a run its own lock and names: a second fabric comes up beside a running one, both
+    carry traffic, and tearing one down leaves the other whole and nothing of its own."""
+    other = "y" if fabric_tag() != "y" else "x"
+    script = ("import sys\n"
+              "from testbed.fabric.network import Network\nfrom testbed.fabric.topo import build\n"
+              "from testbed.workloads import connectivity\n"
+              "with Network(build('rail-optimized', 2, 2, spines=1)) as net:\n"
+              "    print('up', flush=True)\n"
+              "    sys.stdin.readline()\n"
+              "    print('ok' if connectivity.run(net, {})['ok'] else 'failed', flush=True)\n")
+    with Network(build("rail-only", 2, 2)) as net:
+        beside = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, text=True,
+                                  env=dict(os.environ, TESTBED_FABRIC_TAG=other),
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            line = beside.stdout.readline()
+            assert line.strip() == "up", line + beside.stderr.read()
+            bridges = set(subprocess.run(["ovs-vsctl", "list-br"], capture_output=True, text=True).stdout.split())
+            assert {sysname("rail0"), f"tb-{other}rail0", f"tb-{other}spine0"} <= bridges, bridges
+            assert connectivity.run(net, {})["ok"]
+            out, err = beside.communicate("\n", timeout=120)
+            assert beside.returncode == 0 and out.split()[-1] == "ok", out + err
+        finally:
+            if beside.poll() is None:
+                beside.kill()
+                beside.wait()
+        assert connectivity.run(net, {})["ok"]         # the other's tear-down left this fabric whole
+    bridges = subprocess.run(["ovs-vsctl", "list-br"], capture_output=True, text=True).stdout.split()
+    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+    assert not [b for b in bridges if b.startswith(f"tb-{other}")]
+    assert f" tb-{other}" not in links

@@ -4,6 +4,7 @@ import subprocess
 
 import pytest
 
+from testbed.fabric.links import switch_port
 from testbed.fabric.network import Network
 from testbed.fabric.topo import build
 from testbed.workloads import collective
@@ -23,8 +24,8 @@ def test_jumbo_nic_links_carry_roce_mtu_4096_and_collectives_stay_exact():
     with Network(fabric) as net:
         host = net.host("s0g0")
         assert "mtu 9000" in host.cmd("ip link show eth0")
-        switch_port = subprocess.run(["ip", "link", "show", "tb-rail0-p1"], capture_output=True, text=True).stdout
-        assert "mtu 9000" in switch_port, switch_port
+        port = subprocess.run(["ip", "link", "show", switch_port("rail0", 1)], capture_output=True, text=True).stdout
+        assert "mtu 9000" in port, port
         before = net.counters()
         ring = collective.run(net, {"op": "allreduce", "algo": "ring", "ring": "rank", "sizes": ["1MiB"],
                                     "iterations": 2})

@@ -13,7 +13,7 @@ import pytest
 from testbed.fabric import runstate
 from tests.paths import ROOT
 
-pytestmark = [pytest.mark.root, pytest.mark.timeout(1500)]     # may queue behind another run's fabric
+pytestmark = [pytest.mark.root, pytest.mark.alone, pytest.mark.timeout(1500)]     # machine-wide leftovers
 
 TOPO = "rail-optimized,servers=2,gpus=2,spines=1,nic_mbps=5"
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\r")

@@ -14,7 +14,7 @@ import pytest
 from testbed import RUN_ROOT
 from tools import machines
 
-pytestmark = [pytest.mark.root, pytest.mark.docker]
+pytestmark = [pytest.mark.root, pytest.mark.docker, pytest.mark.alone]     # fixed machine names
 NAMES = ["m1", "m2"]
 
 

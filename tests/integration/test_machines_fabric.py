@@ -25,7 +25,7 @@ from testbed.fabric.topo import build
 from testbed.scenario import validate
 from tools import machines
 
-pytestmark = [pytest.mark.root, pytest.mark.docker, pytest.mark.slow]
+pytestmark = [pytest.mark.root, pytest.mark.docker, pytest.mark.slow, pytest.mark.alone]   # machine-wide leftovers
 NAMES = ["m1", "m2"]
 SCENARIO = {
     "name": "split",

@@ -1,5 +1,5 @@
-"""Docker host backend: every emulated host is a container (name tb-<host>, CPU and memory limits), whose
-network namespace Mininet cables like any host's.
+"""Docker host backend: every emulated host is a container (name tb-<host>, tb-<tag><host> under a fabric tag;
+CPU and memory limits), whose network namespace Mininet cables like any host's.
 
     containers = Containers(client, image, run_dir, cpus=1.0, memory=1 << 30)
     containers.start(["s0g0", "s0g1"])               # in parallel
@@ -33,7 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 from mininet.node import Host
 
 from hosts import cgroups
-from testbed import PREFIX
+from testbed.fabric.links import sysname
 from testbed.fabric.hosts.base import LocalProcesses, RemoteShell
 from testbed.fabric.hosts.engine import DockerUnavailable, engine  # noqa: F401 (dockerhost.engine: the API)
 from testbed.fabric.hosts.mpissh import Ssh
@@ -47,12 +47,12 @@ DROP_CAPS = ["setpriv", "--inh-caps=-all", "--bounding-set=-all," + ",".join("+"
 
 
 def container_name(host: str) -> str:
-    return PREFIX + host
+    return sysname(host)
 
 
 def holder_name(host: str) -> str:
     """The container that holds the host's network namespace."""
-    return PREFIX + host + "-net"
+    return sysname(host) + "-net"
 
 
 def cgroup_procs(pid: int) -> list[str]:

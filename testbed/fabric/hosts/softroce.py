@@ -14,7 +14,7 @@ import shutil
 import time
 
 from hosts.rdma.rxe import find_gid
-from testbed import PREFIX
+from testbed.fabric.links import sysname
 
 
 def available() -> bool:
@@ -25,9 +25,9 @@ def device_names(fabric) -> dict[str, list[tuple[str, str, str]]]:
     """host -> [(rxe device, interface, address)] for every interface of every host."""
     out = {}
     for h in fabric.hosts.values():
-        out[h.name] = [(f"{PREFIX}{h.name}-nic", "eth0", h.ip)]
+        out[h.name] = [(f"{sysname(h.name)}-nic", "eth0", h.ip)]
         if h.hb_ip:
-            out[h.name].append((f"{PREFIX}{h.name}-hb", "eth1", h.hb_ip))
+            out[h.name].append((f"{sysname(h.name)}-hb", "eth1", h.hb_ip))
     return out
 
 
