@@ -42,6 +42,15 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def check_fabric_tag() -> None:
+    """A bad TESTBED_FABRIC_TAG is bad input to every command: one line and exit 2, before anything runs."""
+    from testbed.fabric.links import fabric_tag
+    try:
+        fabric_tag()
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
 def main(argv: list[str] | None = None) -> int:
     from testbed.results.pcap import PcapError
     from testbed.results.runs import RunsError
@@ -50,6 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         configure_output(args)
+        check_fabric_tag()
         return args.func(args)
     except (TopologyError, ScenarioError, UsageError, PcapError, HandFaultError, RunsError) as exc:
         print(f"testbed {args.command}: error: {exc}", file=sys.stderr)

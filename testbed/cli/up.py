@@ -17,12 +17,17 @@ import time
 
 from testbed import RUN_ROOT
 from testbed.cli.errors import EXIT_FAILED, UsageError, require_machine
+from testbed.fabric.links import fabric_tag
 
 TOPO_KEYS = {"servers": "servers", "gpus": "gpus_per_server", "gpus_per_server": "gpus_per_server",
              "spines": "spines", "oversubscription": "oversubscription", "nic_mbps": "nic_mbps",
              "hb_mbps": "hb_mbps", "cpu_hosts": "cpu_hosts", "spares_per_server": "spares_per_server",
              "spare_servers": "spare_servers", "nic_mtu": "nic_mtu"}
-LOG = "up.log"          # the fabric process's output, under RUN_ROOT (its run directory goes with the fabric)
+
+
+def log_path() -> str:
+    """The fabric process's output, under RUN_ROOT (its run directory goes with the fabric); one per fabric tag."""
+    return os.path.join(RUN_ROOT, f"up{fabric_tag()}.log")
 
 
 def register(subparsers) -> None:
@@ -148,7 +153,7 @@ def _spawn(argv: list[str]) -> dict:
     and wait for its report on a pipe: {"ok", "pid", "bring_up_s"} or {"ok": false, "error"}."""
     os.makedirs(RUN_ROOT, exist_ok=True)
     read_end, write_end = os.pipe()
-    with open(os.path.join(RUN_ROOT, LOG), "w") as log:
+    with open(log_path(), "w") as log:
         proc = subprocess.Popen(argv + ["--ready-fd", str(write_end)], stdin=subprocess.DEVNULL, stdout=log,
                                 stderr=subprocess.STDOUT, pass_fds=(write_end,), start_new_session=True,
                                 cwd=os.getcwd())
@@ -170,7 +175,7 @@ def _spawn(argv: list[str]) -> dict:
 def _died(proc) -> str:
     status = proc.wait()
     try:
-        with open(os.path.join(RUN_ROOT, LOG)) as f:
+        with open(log_path()) as f:
             last = [line.strip() for line in f if line.strip()][-1:]
     except OSError:
         last = []

@@ -1,4 +1,8 @@
 """Fabric tags: two fabrics side by side on one machine, each under its own names."""
+import os
+import subprocess
+import sys
+
 import pytest
 
 from testbed.fabric import runstate
@@ -7,6 +11,8 @@ from testbed.fabric.links import IFNAMSIZ, TAG_VARIABLE, fabric_tag, node_of, ov
 from testbed.fabric.network import Network, NetworkError
 from testbed.fabric.topo import (KINDS, MAX_CPU_HOSTS, MAX_GPUS_PER_SERVER, MAX_SERVERS, MAX_SPARES_PER_SERVER,
                                  MAX_SPINES, build)
+
+from tests.paths import ROOT
 
 
 def test_no_tag_keeps_the_names_users_know(monkeypatch):
@@ -30,6 +36,15 @@ def test_a_bad_tag_is_refused_before_anything_is_made(monkeypatch, bad):
         fabric_tag()
     with pytest.raises(NetworkError, match="one lowercase letter or digit"):
         Network(build("rail-only", 2, 2)).start()
+
+
+@pytest.mark.parametrize("command", [["status"], ["topo", "rail-only", "--servers", "2", "--gpus", "2"]])
+def test_every_command_refuses_a_bad_tag_in_one_line(command):
+    p = subprocess.run([sys.executable, "-m", "testbed.cli", *command], cwd=ROOT, capture_output=True, text=True,
+                       env=dict(os.environ, TESTBED_FABRIC_TAG="ab"), timeout=60)
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert p.stderr.strip().splitlines() == [f"testbed {command[0]}: error: TESTBED_FABRIC_TAG='ab': must be empty "
+                                             "or one lowercase letter or digit"]
 
 
 @pytest.mark.parametrize("kind", KINDS)
