@@ -23,8 +23,15 @@ def main() -> None:
     args = ap.parse_args()
     settings.export(args.topology, args.mode, args.state, args.failover, args.delay_ms)
 
+    import functools
+
+    import eventlet
     from os_ken import cfg, log
     from os_ken.base import app_manager  # before os_ken.controller.controller, which needs its options
+    from os_ken.lib import hub
+    # eventlet listens with SO_REUSEPORT by default: a second controller on the same port would share the
+    # switches' connections with the first, silently. Without it, a port already taken fails at once.
+    hub.listen = functools.partial(eventlet.listen, reuse_port=False)
     cfg.CONF(["--ofp-listen-host", "127.0.0.1", "--ofp-tcp-listen-port", str(args.port)],
              project="os_ken", default_config_files=[])
     log.init_log()

@@ -34,6 +34,35 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+PORT_ATTEMPTS = 3
+
+
+class PortTaken(Exception):
+    """Another process listens on the port picked for the controller."""
+
+
+def listens(pid: int, port: int) -> bool:
+    """Whether process pid owns the socket listening on 127.0.0.1:port (/proc/net/tcp and the process's fds)."""
+    inodes = set()
+    with open("/proc/net/tcp") as f:
+        for line in f.readlines()[1:]:
+            fields = line.split()
+            if fields[1] == f"0100007F:{port:04X}" and fields[3] == "0A":      # local address, LISTEN
+                inodes.add(f"socket:[{fields[9]}]")
+    fd_dir = f"/proc/{pid}/fd"
+    try:
+        fds = os.listdir(fd_dir)
+    except OSError:
+        return False
+    for fd in fds:
+        try:
+            if os.readlink(os.path.join(fd_dir, fd)) in inodes:
+                return True
+        except OSError:
+            pass
+    return False
+
+
 class Controller:
     """One controller process per fabric; its files live in the run directory."""
 
@@ -45,10 +74,20 @@ class Controller:
         self.proc: subprocess.Popen | None = None
 
     def start(self, fabric, timeout: float = 30) -> int:
-        """Start it and wait until it listens (before switches are pointed at it); returns its PID."""
+        """Start it and wait until it listens (before switches are pointed at it); returns its PID. free_port
+        only picked a port: if another process takes it first, the controller is started on a new one."""
         topo = os.path.join(self.run_dir, "topology.json")
         with open(topo, "w") as f:
             json.dump(fabric.to_controller(), f)
+        for _ in range(PORT_ATTEMPTS):
+            try:
+                return self._spawn(topo, timeout)
+            except PortTaken:
+                self.stop()
+                self.port = free_port()
+        raise ControllerError(f"no free port for the controller after {PORT_ATTEMPTS} attempts")
+
+    def _spawn(self, topo: str, timeout: float) -> int:
         env = dict(os.environ, PYTHONPATH=PROJECT_ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
         with open(self.log_path, "w") as log:
             self.proc = subprocess.Popen(
@@ -58,12 +97,17 @@ class Controller:
                 stdout=log, stderr=subprocess.STDOUT, env=env, cwd=PROJECT_ROOT, start_new_session=True)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
+            if self.proc.poll() is not None and "Address already in use" in self._tail():
+                raise PortTaken()
             self._check_alive()
             try:
                 socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
-                return self.proc.pid
             except OSError:
                 time.sleep(0.05)
+                continue
+            if listens(self.proc.pid, self.port):
+                return self.proc.pid
+            raise PortTaken()           # another process listens there
         raise ControllerError(f"the controller did not listen on 127.0.0.1:{self.port} within {timeout:.0f} s")
 
     def wait_routes(self, switches: set[str], timeout: float) -> None:

@@ -124,6 +124,7 @@ def test_run_fails_when_a_check_fails(tmp_path):
     assert failed == ["ecmp-udp: uplinks-all-used"]
 
 
+@pytest.mark.alone          # the interrupt must land within the run's first seconds
 def test_ctrl_c_tears_down(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "testbed.cli", "run", "scenarios/smoke.yaml",
                              "--out", str(tmp_path / "test-results-int")],

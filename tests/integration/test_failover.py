@@ -13,7 +13,7 @@ from testbed.fabric.topo import build
 from testbed.runtime import faults
 from testbed.workloads import connectivity
 
-pytestmark = pytest.mark.root
+pytestmark = [pytest.mark.root, pytest.mark.alone]     # gaps and detection times in milliseconds: no neighbour
 from tests.paths import ROOT
 
 

@@ -46,6 +46,7 @@ def rx_packets(net, counters, name) -> int:
 
 @pytest.mark.root
 @pytest.mark.slow
+@pytest.mark.alone          # the fuzzing must meet the ranks while they run: timing
 def test_a_hostile_host_neither_crashes_the_controller_nor_spoils_a_collective():
     fabric = build("rail-optimized", 2, 2, spines=1, nic_mbps=10)
     with Network(fabric) as net:
