@@ -178,8 +178,8 @@ class Network:
                                f"{' or no ' + TAG_VARIABLE if fabric_tag() else ''}")
 
     def _take_fabric_lock(self) -> None:
-        """One fabric per machine. A second run is refused, or with TESTBED_WAIT_FOR_FABRIC=SECONDS queues
-        behind the running one."""
+        """One fabric per machine and fabric tag. A second run is refused, or with TESTBED_WAIT_FOR_FABRIC=SECONDS
+        queues behind the running one."""
         try:
             self._lock_fd = runstate.take_lock(float(os.environ.get("TESTBED_WAIT_FOR_FABRIC", "0") or 0))
         except runstate.FabricBusy as exc:

@@ -117,7 +117,7 @@ class Containers:
 
     def _run(self, name: str, **options):
         import docker
-        try:      # a container of a run that crashed (the fabric lock says no other run is up)
+        try:      # a container of a run that crashed (the fabric lock says no other run of this tag is up)
             self.client.containers.get(name).remove(force=True)
         except docker.errors.NotFound:
             pass
