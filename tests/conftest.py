@@ -1,6 +1,7 @@
 """Shared fixtures: root-only integration tests skip with a printed reason where they cannot run."""
 import os
 import shutil
+from collections import Counter
 
 import pytest
 
@@ -35,10 +36,16 @@ def pytest_configure(config):
     side by side on the machine; the CLI commands a test starts inherit it."""
     worker = getattr(config, "workerinput", {}).get("workerid", "")      # gw0, gw1, ... under xdist
     if worker and os.environ.get("TESTBED_TAG_PER_WORKER"):
-        os.environ["TESTBED_FABRIC_TAG"] = worker.removeprefix("gw")[-1]
+        from testbed.fabric.links import TAG_CHARS
+        os.environ["TESTBED_FABRIC_TAG"] = sorted(TAG_CHARS)[int(worker.removeprefix("gw"))]
 
 
 def pytest_collection_modifyitems(config, items):
+    if os.environ.get("TESTBED_TAG_PER_WORKER"):
+        # the longest files first (a file's slow tests stand for its length), so that the workers, which take
+        # whole files in this order, end together; stable: a file's tests keep their order
+        weight = Counter(item.path for item in items if "slow" in item.keywords)
+        items.sort(key=lambda item: -weight[item.path])
     problem = None
     for item in items:
         if "root" in item.keywords:
