@@ -6,6 +6,7 @@ import json
 import time
 
 from testbed.cli.live import LiveFabric, leftovers
+from testbed.fabric.links import fabric_tag
 
 
 def register(subparsers) -> None:
@@ -17,7 +18,10 @@ def register(subparsers) -> None:
 def cmd_status(args) -> int:
     from testbed.fabric import runstate
     found = runstate.live_fabric()
-    report = {"up": found is not None, "leftovers": leftovers()}
+    others = {tag: state for tag, (_, state) in runstate.live_fabrics().items() if tag != fabric_tag()}
+    report = {"up": found is not None, "leftovers": leftovers(),
+              "other_tags": [{"tag": tag, "pid": st.get("owner_pid"), "kind": st["fabric"].get("kind")}
+                             for tag, st in sorted(others.items())]}
     if found:
         report.update(describe(LiveFabric(*found)))
     print(json.dumps(report, indent=2) if args.json else "\n".join(text(report)))
@@ -62,6 +66,10 @@ def text(r: dict) -> list[str]:
                   for l in r["links"]]
     else:
         lines.append("no fabric is up (testbed up SCENARIO | --topo KIND,... brings one up)")
+    for other in r.get("other_tags", []):
+        tag = other["tag"] or "(none)"
+        lines.append(f"also up under fabric tag {tag}: {other['kind']}, pid {other['pid']} "
+                     f"(TESTBED_FABRIC_TAG={other['tag']} testbed status)")
     left = r["leftovers"]
     lines.append("leftovers: " + ("; ".join(f"{len(v)} {k} ({', '.join(v[:4])}{', ...' if len(v) > 4 else ''})"
                                             for k, v in left.items()) + " — `testbed clean` removes them"

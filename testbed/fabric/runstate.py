@@ -56,14 +56,16 @@ def alive(state: dict) -> bool:
     return bool(pid) and os.path.exists(f"/proc/{pid}")
 
 
+def live_fabrics() -> dict[str, tuple[str, dict]]:
+    """Fabric tag -> (run directory, state) of every fabric up on this machine, whichever command brought it
+    up (the lock allows one per tag)."""
+    return {state.get("tag", ""): (run_dir, state) for run_dir, state in all_runs().items()
+            if alive(state) and "fabric" in state}
+
+
 def live_fabric() -> tuple[str, dict] | None:
-    """(run directory, state) of the fabric up on this machine under this process's fabric tag, whichever
-    command brought it up (the lock allows one per tag), or None."""
-    tag = fabric_tag()
-    for run_dir, state in all_runs().items():
-        if alive(state) and "fabric" in state and state.get("tag", "") == tag:
-            return run_dir, state
-    return None
+    """(run directory, state) of the fabric up under this process's fabric tag, or None."""
+    return live_fabrics().get(fabric_tag())
 
 
 def lock_path() -> str:

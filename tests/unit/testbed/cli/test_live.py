@@ -121,6 +121,30 @@ def test_status_describes_the_fabric(run_root, capsys):
     assert "from --topo rail-optimized" in out and "links (10," in out and "s1g1:eth0" in out
 
 
+def test_status_names_the_fabrics_up_under_other_tags(run_root, capsys, monkeypatch):
+    write_state(run_root, os.getpid(), live={"since": 1.0, "source": "--topo rail-optimized", "routing": "ecmp"})
+    beside = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])    # another live run
+    try:
+        write_state(run_root, beside.pid, tag="b", fabric={**PARAMS, "kind": "rail-only"})
+        monkeypatch.delenv("TESTBED_FABRIC_TAG", raising=False)
+        assert main(["status", "--json"]) == 0
+        report = json.loads(capsys.readouterr().out)
+        assert report["pid"] == os.getpid()
+        assert report["other_tags"] == [{"tag": "b", "pid": beside.pid, "kind": "rail-only"}]
+        monkeypatch.setenv("TESTBED_FABRIC_TAG", "b")
+        assert main(["status"]) == 0
+        out = capsys.readouterr().out
+        assert f"testbed run pid {beside.pid}" in out
+        assert f"also up under fabric tag (none): rail-optimized, pid {os.getpid()}" in out
+        monkeypatch.setenv("TESTBED_FABRIC_TAG", "c")
+        assert main(["status", "--json"]) == 0
+        report = json.loads(capsys.readouterr().out)
+        assert not report["up"] and [o["tag"] for o in report["other_tags"]] == ["", "b"]
+    finally:
+        beside.kill()
+        beside.wait()
+
+
 @pytest.fixture
 def console(run_root):
     write_state(run_root, os.getpid(), live={"since": 0, "source": "x", "routing": "ecmp"})
