@@ -31,7 +31,7 @@ def _results_follow_their_schema(request):
 
 
 def pytest_configure(config):
-    """`make test` runs its fabric tests over two pytest-xdist workers (TESTBED_TAG_PER_WORKER=1): each worker
+    """The fabric tests two at a time (TESTBED_TAG_PER_WORKER=1 under pytest-xdist, docs/testing.md): each worker
     brings its fabrics up under its own fabric tag (testbed.fabric.links.fabric_tag), so that two fabrics run
     side by side on the machine; the CLI commands a test starts inherit it."""
     worker = getattr(config, "workerinput", {}).get("workerid", "")      # gw0, gw1, ... under xdist
