@@ -17,8 +17,9 @@ def register(subparsers) -> None:
 
 def cmd_status(args) -> int:
     from testbed.fabric import runstate
-    found = runstate.live_fabric()
-    others = {tag: state for tag, (_, state) in runstate.live_fabrics().items() if tag != fabric_tag()}
+    fabrics = runstate.live_fabrics()          # read once: this tag's fabric and the others
+    found = fabrics.pop(fabric_tag(), None)
+    others = {tag: state for tag, (_, state) in fabrics.items()}
     report = {"up": found is not None, "leftovers": leftovers(),
               "other_tags": [{"tag": tag, "pid": st.get("owner_pid"), "kind": st["fabric"].get("kind")}
                              for tag, st in sorted(others.items())]}

@@ -24,7 +24,8 @@ IFNAMSIZ = 15           # the kernel's limit on a device name
 def fabric_tag() -> str:
     """The tag that sets this fabric's names apart from another on the same machine: empty (the default,
     one fabric per machine) or one lowercase letter or digit from TESTBED_FABRIC_TAG (the two-at-a-time
-    test run gives each test worker its own, docs/testing.md). One character only: a spine's port device, tb-spine63-p64, leaves room for one."""
+    test run gives each test worker its own, docs/testing.md). One character only: a spine's port device,
+    tb-spine63-p64, leaves room for one."""
     tag = os.environ.get(TAG_VARIABLE, "")
     if tag and (len(tag) != 1 or tag not in TAG_CHARS):
         raise ValueError(f"{TAG_VARIABLE}={tag!r}: must be empty or one lowercase letter or digit")

@@ -19,7 +19,7 @@ from testbed.workloads import connectivity, traffic
 pytestmark = pytest.mark.root
 from tests.paths import ROOT
 
-FABRIC_OBJECT = re.compile(rf"^tb-{fabric_tag()}(rail|spine|tor|hb|fe)\d")     # this worker's, under make test
+FABRIC_OBJECT = re.compile(rf"^tb-{fabric_tag()}(rail|spine|tor|hb|fe)\d")     # this tag's (a worker's, two at a time)
 
 
 def busy_bridges() -> set[str]:
