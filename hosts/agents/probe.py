@@ -1,10 +1,17 @@
 """Reachability probe run inside an emulated host: answers probes and probes a list of targets.
 
-    python -m hosts.agents.probe --targets 10.11.0.2,10.12.0.2 --until EPOCH [--port 7000]
+    python -m hosts.agents.probe --targets 10.11.0.2,10.12.0.2 --until EPOCH
+        [--expected 10.11.0.2] [--not-before EPOCH] [--port 7000]
 
 Every host of a fabric runs one at the same time; each answers the others' PINGs with a PONG and
-retries its own PINGs until the shared deadline, so start-up skew between hosts costs nothing.
-UDP, like the RoCEv2 traffic the fabric is for. Prints {"reached": [...], "unreached": [...]} as JSON.
+retries its own PINGs, so start-up skew between hosts costs nothing. UDP, like the RoCEv2 traffic the
+fabric is for. Prints {"reached": [...], "unreached": [...]} as JSON.
+
+A probe stops at `--until` at the latest. It stops earlier once its part is settled: it has reached every
+`--expected` address and heard a PING from each of them (reachability is symmetric, so those are the hosts
+that need its PONGs), and for LINGER_S (three retry rounds) every probe has been running (from
+`--not-before`: an isolated target that leaks has had the time to answer) and no PING has come (a peer
+whose PONG was lost asks again within RETRY_S).
 """
 from __future__ import annotations
 
@@ -14,15 +21,22 @@ import socket
 import time
 
 RETRY_S = 0.2
+LINGER_S = 0.6      # three retry rounds
 
 
-def probe(targets: list[str], until: float, port: int) -> dict:
+def probe(targets: list[str], until: float, port: int, expected: set[str] | None = None,
+          not_before: float = 0.0, address: str = "0.0.0.0") -> dict:
+    """expected=None: run to `until` (nothing is known about which targets should answer)."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("0.0.0.0", port))
+    sock.bind((address, port))
     reached: set[str] = set()
-    next_round = 0.0
+    heard: set[str] = set()
+    next_round, last_ping = 0.0, time.time()
     while (now := time.time()) < until:
+        if expected is not None and now - max(not_before, last_ping) >= LINGER_S \
+                and expected <= reached and expected <= heard:
+            break
         if now >= next_round:
             for ip in targets:
                 if ip not in reached:
@@ -34,11 +48,11 @@ def probe(targets: list[str], until: float, port: int) -> dict:
         sock.settimeout(max(0.001, min(next_round, until) - time.time()))
         try:
             data, (peer, peer_port) = sock.recvfrom(64)
-        except (socket.timeout, BlockingIOError):
-            continue
-        except OSError:
+        except OSError:       # a timeout, or e.g. an ICMP error reported on the socket
             continue
         if data == b"PING":
+            heard.add(peer)
+            last_ping = time.time()
             sock.sendto(b"PONG", (peer, peer_port))
         elif data == b"PONG":
             reached.add(peer)
@@ -46,14 +60,20 @@ def probe(targets: list[str], until: float, port: int) -> dict:
     return {"reached": sorted(reached), "unreached": sorted(set(targets) - reached)}
 
 
+def addresses(text: str) -> list[str]:
+    return [t for t in text.split(",") if t]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description="UDP reachability probe")
     ap.add_argument("--targets", default="")
     ap.add_argument("--until", type=float, required=True, help="wall-clock deadline (epoch seconds)")
+    ap.add_argument("--expected", default=None, help="the targets that should answer (default: unknown)")
+    ap.add_argument("--not-before", type=float, default=0.0, help="no early stop before (epoch seconds)")
     ap.add_argument("--port", type=int, default=7000)
     args = ap.parse_args()
-    targets = [t for t in args.targets.split(",") if t]
-    print(json.dumps(probe(targets, args.until, args.port)), flush=True)
+    expected = None if args.expected is None else set(addresses(args.expected))
+    print(json.dumps(probe(addresses(args.targets), args.until, args.port, expected, args.not_before)), flush=True)
 
 
 if __name__ == "__main__":
