@@ -16,7 +16,7 @@ from testbed.scenario import ScenarioError
 from testbed.workloads import connectivity
 
 
-def scenario(name, recovery, fault=None, fabric=None, iterations=5, size="1MiB", **extra):
+def scenario(name, recovery, fault=None, fabric=None, iterations=5, size="512KiB", **extra):
     return {"name": name, "fabric": fabric or {"kind": "rail-only", "servers": 2, "gpus_per_server": 2},
             "workloads": [{"type": "collective", "op": "allreduce", "algo": "ring", "sizes": [size],
                            "iterations": iterations, "timeout_s": 20, "recovery": recovery, **extra}],
@@ -113,7 +113,7 @@ def test_idle_spares_are_cut_off_until_brought_onto_a_rail():
 @pytest.mark.parametrize("kind", ["gpu-crash", "gpu-hang"])
 @pytest.mark.slow
 def test_crash_and_hang_are_detected_by_heartbeats_and_the_job_shrinks(kind, tmp_path):
-    doc = scenario(f"shrink-{kind}", "shrink", {"at": 4.0, "kind": kind, "target": "s1g1", "duration": 60},
+    doc = scenario(f"shrink-{kind}", "shrink", {"at": 2.5, "kind": kind, "target": "s1g1", "duration": 60},
                    fabric={"kind": "rail-optimized", "servers": 2, "gpus_per_server": 2})
     r = run(tmp_path, doc)
     assert r["ok"], r["checks"]
@@ -129,7 +129,7 @@ def test_crash_and_hang_are_detected_by_heartbeats_and_the_job_shrinks(kind, tmp
 @pytest.mark.root
 @pytest.mark.slow
 def test_a_declared_failure_is_reported_at_once_and_the_job_shrinks(tmp_path):
-    doc = scenario("declared", "shrink", {"at": 4.0, "kind": "gpu-declared", "target": "s1g1"},
+    doc = scenario("declared", "shrink", {"at": 2.5, "kind": "gpu-declared", "target": "s1g1"},
                    fabric={"kind": "rail-optimized", "servers": 2, "gpus_per_server": 2})
     r = run(tmp_path, doc)
     assert r["ok"], r["checks"]
@@ -143,7 +143,7 @@ def test_a_declared_failure_is_reported_at_once_and_the_job_shrinks(tmp_path):
 @pytest.mark.root
 @pytest.mark.slow
 def test_spare_gpu_takes_over_on_the_failed_gpus_rail(tmp_path):
-    doc = scenario("spare", "spare", {"workload": "collective#0", "at": 4.0, "kind": "gpu-crash", "target": "s1g1"},
+    doc = scenario("spare", "spare", {"workload": "collective#0", "at": 2.5, "kind": "gpu-crash", "target": "s1g1"},
                    fabric={"kind": "rail-only", "servers": 2, "gpus_per_server": 2, "spares_per_server": 1})
     r = run(tmp_path, doc)
     assert r["ok"], r["checks"]
@@ -163,7 +163,7 @@ def test_spare_gpu_takes_over_on_the_failed_gpus_rail(tmp_path):
 @pytest.mark.parametrize("kind,target", [("server-down", "s1"), ("gpu-crash", "s1g0")])
 @pytest.mark.slow
 def test_migrate_moves_the_servers_ranks_to_a_spare_server(kind, target, tmp_path):
-    doc = scenario(f"migrate-{kind}", "migrate", {"at": 4.0, "kind": kind, "target": target},
+    doc = scenario(f"migrate-{kind}", "migrate", {"at": 2.5, "kind": kind, "target": target},
                    fabric={"kind": "rail-only", "servers": 2, "gpus_per_server": 2, "spare_servers": 1})
     r = run(tmp_path, doc)
     assert r["ok"], r["checks"]
