@@ -104,7 +104,7 @@ def test_gpu_failure_is_detected_by_its_peers_and_aborts_cleanly(kind, tmp_path)
     scenario = {"name": kind, "fabric": {"kind": "rail-optimized", "servers": 2, "gpus_per_server": 2},
                 "workloads": [{"type": "collective", "op": "allreduce", "algo": "ring", "sizes": ["4MiB"],
                                "iterations": 3, "timeout_s": 5}],
-                "faults": [{"at": 2.0, "kind": kind, "target": "s1g0", "duration": 30}],
+                "faults": [{"at": 2.0, "kind": kind, "target": "s1g0", "duration": 8}],
                 "capture": [{"point": "s1g0/nic", "filter": "udp"}]}
     t0 = time.monotonic()
     r = runner.run(scenario, out, echo=lambda *a: None)
@@ -159,9 +159,9 @@ def test_gpu_crash_with_shrink_recovery_finishes_on_the_survivors(tmp_path):
     from testbed import runner
     out = str(tmp_path / "test-shrink")
     scenario = {"name": "shrink", "fabric": {"kind": "rail-optimized", "servers": 2, "gpus_per_server": 2},
-                "workloads": [{"type": "collective", "op": "allreduce", "algo": "ring", "sizes": ["2MiB"],
+                "workloads": [{"type": "collective", "op": "allreduce", "algo": "ring", "sizes": ["512KiB"],
                                "iterations": 4, "timeout_s": 4, "recovery": "shrink"}],
-                "faults": [{"at": 3.0, "kind": "gpu-crash", "target": "s1g1"}]}
+                "faults": [{"at": 2.5, "kind": "gpu-crash", "target": "s1g1"}]}
     r = runner.run(scenario, out, echo=lambda *a: None)
     assert r["ok"], r["checks"]
     w = r["workloads"][0]
