@@ -5,7 +5,8 @@
 
 A worker must advertise the host's own address (worker_address): the default, localhost, makes clients in
 other hosts hang silently. Prints one JSON line when serving, then serves until killed. The launcher
-sets the CPU budget (`budget.limit`) on the PID.
+sets the CPU budget (`budget.limit`) on the PID once it serves (importing TensorFlow is not what the budget
+is for).
 """
 from __future__ import annotations
 

@@ -7,7 +7,10 @@ policy "profile" profiles Gthp, Lthp/Pcycle and Rthp/Ocycle of each candidate pi
 Algorithm 1 (no training: the launcher restarts the servers, then trains with the decision); "fastflow"
 does both in one process; "fixed" trains with `ratio` of the batches from candidate `candidate`
 (0: TF-NO, 1: TF-DSR). Prints one JSON line: measurements, every
-profiled metric and the decision. The launcher sets the local CPU budget (`budget.limit`) on the PID.
+profiled metric and the decision. The launcher sets the local CPU budget (`budget.limit`) on the PID; with
+"start_signal": true in the spec, the trainer first prints {"ready": true} once TensorFlow is imported and
+waits for a line on stdin, so that the launcher can set the budget then: importing TensorFlow (seconds of
+CPU) is not what the budget is for, and under 0.3 cores it would take three times as long.
 """
 from __future__ import annotations
 
@@ -78,6 +81,9 @@ def main(argv=None) -> None:
     spec = json.loads((argv or sys.argv[1:])[0])
     import tensorflow as tf
     from hosts.tfdata import pipelines
+    if spec.get("start_signal"):
+        print(json.dumps({"ready": True}), flush=True)
+        sys.stdin.readline()
     tf.random.set_seed(spec.get("seed", 0))
     kind = spec["pipeline"]
     cfg = pipelines.config(kind, spec.get("pipeline_cfg"))

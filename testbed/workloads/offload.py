@@ -129,7 +129,6 @@ class Servers:
             ip = self.net.fabric.hosts[h].ip
             self._start(f"worker-{h}", h, ["worker", "--port", str(WORKER_PORT), "--ip", ip, "--dispatcher",
                                           f"{self.ip}:{DISPATCHER_PORT}"])
-            budget.limit(f"{os.getpid()}-worker-{h}", self.procs[f"worker-{h}"].pid, self.cores)
         deadline = time.monotonic() + self.start_timeout
         for key, proc in self.procs.items():          # each prints one line when serving
             ready, _, _ = select.select([proc.stdout], [], [], max(0.1, deadline - time.monotonic()))
@@ -143,6 +142,8 @@ class Servers:
                 why = self.last_error(key)              # before __exit__ closes the logs
                 self.__exit__()
                 raise RuntimeError(f"tf.data.service {key} did not start ({how}): {why}")
+            if key.startswith("worker-"):             # once TensorFlow is up: its start is not the budget's
+                budget.limit(f"{os.getpid()}-{key}", proc.pid, self.cores)
         return self
 
     def last_error(self, key: str) -> str:
@@ -184,16 +185,27 @@ def rx_bytes(net, host: str) -> int:
 
 
 def run_trainer(net, host: str, spec: dict, cores: float, timeout: float) -> dict:
-    """The trainer process with its local CPU budget applied by PID right after it starts (before TF)."""
+    """The trainer process, its local CPU budget applied by PID once TensorFlow is imported (before any
+    preprocessing: the trainer waits for the go on its stdin)."""
     group = f"{os.getpid()}-trainer-{host}"          # unique: other runs may be up at the same time
-    proc = net.host(host).popen([sys.executable, "-m", "hosts.agents.tfdata_trainer", json.dumps(spec)], cwd=PROJECT_ROOT,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = net.host(host).popen([sys.executable, "-m", "hosts.agents.tfdata_trainer",
+                                 json.dumps(spec | {"start_signal": True})], cwd=PROJECT_ROOT,
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + timeout
     try:
-        applied = budget.limit(group, proc.pid, cores)
-        out, err = proc.communicate(timeout=timeout)
+        ready, _, _ = select.select([proc.stdout], [], [], timeout)
+        if ready and proc.stdout.readline().strip():
+            applied = budget.limit(group, proc.pid, cores)
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+        else:           # exited before it was ready (or never got there): its stderr says why below
+            applied = {}
+        out, err = proc.communicate(timeout=max(0.1, deadline - time.monotonic()))
         hostlogs.keep(net, host, "hosts.agents.tfdata_trainer", proc.returncode, out, err)
         try:
             result = json.loads(out.strip().splitlines()[-1])
+            if result.get("ready"):
+                raise ValueError("no result after the ready line")
         except (ValueError, IndexError):
             raise RuntimeError(f"trainer on {host} exited {proc.returncode}: "
                                f"{(err.strip().splitlines() or ['no output'])[-1]}") from None
