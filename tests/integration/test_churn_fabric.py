@@ -45,9 +45,10 @@ def test_a_restarted_gpu_rejoins_with_the_state_copied_from_a_live_peer(tmp_path
 
 
 def test_a_short_churn_run_recovers_every_failure_and_keeps_the_state_exact(tmp_path):
-    # seed 44: a crash, a crash of rank 0, a NIC cut, a hang and a stall, each GPU back 4-5 s later
+    # seed 44: a crash, a crash of rank 0, a NIC cut, a hang and a stall, each GPU back 4-5 s later, and 4 s
+    # (gap_s) between a return and the next failure
     doc = {"name": "churn-short", "fabric": FABRIC,
-           "workloads": [{"type": "churn", "duration_s": 75, "seed": 44, "interval_s": 6, "down_s": [3, 6]}]}
+           "workloads": [{"type": "churn", "duration_s": 60, "seed": 44, "interval_s": 2, "down_s": [3, 6]}]}
     r = run(tmp_path, doc)
     w = r["workloads"][0]
     assert r["ok"], (w["checks"], w["events"])
@@ -58,5 +59,5 @@ def test_a_short_churn_run_recovers_every_failure_and_keeps_the_state_exact(tmp_
     assert w["divergence"]["ranks"] == 4 and w["divergence"]["synced"] >= 1
     assert w["steps_completed"] > 50 and 0 <= w["steps_lost"] <= 5
     assert 0 < w["recovery_s"] < 5 * 10
-    print(f"churn 75 s: {w['steps_completed']} steps, {w['steps_lost']} lost, {w['failures']} failures, "
+    print(f"churn 60 s: {w['steps_completed']} steps, {w['steps_lost']} lost, {w['failures']} failures, "
           f"{w['recovery_s']:.1f} s in recovery, {w['rejoin_s']:.1f} s growing, divergence 0")
