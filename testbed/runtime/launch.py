@@ -1,7 +1,8 @@
 """Run one Python process of the `hosts` package in each of several emulated hosts, concurrently.
 
-Each process prints one JSON document on stdout; a process that fails, prints nothing usable or
-outlives the timeout becomes an error naming its host (the process is killed by PID).
+Each process prints one JSON document on stdout; a process that fails, prints nothing usable,
+outlives the timeout or stays stopped after the others ended becomes an error naming its host (the process
+is killed by PID).
 """
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import os
 import re
 import signal
 import subprocess
+import threading
 import time
 
 from testbed import PROJECT_ROOT
@@ -42,8 +44,21 @@ def why(returncode: int, stderr: str) -> str:
     return f"exited {returncode}: {lines[-1] if lines else 'no output'}"
 
 
+def stopped(pid: int) -> bool:
+    """Whether a process of this machine is stopped (SIGSTOP: the fault gpu-hang on a namespace host)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("T", "t")
+    except (OSError, IndexError):
+        return False
+
+
 def run_on_hosts(net, commands: dict[str, list[str]], timeout: float, partial: bool = False):
     """commands: host name -> argv after `python -m`; returns host name -> parsed JSON output.
+
+    A process still stopped (a hung GPU) once all the others have ended is not waited for: nothing it could
+    do after its resumption would change the job's outcome, and the fault may never resume it. It is killed
+    and reported, as one that outlives the timeout is.
 
     With partial=True, returns (outputs of the processes that produced one, errors of the others)
     instead of raising LaunchError."""
@@ -56,18 +71,14 @@ def run_on_hosts(net, commands: dict[str, list[str]], timeout: float, partial: b
             # -X faulthandler: a process that crashes (SIGSEGV, SIGABRT) prints where, which why() reports
             procs[host] = node.popen([node.python, "-X", "faulthandler", "-m", *argv], cwd=PROJECT_ROOT,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        deadline = time.monotonic() + timeout
+        ended, cut_short = _wait(procs, time.monotonic() + timeout)
         results, errors = {}, []
         for host, proc in procs.items():
-            try:
-                out, err = proc.communicate(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                out, err = proc.communicate()
-                hostlogs.keep(net, host, commands[host][0], proc.returncode, out, err)
-                errors.append(f"{host}: `{' '.join(commands[host][:1])}` still running after {timeout:.0f} s")
-                continue
+            out, err = ended[host]
             hostlogs.keep(net, host, commands[host][0], proc.returncode, out, err)    # RESULTS/hosts/HOST/
+            if host in cut_short:
+                errors.append(f"{host}: `{' '.join(commands[host][:1])}` {cut_short[host]}")
+                continue
             try:
                 results[host] = json.loads(out.strip().splitlines()[-1])
             except (ValueError, IndexError):
@@ -82,3 +93,40 @@ def run_on_hosts(net, commands: dict[str, list[str]], timeout: float, partial: b
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
+
+
+def _wait(procs: dict[str, subprocess.Popen], deadline: float) -> tuple[dict, dict]:
+    """({host: (stdout, stderr)}, {host: why it was killed}): every process's output, each read by a thread
+    of its own; those that outlive the deadline, or stay stopped once all the others have ended, are killed."""
+    ended, cut_short, lock, changed = {}, {}, threading.Lock(), threading.Event()
+
+    def read(host: str, proc: subprocess.Popen) -> None:
+        out, err = proc.communicate()
+        with lock:
+            ended[host] = (out, err)
+        changed.set()
+
+    readers = [threading.Thread(target=read, args=item, daemon=True) for item in procs.items()]
+    for reader in readers:
+        reader.start()
+    timeout = deadline - time.monotonic()
+    while True:
+        with lock:
+            pending = [h for h in procs if h not in ended]
+        if not pending:
+            break
+        if time.monotonic() >= deadline:
+            why_cut = f"still running after {timeout:.0f} s"
+        elif len(pending) < len(procs) and all(stopped(procs[h].pid) for h in pending):
+            why_cut = "stopped (a hung GPU) when every other process had ended"
+        else:
+            changed.wait(0.2)
+            changed.clear()
+            continue
+        for host in pending:
+            cut_short[host] = why_cut
+            procs[host].kill()
+        break
+    for reader in readers:
+        reader.join()
+    return ended, cut_short
