@@ -20,6 +20,7 @@ import sys
 import tempfile
 import time
 
+from hosts.cgroups import CgroupError
 from hosts.tfdata import budget
 from testbed import PROJECT_ROOT
 from testbed.fabric.hosts import backend_class
@@ -194,12 +195,15 @@ def run_trainer(net, host: str, spec: dict, cores: float, timeout: float) -> dic
     deadline = time.monotonic() + timeout
     try:
         ready, _, _ = select.select([proc.stdout], [], [], timeout)
+        applied = {}    # unless it gets there: it exited before it was ready, its stderr says why below
         if ready and proc.stdout.readline().strip():
-            applied = budget.limit(group, proc.pid, cores)
-            proc.stdin.write("go\n")
-            proc.stdin.flush()
-        else:           # exited before it was ready (or never got there): its stderr says why below
-            applied = {}
+            try:
+                applied = budget.limit(group, proc.pid, cores)
+                proc.stdin.write("go\n")
+                proc.stdin.flush()
+            except (CgroupError, BrokenPipeError):
+                if proc.poll() is None:          # alive: the budget itself failed
+                    raise
         out, err = proc.communicate(timeout=max(0.1, deadline - time.monotonic()))
         hostlogs.keep(net, host, "hosts.agents.tfdata_trainer", proc.returncode, out, err)
         try:
