@@ -85,8 +85,9 @@ def agree(spec: dict, job: Membership, hb, epoch: int, members: list[dict], me: 
     with `spare` and `migrate` the testbed's job manager writes it, with spares in the failed ranks' places.
     `joining` (name -> member entry): ranks that come back, admitted into the new epoch (the verdict's "joined")."""
     names = [m["name"] for m in members]
+    server = next((m.get("server") for m in members if m["name"] == me), None)
     job.announce(epoch, me, {"at": time.time(), "step": step, "in_op": in_op, "links_down": links_down,
-                             "suspects": hb.suspects() if hb is not None else {},
+                             "server": server, "suspects": hb.suspects() if hb is not None else {},
                              "hears": hb.hears() if hb is not None else []})
     grace = spec.get("timeout_s", 60) + 2.0
     wait = grace + spec.get("timeout_s", 60) + 30

@@ -2,7 +2,7 @@
 
 In the job's store (a FileStore on the job's directory, shared by the ranks and the testbed's job manager),
 for each epoch E >= 1 that a failure starts:
-    epoch{E}/alive/{name}   a survivor's announcement {"at", "step", "in_op", "suspects", "links_down"}  (ranks)
+    epoch{E}/alive/{name}   a survivor's announcement {"at", "step", "in_op", "suspects", "links_down", "server"}
     epoch{E}/failed         the verdict {"failed", "step", "lost_steps", ...}          (the first survivor)
     epoch{E}/members        the new membership {"members", "step", ...} or {"error"}   (a rank, or the manager)
     epoch{E}/plan{S}        the leader's plan at the boundary of step S {"grow": [names], "stop"}  (rank 0)
@@ -54,11 +54,18 @@ def decide(names: list[str], announced: dict[str, dict], policy: str) -> dict:
     found each other failed by their heartbeats (a NIC or cable cut, a partition: both ends alive, the path
     between them dead) cannot all stay: the members with the most such cuts go first until none is left;
     between equals, one whose own port has no carrier (it knows the cut is its own), then the later one in
-    the job's order (a partition keeps the side of the first rank)."""
+    the job's order (a partition keeps the side of the first rank).
+
+    A member whose own NIC has no carrier, in a job that spans servers, is cut off whether or not a peer has
+    suspected it yet: it knows at once, while its peers' heartbeats time out up to a beat period apart, so
+    a partitioned server's second GPU may not be suspected by the time every member has announced."""
     failed = [n for n in names if n not in announced]
     alive = [n for n in names if n in announced]
-    cuts = {frozenset((a, b)) for a in alive for b in announced[a].get("suspects", {}) if b in alive and b != a}
     cut_off = []
+    if len({announced[n].get("server") for n in alive}) > 1:
+        cut_off = [n for n in alive if "nic" in announced[n].get("links_down", [])]
+        alive = [n for n in alive if n not in cut_off]
+    cuts = {frozenset((a, b)) for a in alive for b in announced[a].get("suspects", {}) if b in alive and b != a}
     while cuts:
         degree = Counter(n for cut in cuts for n in cut)
         worst = max(degree, key=lambda n: (degree[n], bool(announced[n].get("links_down")), names.index(n)))

@@ -1,12 +1,25 @@
 """The reachability probe (hosts/agents/probe.py) on loopback addresses: probes stop early once their pairs
 are settled, never before every probe has started, and never miss a leak or an unreachable target."""
+import socket
 import threading
 import time
 
+import pytest
+
 from hosts.agents.probe import LINGER_S, probe
 
-PORT = 47613
-A, B, C = "127.0.0.2", "127.0.0.3", "127.0.0.4"
+NET = {"late": 1, "leak": 2, "unreachable": 3, "unknown": 4}       # a loopback /24 per test: they run at once
+
+
+@pytest.fixture
+def addrs(request):
+    """Three loopback addresses of this test's own and a UDP port free on them."""
+    net = NET[request.param]
+    a, b, c = (f"127.0.{net}.{i}" for i in (2, 3, 4))
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind((a, 0))
+        port = s.getsockname()[1]
+    return a, b, c, port
 
 
 def start(results, name, *args, delay=0.0, **kw):
@@ -19,7 +32,9 @@ def start(results, name, *args, delay=0.0, **kw):
     return thread
 
 
-def test_probes_that_reach_each_other_stop_long_before_the_deadline_even_with_a_late_start():
+@pytest.mark.parametrize("addrs", ["late"], indirect=True)
+def test_probes_that_reach_each_other_stop_long_before_the_deadline_even_with_a_late_start(addrs):
+    A, B, _, PORT = addrs
     now, out = time.time(), {}
     until, not_before = now + 20, now + 0.8
     threads = [start(out, "a", [B], until, PORT, {B}, not_before, address=A),
@@ -31,8 +46,10 @@ def test_probes_that_reach_each_other_stop_long_before_the_deadline_even_with_a_
     assert not_before + LINGER_S - 0.05 <= finished < now + 5, out      # early, but never before `not_before`
 
 
-def test_a_leaking_isolated_target_that_starts_late_is_still_caught():
+@pytest.mark.parametrize("addrs", ["leak"], indirect=True)
+def test_a_leaking_isolated_target_that_starts_late_is_still_caught(addrs):
     """`c` should not answer `a` (not expected) but does; it starts just before every probe has started."""
+    A, B, C, PORT = addrs
     now, out = time.time(), {}
     until, not_before = now + 20, now + 1.0
     threads = [start(out, "a", [B, C], until, PORT, {B}, not_before, address=A),
@@ -44,14 +61,18 @@ def test_a_leaking_isolated_target_that_starts_late_is_still_caught():
     assert out["a"]["ran_s"] < 5
 
 
-def test_an_expected_target_that_never_answers_keeps_the_probe_to_its_deadline():
+@pytest.mark.parametrize("addrs", ["unreachable"], indirect=True)
+def test_an_expected_target_that_never_answers_keeps_the_probe_to_its_deadline(addrs):
+    A, B, _, PORT = addrs
     now, out = time.time(), {}
     start(out, "a", [B], now + 2.0, PORT, {B}, now + 0.2, address=A).join(30)
     assert out["a"]["reached"] == [] and out["a"]["unreached"] == [B]
     assert out["a"]["ran_s"] >= 1.9
 
 
-def test_without_expectations_a_probe_runs_to_its_deadline():
+@pytest.mark.parametrize("addrs", ["unknown"], indirect=True)
+def test_without_expectations_a_probe_runs_to_its_deadline(addrs):
+    A, B, _, PORT = addrs
     now, out = time.time(), {}
     threads = [start(out, "a", [B], now + 1.5, PORT, None, address=A),
                start(out, "b", [A], now + 1.5, PORT, None, address=B)]

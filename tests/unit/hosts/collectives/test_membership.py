@@ -55,9 +55,9 @@ def test_peer_and_member_entries_are_what_the_rank_programs_read():
     assert Peer(rank=5, **member).name == "s1g0"
 
 
-def announce(step=3, in_op=True, suspects=(), links_down=()):
+def announce(step=3, in_op=True, suspects=(), links_down=(), server=None):
     return {"at": 1.0, "step": step, "in_op": in_op, "suspects": {s: "heartbeats" for s in suspects},
-            "links_down": list(links_down)}
+            "links_down": list(links_down), "server": server}
 
 
 NAMES = ["s0g0", "s0g1", "s1g0", "s1g1"]
@@ -87,3 +87,18 @@ def test_the_rank_cut_from_most_peers_goes_first_and_a_partition_keeps_the_first
            "s1g0": announce(suspects=["s0g0"]), "s1g1": announce(suspects=["s0g1"])}
     v = decide(NAMES, ann, "migrate")
     assert v["failed"] == ["s1g0", "s1g1"] and v["cut_off"] == ["s1g1", "s1g0"]
+
+
+def test_a_partitioned_server_goes_whole_even_before_its_second_gpu_is_suspected():
+    """Both of server 1's NICs lost carrier; only s1g0's cut has been seen by heartbeats so far."""
+    ann = {"s0g0": announce(suspects=["s1g0"], server=0), "s0g1": announce(server=0),
+           "s1g0": announce(suspects=["s0g0"], links_down=["nic"], server=1),
+           "s1g1": announce(links_down=["nic"], server=1)}
+    v = decide(NAMES, ann, "migrate")
+    assert v["failed"] == ["s1g0", "s1g1"] and sorted(v["cut_off"]) == ["s1g0", "s1g1"]
+
+
+def test_a_dead_nic_in_a_job_within_one_server_is_not_a_reason_to_go():
+    names = ["s0g0", "s0g1"]
+    ann = {"s0g0": announce(server=0), "s0g1": announce(links_down=["nic"], server=0)}
+    assert decide(names, ann, "shrink")["failed"] == []
