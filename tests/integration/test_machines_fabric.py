@@ -29,7 +29,7 @@ pytestmark = [pytest.mark.root, pytest.mark.docker, pytest.mark.slow, pytest.mar
 NAMES = ["m1", "m2"]
 SCENARIO = {
     "name": "split",
-    "fabric": {"kind": "rail-optimized", "servers": 2, "gpus_per_server": 4, "spines": 2, "nic_mbps": 10},
+    "fabric": {"kind": "rail-optimized", "servers": 2, "gpus_per_server": 4, "spines": 2, "nic_mbps": 5},
     "routing": {"mode": "single", "failover": True},
     "workloads": [
         {"type": "connectivity"},
@@ -44,8 +44,8 @@ SCENARIO = {
     ],
     "faults": [
         # with single-path routing, s0g3's ring hop to s1g0 leaves rail3 (on m2) for spine0 (on m1); the cut
-        # outlasts the RC retransmission timeout (3.4 s at 10 Mbit/s), which recovers what the tunnel's queue lost
-        {"workload": "allreduce-ring", "at": 2.0, "kind": "link-down", "target": "path:s0g3>s1g0", "duration": 4.5},
+        # outlasts the RC retransmission timeout (6.8 s at 5 Mbit/s), which recovers what the tunnel's queue lost
+        {"workload": "allreduce-ring", "at": 2.0, "kind": "link-down", "target": "path:s0g3>s1g0", "duration": 8.0},
         {"workload": "allreduce-shrink", "at": 3.0, "kind": "gpu-crash", "target": "s1g3"},
     ],
     "capture": [{"point": "s1g3/nic", "filter": "udp port 4791", "max_packets": 20000}],
