@@ -48,11 +48,8 @@ def take_down(timeout: float = 300) -> str:
 
 
 def _zombie(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except (OSError, IndexError):
-        return False
+    from testbed.runtime.launch import process_state
+    return process_state(pid) == "Z"
 
 
 def _clean_after_crash() -> str:

@@ -44,13 +44,18 @@ def why(returncode: int, stderr: str) -> str:
     return f"exited {returncode}: {lines[-1] if lines else 'no output'}"
 
 
-def stopped(pid: int) -> bool:
-    """Whether a process of this machine is stopped (SIGSTOP: the fault gpu-hang on a namespace host)."""
+def process_state(pid: int) -> str | None:
+    """A process of this machine's state letter in /proc (R, S, T stopped, Z zombie ...); None if it is gone."""
     try:
         with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] in ("T", "t")
+            return f.read().rsplit(")", 1)[1].split()[0]
     except (OSError, IndexError):
-        return False
+        return None
+
+
+def stopped(pid: int) -> bool:
+    """Whether a process of this machine is stopped (SIGSTOP: the fault gpu-hang on a namespace host)."""
+    return process_state(pid) in ("T", "t")
 
 
 def run_on_hosts(net, commands: dict[str, list[str]], timeout: float, partial: bool = False):
