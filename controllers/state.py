@@ -7,7 +7,7 @@
 
 The apps write them atomically (a temporary file, then os.replace), so a reader never sees half a file;
 the readers still take a missing or unparsable file as "nothing yet" (the controller has not written).
-The testbed reads them through read_routing, multicast_groups and multicast_installed.
+The testbed reads them through read_routing, multicast_groups, multicast_installed and installed_members.
 """
 from __future__ import annotations
 
@@ -51,3 +51,12 @@ def multicast_groups(state_path: str) -> dict:
 def multicast_installed(state_path: str) -> bool:
     """Whether every switch has acknowledged (barrier reply) the multicast rules of the current groups."""
     return bool((_read(multicast_path(state_path)) or {}).get("installed", False))
+
+
+def installed_members(state_path: str) -> dict[str, list[str]]:
+    """group -> its members, if every switch has acknowledged the rules of these very groups; else {}.
+    One read, so the members and the acknowledgement belong to the same state."""
+    view = _read(multicast_path(state_path)) or {}
+    if not view.get("installed"):
+        return {}
+    return {group: g.get("members", []) for group, g in view.get("groups", {}).items()}

@@ -29,6 +29,7 @@ import zlib
 import numpy as np
 
 from hosts.collectives import groups
+from hosts.collectives.store import StoreTimeout
 from hosts.rdma import GRH_LEN, Access, AddressHandle, QPInfo, QPType, RecvWR, SendWR, WCOpcode, WROpcode
 
 MCAST_QPN, QKEY = 0xFFFFFF, 0x4D434147
@@ -42,6 +43,11 @@ def group_address(*parts) -> str:
     """A deterministic multicast address in 239.0.0.0/8 (never 239.0.0.x)."""
     h = zlib.crc32("|".join(map(str, parts)).encode()) % ((1 << 24) - 256) + 256
     return f"239.{h >> 16 & 255}.{h >> 8 & 255}.{h & 255}"
+
+
+def installed_key(address: str) -> str:
+    """The store key under which the testbed lists the members of `address` whose tree every switch holds."""
+    return f"mcast/{address}/installed"
 
 
 def data_imm(epoch: int, shard: int, chunk: int) -> int:
@@ -100,10 +106,24 @@ class Multicast:
         store.set(f"{self.key}/joined/{comm.rank}", 1)
         for r in group:
             store.get(f"{self.key}/joined/{r}", what=f"rank {r} to join {self.address}")
-        time.sleep(0.3)                                            # the controller installs the tree
+        if getattr(comm, "trees_confirmed", False):
+            self._await_trees([comm.peers[r].name for r in group])
+        else:
+            time.sleep(0.3)          # no one reports the switches' rules (in-process runs): give them a moment
         self.epoch, self.buf, self.mr, self.peer_mr, self.gen = 0, None, None, None, 0
         self.stash: list[tuple[int, int]] = []                     # control messages of a later epoch
         self.stats = {"recovered_chunks": 0, "reads": 0, "multicast_chunks": 0, "dropped_chunks": 0}
+
+    def _await_trees(self, hosts: list[str]) -> None:
+        """Until the testbed reports every switch holds this group's tree with all `hosts` in it
+        (testbed/runtime/multicast_ready.py): chunks sent earlier would bypass the tree."""
+        deadline = time.monotonic() + self.comm.timeout
+        what = f"the switches to install the multicast tree of {self.address}"
+        while not set(hosts) <= set(self.comm.store.get(installed_key(self.address), what=what,
+                                                        timeout=max(0.0, deadline - time.monotonic()))):
+            if time.monotonic() > deadline:
+                raise StoreTimeout(f"waited {self.comm.timeout:.0f} s for {what}")
+            time.sleep(0.02)
 
     def _link(self, side: str):
         dev, _, _ = self.comm.device("nic")

@@ -41,6 +41,16 @@ def epoch_dir(job_dir: str, epoch: int) -> str:
     return os.path.join(job_dir, f"epoch{epoch}")
 
 
+def epoch_dirs(job_dir: str) -> list[str]:
+    """The epochs' directories that exist so far."""
+    try:
+        names = os.listdir(job_dir)
+    except FileNotFoundError:
+        return []
+    return [os.path.join(job_dir, n) for n in sorted(names)
+            if n.startswith("epoch") and n[5:].isdigit() and os.path.isdir(os.path.join(job_dir, n))]
+
+
 def spare_spec_path(job_dir: str, host: str, epoch: int) -> str:
     """Where the job manager writes the spec of the rank a spare host runs from epoch `epoch` on."""
     return os.path.join(job_dir, f"spare-{host}-epoch{epoch}.json")

@@ -25,6 +25,7 @@ def build_comm(spec: dict, peers: list[Peer], me: Peer, store: FileStore, heartb
                         ring=list(range(len(peers))) if spec.get("ring") == "rank" else None,
                         rc_timeout=spec.get("rc_timeout", 0.05), heartbeat=heartbeat)
     comm.multicast_scope = spec.get("multicast_scope", "fabric")
+    comm.trees_confirmed = spec.get("multicast_trees_confirmed", False)    # the testbed reports installed trees
     comm.congestion = spec.get("congestion")
     comm.pieces = spec.get("pieces")            # hierarchical-pipelined: how many pieces (pipeline.py)
     return comm

@@ -149,6 +149,10 @@ class Controller:
         """Whether every switch has acknowledged (barrier reply) the multicast rules of the current groups."""
         return state.multicast_installed(self.state_path)
 
+    def installed_members(self) -> dict[str, list[str]]:
+        """group -> members of the groups whose trees every switch has acknowledged ({} while any is pending)."""
+        return state.installed_members(self.state_path)
+
     def _check_alive(self) -> None:
         if self.proc is not None and self.proc.poll() is not None:
             raise ControllerError(f"the controller exited (status {self.proc.returncode}): {self._tail()}")

@@ -366,6 +366,9 @@ class Network:
     def multicast_installed(self) -> bool:
         return self.controller.multicast_installed()
 
+    def multicast_installed_members(self) -> dict[str, list[str]]:
+        return self.controller.installed_members()
+
     def _record(self, **items) -> None:
         """Merge into the run's state file, which `testbed clean` reads after a crash."""
         runstate.record(self.run_dir, **items)

@@ -16,7 +16,7 @@ from hosts.collectives.membership import peer_entry
 from testbed.fabric import hb_counters
 from testbed.fabric.links import rank_transport
 from testbed.results import models
-from testbed.runtime import progress, recovery
+from testbed.runtime import multicast_ready, progress, recovery
 from testbed.runtime.launch import run_on_hosts
 from testbed.schema import NAME, SIZE, ScenarioError
 from testbed.workloads import collective_phases, collective_rows, state_parity
@@ -182,9 +182,12 @@ def _run(net, spec: dict, hosts: list) -> dict:
         manager = recovery.JobManager(net, base, store, [{k: v for k, v in p.items() if k != "rank"} for p in peers],
                                       budget).start() if policy != "abort" else None
         before, hb_before = net.counters(), hb_counters.read(fabric)
+        trees = multicast_ready.TreesReady(net, store).start() if base["multicast_trees_confirmed"] else None
         try:
             out, failed = run_on_hosts(net, commands, timeout=budget, partial=True)
         finally:
+            if trees is not None:
+                trees.stop()
             if manager is not None:
                 manager.stop()
                 out.update(manager.outputs)
@@ -262,6 +265,7 @@ def _base_spec(net, spec: dict, peers: list[dict], store: str, size: int) -> dic
             "timeout_s": spec.get("timeout_s", 60), **rank_transport(fabric, net.routing),
             "ring": "rank" if spec.get("ring") == "rank" else "rail",
             "multicast_scope": multicast_scope(fabric, spec),
+            "multicast_trees_confirmed": spec["algo"] == "multicast",     # testbed/runtime/multicast_ready.py
             # opt-in delay-based congestion control (hosts/rdma/cc.py)
             "congestion": "delay" if spec.get("congestion", "none") == "delay" else None,
             **collective_phases.rank_options(spec, size, cluster(fabric))}

@@ -241,7 +241,8 @@ def test_multicast_allgather_puts_each_shard_once_on_each_link_of_its_minimal_tr
                   f"tree ratio {r.get('tree_ratio')}")
         bcast = collective.run(net, {**base, "op": "broadcast", "algo": "multicast"})["rows"][0]
     mc = rows["multicast"]
-    assert 0.99 <= mc["tree_ratio"] <= 1.1 and mc["hb_bytes"] < 0.03 * mc["link_bytes"]
-    assert 0.99 <= bcast["tree_ratio"] <= 1.1 and bcast["correct"]
+    # below 1 only if some bytes went uncounted (chunks sent before the switches held the tree bypass it)
+    assert 1.0 <= mc["tree_ratio"] <= 1.1 and mc["hb_bytes"] < 0.03 * mc["link_bytes"]
+    assert 1.0 <= bcast["tree_ratio"] <= 1.1 and bcast["correct"]
     assert rows["ring-rank"]["link_bytes"] > 1.3 * mc["link_bytes"]     # 1.46x by the model (2 x 4)
     assert rows["ring-rail"]["link_bytes"] > 1.05 * mc["link_bytes"]    # 1.17x by the model

@@ -1,0 +1,51 @@
+"""Tells a multicast job's ranks when the switches hold their groups' trees.
+
+Ranks join a group (IGMP) and must not send to it before every switch has the group's rules: until then
+the first chunks take whatever path the switches had (they reached the receivers, but outside the tree, so
+the switch counters missed them). Ranks cannot ask the controller (it listens on this machine's loopback),
+so this thread reads the controller's state and writes each installed group's members into the job's file
+store and each epoch's (a re-formed job rendezvouses in its own): `installed_key(GROUP)` -> [host, ...].
+A rank waits until that list holds its whole group (hosts/collectives/mcast_allgather.py).
+"""
+from __future__ import annotations
+
+import threading
+
+from hosts.collectives.mcast_allgather import installed_key
+from hosts.collectives.membership import epoch_dirs
+from hosts.collectives.store import FileStore
+
+POLL_S = 0.02
+
+
+class TreesReady:
+    """Publishes installed groups to a job's stores until stopped. net: anything with
+    multicast_installed_members() (testbed/fabric/network.Network)."""
+
+    def __init__(self, net, job_dir: str):
+        self.net, self.job_dir = net, job_dir
+        self.published: dict[tuple[str, str], list[str]] = {}      # (store directory, group) -> members
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="multicast-ready", daemon=True)
+
+    def start(self) -> "TreesReady":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=2)
+
+    def poll(self) -> None:
+        """One look at the controller's state; publishes what changed."""
+        installed = self.net.multicast_installed_members()
+        for directory in [self.job_dir] + epoch_dirs(self.job_dir):
+            for group, members in installed.items():
+                if self.published.get((directory, group)) != members:
+                    FileStore(directory).set(installed_key(group), members)
+                    self.published[(directory, group)] = members
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.poll()
+            self._stop.wait(POLL_S)
