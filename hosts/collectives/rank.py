@@ -44,10 +44,13 @@ def start_heartbeat(spec: dict, me: dict):
 def finish(comm: Communicator, store: FileStore, rank: int, world: int) -> None:
     """Tear down only once every rank's last work request has completed: a rank that left early
     could not re-ACK a peer's retransmission after a lost final ACK (that peer would then fail
-    with RETRY_EXC_ERR although its data had arrived). The results are complete by now, so a
-    peer that never arrives (it failed at the very end) only delays the teardown."""
+    with RETRY_EXC_ERR although its data had arrived). Once every rank has arrived, no request of the job
+    is outstanding anywhere, so nothing can still need an answer and the devices close at once. A peer
+    that never arrives (it failed at the very end; the results are complete by now) only delays the
+    teardown, and then the devices linger as after any other end (Device.close)."""
     try:
         store.barrier("done", rank, world, timeout=10)
     except StoreTimeout:
-        pass
-    comm.close()
+        comm.close()
+        return
+    comm.close(linger=0)
