@@ -5,6 +5,7 @@ hosts/agents/training_rank.py.
 from __future__ import annotations
 
 import os
+import time
 
 from hosts.collectives.comm import Communicator, Peer
 from hosts.collectives.heartbeat import Heartbeat
@@ -26,6 +27,7 @@ def build_comm(spec: dict, peers: list[Peer], me: Peer, store: FileStore, heartb
                         rc_timeout=spec.get("rc_timeout", 0.05), heartbeat=heartbeat)
     comm.multicast_scope = spec.get("multicast_scope", "fabric")
     comm.trees_confirmed = spec.get("multicast_trees_confirmed", False)    # the testbed reports installed trees
+    comm.group_hold_s = spec.get("multicast_hold_s", 0)       # how long to stay in multicast groups after the job
     comm.congestion = spec.get("congestion")
     comm.pieces = spec.get("pieces")            # hierarchical-pipelined: how many pieces (pipeline.py)
     return comm
@@ -47,10 +49,13 @@ def finish(comm: Communicator, store: FileStore, rank: int, world: int) -> None:
     with RETRY_EXC_ERR although its data had arrived). Once every rank has arrived, no request of the job
     is outstanding anywhere, so nothing can still need an answer and the devices close at once. A peer
     that never arrives (it failed at the very end; the results are complete by now) only delays the
-    teardown, and then the devices linger as after any other end (Device.close)."""
+    teardown, and then the devices linger as after any other end (Device.close). A multicast job's
+    ranks stay in their groups for `group_hold_s` first (set by the testbed: the switches count the
+    last multicast bytes only while the groups' trees are still in place)."""
     try:
         store.barrier("done", rank, world, timeout=10)
     except StoreTimeout:
         comm.close()
         return
+    time.sleep(getattr(comm, "group_hold_s", 0) or 0)
     comm.close(linger=0)

@@ -266,6 +266,7 @@ def _base_spec(net, spec: dict, peers: list[dict], store: str, size: int) -> dic
             "ring": "rank" if spec.get("ring") == "rank" else "rail",
             "multicast_scope": multicast_scope(fabric, spec),
             "multicast_trees_confirmed": spec["algo"] == "multicast",     # testbed/runtime/multicast_ready.py
+            "multicast_hold_s": multicast_ready.HOLD_S if spec["algo"] == "multicast" else 0,
             # opt-in delay-based congestion control (hosts/rdma/cc.py)
             "congestion": "delay" if spec.get("congestion", "none") == "delay" else None,
             **collective_phases.rank_options(spec, size, cluster(fabric))}

@@ -30,3 +30,12 @@ def test_a_peer_that_never_arrives_leaves_the_linger(tmp_path, monkeypatch):
     monkeypatch.setattr(store, "barrier", lambda name, r, world, timeout=None: real_barrier(name, r, world, 0.2))
     rank.finish(comm, store, 0, 2)
     assert comm.closed_with == [None]
+
+
+def test_a_multicast_job_holds_its_groups_before_closing(tmp_path):
+    import time
+    comm = Comm()
+    comm.group_hold_s = 0.3
+    t0 = time.monotonic()
+    rank.finish(comm, FileStore(str(tmp_path)), 0, 1)
+    assert time.monotonic() - t0 >= 0.3 and comm.closed_with == [0]
