@@ -116,7 +116,7 @@ class Multicast:
 
     def _await_trees(self, hosts: list[str]) -> None:
         """Until the testbed reports every switch holds this group's tree with all `hosts` in it
-        (testbed/runtime/multicast_ready.py): chunks sent earlier would bypass the tree."""
+        (testbed/runtime/multicast_ready.py): chunks sent while it still changes go partly uncounted."""
         deadline = time.monotonic() + self.comm.timeout
         what = f"the switches to install the multicast tree of {self.address}"
         while not set(hosts) <= set(self.comm.store.get(installed_key(self.address), what=what,
