@@ -11,6 +11,7 @@ import time
 
 from testbed.cli.errors import UsageError
 from testbed.cli.live import require_root
+from testbed.runtime.launch import process_state
 
 
 def register(subparsers) -> None:
@@ -48,7 +49,6 @@ def take_down(timeout: float = 300) -> str:
 
 
 def _zombie(pid: int) -> bool:
-    from testbed.runtime.launch import process_state
     return process_state(pid) == "Z"
 
 

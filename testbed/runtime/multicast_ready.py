@@ -1,9 +1,10 @@
 """Tells a multicast job's ranks when the switches hold their groups' trees.
 
 Ranks join a group (IGMP) and must not send to it before every switch has the group's rules: chunks sent
-while the tree still changed were partly missing from the switch counters (0.990 of the minimal trees). Ranks cannot ask the controller (it listens on this machine's loopback),
-so this thread reads the controller's state and writes each installed group's members into the job's file
-store and each epoch's (a re-formed job rendezvouses in its own): `installed_key(GROUP)` -> [host, ...].
+while the tree still changed were partly missing from the switch counters (0.990 of the minimal trees).
+Ranks cannot ask the controller (it listens on this machine's loopback), so this thread reads the
+controller's state and writes each installed group's members into the job's file store and each epoch's
+(a re-formed job rendezvouses in its own): `installed_key(GROUP)` -> [host, ...].
 A rank waits until that list holds its whole group (hosts/collectives/mcast_allgather.py).
 
 At the end the ranks stay in their groups for HOLD_S before they close (hosts/collectives/rank.finish):
