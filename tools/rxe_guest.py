@@ -1,15 +1,9 @@
-"""Linux kernel Soft-RoCE (rdma_rxe) in a QEMU guest, reachable through a TAP.
+"""One Linux guest with kernel Soft-RoCE (rdma_rxe) under QEMU/TCG, reachable through a TAP.
 
-The machines this testbed runs on have no kernel RDMA, but the stock Debian 6.1 kernel runs under QEMU's
-software emulation (TCG) and brings its own ``rdma_rxe``. :class:`RxeGuest` boots one such guest with a
-virtio NIC on a TAP device, waits until ``rxe0`` is ACTIVE, runs shell commands in it over the serial
-console (output and exit status come back) and tears everything down again.
-
-The guest image (kernel + busybox initramfs with rdma-core, perftest, python3 and pyverbs) is prepared by
-``scripts/rxe-guest-build`` into ``build/rxe-guest/``.
-
-The TAP is the guest's only network: attach it to a Linux bridge or an Open vSwitch bridge (it is an
-ordinary port) to put the guest on an emulated fabric. Nothing else is connected and no routing is set up.
+The stock Debian 6.1 kernel under QEMU's software emulation brings ``rdma_rxe`` to machines without kernel RDMA.
+:class:`RxeGuest` boots it (image: :mod:`tools.rxe_guest_image`) with a virtio NIC on a TAP, waits until ``rxe0``
+is ACTIVE, runs shell commands over the serial console (output and exit status come back) and tears it all down.
+The TAP is its only network, nothing routed: make it a port of a Linux or OVS bridge (:class:`tools.rxe_lan.RxeLan`).
 
 Example::
 
@@ -28,7 +22,6 @@ import ctypes
 import ipaddress
 import os
 import re
-import shutil
 import signal
 import subprocess
 import threading
@@ -36,10 +29,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent   # tools/ sits at the repository's top
-DEFAULT_IMAGE_DIR = Path(os.environ.get("RXE_GUEST_DIR", REPO / "build" / "rxe-guest"))
-BUILD_SCRIPT = REPO / "scripts" / "rxe-guest-build"
-QEMU = "qemu-system-x86_64"
+from tools.rxe_guest_image import BUILD_SCRIPT, DEFAULT_IMAGE_DIR, QEMU, image_files
+
 DEFAULT_KERNEL_ARGS = os.environ.get("RXE_GUEST_KERNEL_ARGS", "")
 
 _LIVE: "set[RxeGuest]" = set()
@@ -50,70 +41,8 @@ class RxeGuestError(RuntimeError):
     """The guest could not be started, died, or did not answer in time."""
 
 
-def image_files(image_dir: Path | str | None = None) -> tuple[Path, Path] | None:
-    """(kernel, initrd) of a prepared guest image, or None when it has not been built."""
-    d = Path(image_dir) if image_dir else DEFAULT_IMAGE_DIR
-    i = d / "initrd.gz"
-    for k in (d / "vmlinux", d / "vmlinuz"):  # the uncompressed kernel boots ~2 s faster under TCG
-        if k.is_file() and i.is_file():
-            return k, i
-    return None
-
-
-def missing_requirements(image_dir: Path | str | None = None) -> str | None:
-    """Why guests cannot run here (a sentence), or None if they can."""
-    if os.geteuid() != 0:
-        return "needs root (TAP devices)"
-    if not shutil.which(QEMU):
-        return f"{QEMU} not installed (apt-get install qemu-system-x86)"
-    if not os.path.exists("/dev/net/tun"):
-        return "/dev/net/tun missing"
-    if image_files(image_dir) is None:
-        return f"guest image not built ({BUILD_SCRIPT.relative_to(REPO)})"
-    return None
-
-
-def image_is_current(image_dir: Path | str | None = None) -> bool:
-    """Whether the image was built by the present build script (its manifest records the script's hash)."""
-    import hashlib
-    d = Path(image_dir) if image_dir else DEFAULT_IMAGE_DIR
-    try:
-        first = (d / "manifest").read_text().splitlines()[0]
-        want = hashlib.sha256(BUILD_SCRIPT.read_bytes()).hexdigest()[:16]
-    except (OSError, IndexError):
-        return False
-    return f"script={want}" in first.split()
-
-
-def image_has_python(image_dir: Path | str | None = None) -> bool:
-    """Whether the image carries python3 + pyverbs (see RXE_GUEST_PYTHON in the build script)."""
-    d = Path(image_dir) if image_dir else DEFAULT_IMAGE_DIR
-    try:
-        return any(l.startswith("python ") and "python3-pyverbs=" in l for l in (d / "manifest").read_text().splitlines())
-    except OSError:
-        return False
-
-
-def ensure_image(image_dir: Path | str | None = None, timeout: float = 600) -> str | None:
-    """Build the guest image if it is missing or was made by an older build script. Returns None on success,
-    else the reason it is unavailable (an existing older image is still used if a rebuild fails)."""
-    env = dict(os.environ)
-    if image_dir:
-        env["RXE_GUEST_DIR"] = str(image_dir)
-    if image_files(image_dir) is None or not image_is_current(image_dir):
-        if not shutil.which(QEMU):
-            return f"{QEMU} not installed (apt-get install qemu-system-x86)"
-        try:
-            r = subprocess.run([str(BUILD_SCRIPT)], env=env, capture_output=True, text=True, timeout=timeout)
-        except (OSError, subprocess.TimeoutExpired) as e:
-            return f"{BUILD_SCRIPT.name} failed: {e}"
-        if r.returncode != 0 and image_files(image_dir) is None:
-            tail = (r.stderr or r.stdout).strip().splitlines()[-3:]
-            return f"{BUILD_SCRIPT.name} failed: {' | '.join(tail)}"
-    return missing_requirements(image_dir)
-
-
-def _ip(*args: str, netns: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
+def run_ip(*args: str, netns: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
+    """``ip ARGS`` (in ``netns`` if given); a failure raises RxeGuestError when ``check``."""
     cmd = (["ip", "netns", "exec", netns] if netns else []) + ["ip", *args]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if check and r.returncode != 0:
@@ -122,7 +51,7 @@ def _ip(*args: str, netns: str | None = None, check: bool = True) -> subprocess.
 
 
 def _link_exists(name: str, netns: str | None = None) -> bool:
-    return _ip("link", "show", "dev", name, netns=netns, check=False).returncode == 0
+    return run_ip("link", "show", "dev", name, netns=netns, check=False).returncode == 0
 
 
 def _set_pdeathsig() -> None:  # runs in the child before exec: die with the parent
@@ -319,7 +248,7 @@ class RxeGuest:
         if self._reader is not None and self._reader is not threading.current_thread():
             self._reader.join(2)
         if self._own_tap:
-            _ip("link", "del", "dev", self.tap, netns=self.netns, check=False)
+            run_ip("link", "del", "dev", self.tap, netns=self.netns, check=False)
             self._own_tap = False
         with _LIVE_LOCK:
             _LIVE.discard(self)
@@ -384,12 +313,12 @@ class RxeGuest:
         if not _link_exists(self.tap, self.netns):
             if not self.tap.startswith("tb-"):
                 raise RxeGuestError(f"refusing to create TAP {self.tap!r}: testbed objects are named tb-*")
-            _ip("tuntap", "add", "dev", self.tap, "mode", "tap", netns=self.netns)
+            run_ip("tuntap", "add", "dev", self.tap, "mode", "tap", netns=self.netns)
             self._own_tap = True
-        _ip("link", "set", "dev", self.tap, "mtu", str(self.mtu), netns=self.netns)
+        run_ip("link", "set", "dev", self.tap, "mtu", str(self.mtu), netns=self.netns)
         if self.bridge:
-            _ip("link", "set", "dev", self.tap, "master", self.bridge, netns=self.netns)
-        _ip("link", "set", "dev", self.tap, "up", netns=self.netns)
+            run_ip("link", "set", "dev", self.tap, "master", self.bridge, netns=self.netns)
+        run_ip("link", "set", "dev", self.tap, "up", netns=self.netns)
 
     def _send(self, line: str) -> None:
         p = self.proc
@@ -461,163 +390,6 @@ class RxeGuest:
                     gp._started.set()
                     gp._done.set()
                     self._procs.pop(gp.id, None)
-
-
-_PERF_ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s*$", re.M)
-
-
-def parse_perftest(output: str) -> dict | None:
-    """The result row of a perftest BW tool: bytes, iterations, bw_peak/bw_avg (perftest's MB/s = MiB/s),
-    msg_rate (Mpps)."""
-    m = _PERF_ROW.findall(output)
-    if not m:
-        return None
-    b, it, peak, avg, rate = m[-1]
-    return {"bytes": int(b), "iterations": int(it), "bw_peak_MBps": float(peak), "bw_avg_MBps": float(avg),
-            "msg_rate_Mpps": float(rate)}
-
-
-def run_pair(server: "RxeGuest", client: "RxeGuest", server_cmd: str, client_cmd: str,
-             timeout: float = 60) -> tuple[GuestResult, GuestResult]:
-    """Run a server command on one guest and, once it listens, the client command on the other.
-
-    ``client_cmd`` may contain ``{server}`` (the server's IP). Both results are returned; the server is
-    killed if the client fails first.
-    """
-    srv = server.spawn(server_cmd)
-    # the tools listen on TCP 18515 (or -p); wait until the socket is open before starting the client
-    port = re.search(r"(?:-p|--port[= ])\s*(\d+)", server_cmd)
-    server.wait_listen(int(port.group(1)) if port else 18515, timeout=min(timeout, 20), proc=srv)
-    cli = client.spawn(client_cmd.format(server=server.ip))
-    try:
-        cres = cli.wait(timeout)
-    except RxeGuestError:
-        srv.kill()
-        raise
-    try:
-        sres = srv.wait(10 if cres.ok else 3)
-    except RxeGuestError as e:
-        sres = GuestResult(-1, str(e))
-    return sres, cres
-
-
-class RxeLan:
-    """A private L2 segment for guests: a Linux bridge in its own network namespace, nothing else attached.
-
-    ``RxeLan(tag=None, subnet="10.77.0.0/24")`` creates netns ``tb-rxe-<tag>`` holding bridge
-    ``tb-rxebr<tag>``. :meth:`guest` makes an :class:`RxeGuest` whose TAP lives on that bridge;
-    :meth:`host` adds a network namespace ``tb-rxe-<tag>-h<N>`` with a veth into the bridge (an "emulated
-    host" for user-space endpoints); :meth:`capture` runs tcpdump on the bridge. :meth:`close` stops the
-    guests and deletes everything by name. No address is given to the bridge and nothing is routed: the
-    segment reaches nothing outside.
-    """
-
-    def __init__(self, tag: str | None = None, subnet: str = "10.77.0.0/24"):
-        self.tag = tag or str(os.getpid() % 100000)
-        if len(f"tb-rxebr{self.tag}") > 15 or len(f"tb-rxh{self.tag}p99") > 15:
-            raise ValueError(f"tag too long: {self.tag}")
-        self.netns = f"tb-rxe-{self.tag}"
-        self.bridge = f"tb-rxebr{self.tag}"
-        self.net = ipaddress.IPv4Network(subnet)
-        self.guests: list[RxeGuest] = []
-        self.hosts: list[str] = []
-        self._captures: list[subprocess.Popen] = []
-        self.capture_stats = ""  # tcpdump's closing statistics of the last stopped capture
-        self._n = 0
-        try:
-            subprocess.run(["ip", "netns", "add", self.netns], check=True, capture_output=True, text=True)
-            _ip("link", "set", "lo", "up", netns=self.netns)
-            _ip("link", "add", self.bridge, "type", "bridge", "stp_state", "0", "mcast_snooping", "0",
-                netns=self.netns)
-            _ip("link", "set", self.bridge, "up", netns=self.netns)
-        except BaseException:
-            self.close()
-            raise
-
-    def addr(self, n: int) -> str:
-        """The n-th address of the subnet (1-based)."""
-        return str(self.net.network_address + n)
-
-    def guest(self, ip: str, **kw) -> RxeGuest:
-        """A (not yet started) guest with its TAP on this segment."""
-        self._n += 1
-        tap = f"tb-rxe{self.tag}g{self._n}"
-        g = RxeGuest(ip, tap=tap, bridge=self.bridge, netns=self.netns, prefixlen=self.net.prefixlen, **kw)
-        self.guests.append(g)
-        return g
-
-    def host(self, ip: str, mtu: int = 1500) -> str:
-        """Create an emulated host (netns + veth into the bridge) with address ip; returns the netns name.
-
-        Inside it the interface is ``tb-rxh<tag>p<N>``; run programs there with ``ip netns exec NAME``.
-        """
-        n = len(self.hosts) + 1
-        ns = f"{self.netns}-h{n}"
-        outer, inner = f"tb-rxh{self.tag}h{n}", f"tb-rxh{self.tag}p{n}"
-        subprocess.run(["ip", "netns", "add", ns], check=True, capture_output=True, text=True)
-        self.hosts.append(ns)
-        _ip("link", "add", outer, "mtu", str(mtu), "type", "veth", "peer", "name", inner, "netns", ns,
-            netns=self.netns)
-        _ip("link", "set", outer, "master", self.bridge, "up", netns=self.netns)
-        _ip("link", "set", "lo", "up", netns=ns)
-        _ip("link", "set", inner, "mtu", str(mtu), "up", netns=ns)
-        _ip("addr", "add", f"{ip}/{self.net.prefixlen}", "dev", inner, netns=ns)
-        return ns
-
-    def capture(self, path: str | Path, bpf: str = "udp port 4791", snaplen: int = 0) -> subprocess.Popen:
-        """Start tcpdump on the bridge writing to path; stop it with :meth:`stop_capture`.
-
-        Whole frames are kept (snaplen defaults to the bridge MTU + Ethernet header); the kernel buffer is
-        sized so that bursts are not dropped while the emulation keeps the CPUs busy.
-        """
-        if not snaplen:
-            r = _ip("-o", "link", "show", "dev", self.bridge, netns=self.netns, check=False).stdout
-            m = re.search(r"mtu (\d+)", r)
-            mtu = int(m.group(1)) if m else 1500
-            snaplen = max(mtu, 1500) + 18
-        p = subprocess.Popen(["ip", "netns", "exec", self.netns, "tcpdump", "-i", self.bridge, "-w", str(path),
-                              "--immediate-mode", "-B", "65536", "-s", str(snaplen), "-n", *bpf.split()],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        self._captures.append(p)
-        # tcpdump reports "listening on" once the capture is open
-        t_end = time.monotonic() + 5
-        line = b""
-        while time.monotonic() < t_end and p.poll() is None:
-            line = p.stderr.readline()
-            if b"listening" in line:
-                break
-        return p
-
-    def stop_capture(self, p: subprocess.Popen) -> None:
-        if p.poll() is None:
-            time.sleep(0.3)  # let the last packets be written
-            p.send_signal(signal.SIGINT)
-            try:
-                p.wait(5)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait(3)
-        if p in self._captures:
-            self._captures.remove(p)
-        if p.stderr:
-            self.capture_stats = p.stderr.read().decode(errors="replace")
-            p.stderr.close()
-
-    def close(self) -> None:
-        for g in self.guests:
-            g.stop()
-        for p in list(self._captures):
-            self.stop_capture(p)
-        for ns in self.hosts:
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
-        self.hosts.clear()
-        subprocess.run(["ip", "netns", "del", self.netns], capture_output=True)
-
-    def __enter__(self) -> "RxeLan":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
 
 @atexit.register

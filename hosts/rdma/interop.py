@@ -156,6 +156,7 @@ class _Pingpong:
 
 
 # ---------------------------------------------------------------------------- ib_write_bw / ib_read_bw
+# Long on purpose: perftest's exchange step by step in the tools' order, to read beside perftest_communication.c.
 def perftest_bw(dev, verb: str, server: Optional[str] = None, *, port: int = DEFAULT_PORT, size: int = 65536,
                 iters: int = 1000, tx_depth: int = 128, out_reads: int = 16, mtu: int = 1024,
                 timeout: float = 120, log: Callable[[str], None] = lambda s: None) -> dict:
@@ -166,9 +167,6 @@ def perftest_bw(dev, verb: str, server: Optional[str] = None, *, port: int = DEF
     ``tx_depth`` outstanding, READs also at most the server's outstanding-read limit) and send the report
     the server prints. As server we expose a buffer with remote write/read access and wait for the client.
     """
-    # Long on purpose: the body is perftest's exchange, step by step in the tools' own order (versions, system
-    # data, MTU, three handshakes, the run, the report, the close); cut into pieces it would no longer read
-    # side by side with perftest's perftest_communication.c.
     if verb not in ("write", "read"):
         raise ValueError("verb must be 'write' or 'read'")
     deadline = time.monotonic() + timeout

@@ -7,15 +7,15 @@ import time
 
 import pytest
 
-from tools import rxe_guest
-from tools.rxe_guest import RxeLan, parse_perftest, run_pair
+from tools.rxe_guest_image import ensure_image
+from tools.rxe_lan import RxeLan, parse_perftest, run_pair
 
 pytestmark = [pytest.mark.root, pytest.mark.qemu]
 
 
 @pytest.fixture(scope="module")
 def pair():
-    why = rxe_guest.ensure_image()
+    why = ensure_image()
     if why:
         print(f"SKIP: {why}")
         pytest.skip(why)

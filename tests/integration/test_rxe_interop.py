@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 
 from tests.paths import ROOT
-from tools import rxe_guest
-from tools.rxe_guest import RxeLan, parse_perftest
+from tools.rxe_guest_image import ensure_image, image_has_python
+from tools.rxe_lan import RxeLan, parse_perftest
 
 pytestmark = [pytest.mark.qemu]
 
@@ -119,7 +119,7 @@ def test_oob_message_formats():
 # ------------------------------------------------------------------------------------------ fixtures
 @pytest.fixture(scope="module")
 def lab():
-    why = rxe_guest.ensure_image()
+    why = ensure_image()
     if why:
         print(f"SKIP: {why}")
         pytest.skip(why)
@@ -324,7 +324,7 @@ def test_pyverbs_backend_in_guest(lab, guest_role, tmp_path):
     READ of 1 B .. 1 MiB, every byte verified by the side that received it. The guest is the requester of
     every operation when it is the client and the responder when it is the server."""
     lan, g, ns = lab
-    if not rxe_guest.image_has_python():
+    if not image_has_python():
         why = "the guest image has no python3/pyverbs and could not be rebuilt (scripts/rxe-guest-build)"
         print(f"SKIP: {why}")
         pytest.skip(why)
@@ -407,7 +407,7 @@ def test_cpu_budget_on_cgroup_v2_in_guest(lab):
     unified hierarchy; the cpu controller is enabled in the root's subtree_control, cpu.max is written and a
     busy loop gets no more than its quota. (This machine's own cgroups are v1: tests/test_cgroups.py.)"""
     lan, g, ns = lab
-    if not rxe_guest.image_has_python():
+    if not image_has_python():
         why = "the guest image has no python3 and could not be rebuilt (scripts/rxe-guest-build)"
         print(f"SKIP: {why}")
         pytest.skip(why)
