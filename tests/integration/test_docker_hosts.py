@@ -49,7 +49,7 @@ def test_image_builds_without_a_registry(client):
     """debootstrap + docker import as the base, then the Dockerfile: no registry involved. Built under
     test tags so that the image runs use is not touched; the base is made afresh."""
     tag, base = "tb-host:test", "tb-base:test"
-    for name in (tag, base):
+    for name in (tag, base, image.deps_tag(tag)):
         try:
             client.images.remove(name, force=True)
         except Exception:
@@ -66,6 +66,9 @@ def test_image_builds_without_a_registry(client):
                                           " hosts.agents.flows, hosts.agents.probe; print(numpy.__version__)"],
                                     network_mode="none", remove=True).decode().strip()
         assert re.fullmatch(r"\d+\.\d+\.\d+", out), out
+        # the first stage is the same image without the hosts package (what derived images install onto)
+        assert client.containers.run(image.deps_tag(tag), ["ls", "/opt/testbed"], network_mode="none",
+                                     remove=True).decode().split() == []
         # incremental: unchanged inputs, nothing rebuilt
         assert image.up_to_date(client, tag)
         p = subprocess.run([os.path.join(ROOT, "scripts", "docker-image"), "--tag", tag], capture_output=True,
@@ -74,7 +77,7 @@ def test_image_builds_without_a_registry(client):
         print(f"host image without a registry: {img.attrs['Size'] / 1e6:.0f} MB, built in {seconds:.1f} s "
               f"(debootstrap base included)")
     finally:
-        for name in (tag, base):
+        for name in (tag, image.deps_tag(tag), base):
             try:
                 client.images.remove(name, force=True)
             except Exception:
@@ -93,6 +96,45 @@ def test_image_inputs_digest_follows_the_hosts_code(tmp_path, monkeypatch):
     assert image.inputs_digest() != before
     names = {m.name for m in __import__("tarfile").open(fileobj=image.context()).getmembers()}
     assert {"Dockerfile", "packages", "hosts/agents/probe.py"} <= names and not any("__pycache__" in n for n in names)
+
+
+def test_a_change_to_hosts_reaches_derived_images_without_installing_their_packages_again(client, tmp_path,
+                                                                                           monkeypatch):
+    """A derived image (docker/NAME/) installs its packages on the host image's first stage: after a change to
+    hosts/, it is rebuilt with the new package, but its installing step comes from Docker's cache (its output,
+    a time stamp, is the same), and the image it replaced is gone. Under test tags, on a copy of the sources."""
+    shutil.copytree(os.path.join(ROOT, "hosts"), tmp_path / "hosts", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(os.path.join(ROOT, "docker"), tmp_path / "docker", ignore=shutil.ignore_patterns("torch", "machine"))
+    (tmp_path / "docker" / "stamp").mkdir()
+    (tmp_path / "docker" / "stamp" / "Dockerfile").write_text(       # the shape of docker/torch/Dockerfile
+        "ARG HOST\nARG DEPS\nFROM ${HOST} AS host\nFROM ${DEPS}\nRUN date +%s%N > /stamp\n"
+        "COPY --from=host /opt/testbed/hosts /opt/testbed/hosts\n")
+    monkeypatch.setattr(image, "PROJECT_ROOT", str(tmp_path))
+    monkeypatch.setattr(image, "DOCKER_DIR", str(tmp_path / "docker"))
+    monkeypatch.setattr(image, "IMAGE", "tb-host:test-derived")
+    monkeypatch.setattr(image, "PREFIX", "tb-test-")
+    made = ["tb-test-stamp:latest", "tb-host:test-derived", image.deps_tag("tb-host:test-derived")]
+
+    def stamp_and_probe() -> list[str]:
+        tag = image.derived(client, "stamp", echo=print)
+        probe = "cat /stamp; [ -e /opt/testbed/hosts/agents/probe2.py ] && echo 1 || echo 0"
+        return client.containers.run(tag, ["sh", "-c", probe], network_mode="none", remove=True).decode().split()
+    try:
+        first, had_probe = stamp_and_probe()
+        replaced = client.images.get(made[0]).id
+        (tmp_path / "hosts" / "agents" / "probe2.py").write_text("# new\n")
+        second, has_probe = stamp_and_probe()
+        assert (had_probe, has_probe) == ("0", "1")              # the new hosts package is in
+        assert second == first                                    # the installing step was not run again
+        assert client.images.get(made[0]).id != replaced
+        with pytest.raises(Exception):
+            client.images.get(replaced)                           # and the image it replaced is removed
+    finally:
+        for name in made:
+            try:
+                client.images.remove(name, force=True)
+            except Exception:
+                pass
 
 
 @root

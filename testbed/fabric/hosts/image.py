@@ -3,7 +3,10 @@
     ensure(client)                      -> "tb-host:latest", built only when its inputs changed
     build(client, base="debootstrap")   -> the same, built now (scripts/docker-image)
 
-The image is docker/Dockerfile FROM a base. With a registry the base is debian:bookworm-slim; without
+The image is docker/Dockerfile FROM a base, in two stages: everything but the `hosts` package, tagged
+tb-host-deps (deps_tag), then the package. Derived images (docker/torch, docker/machine) install their
+packages on the first and copy the package from the second, so a change to hosts/ reinstalls nothing.
+The image a rebuild replaces is removed when nothing uses it any more. With a registry the base is debian:bookworm-slim; without
 one it is made here: debootstrap (minbase, with docker/packages included) into a temporary directory,
 trimmed, and `docker import`ed as tb-base:bookworm. Rebuilding is incremental: the image carries a
 digest of its inputs (Dockerfile, docker/packages, hosts/**/*.py) and is rebuilt only when that
@@ -153,7 +156,6 @@ def registry_base(client) -> str | None:
 def build(client, base: str = "auto", tag: str = IMAGE, base_tag: str = LOCAL_BASE, echo=print) -> str:
     """Build the host image now. base: auto (the registry's Debian if reachable, else debootstrap),
     registry, or debootstrap (made as base_tag)."""
-    import docker
     if base not in BASES:
         raise ImageError(f"unknown base {base!r}; choose one of {', '.join(BASES)}")
     t0 = time.monotonic()
@@ -162,22 +164,61 @@ def build(client, base: str = "auto", tag: str = IMAGE, base_tag: str = LOCAL_BA
         if base == "registry":
             raise ImageError(f"no registry to pull {REGISTRY_BASE} from; use base debootstrap")
         chosen = debootstrap_base(client, base_tag, echo)
-    try:
-        client.images.build(fileobj=context(), custom_context=True, tag=tag, buildargs={"BASE": chosen},
-                            labels={"testbed": "1", "testbed.inputs": inputs_digest(), "testbed.base": chosen},
-                            network_mode="host", rm=True, forcerm=True)
-    except docker.errors.BuildError as exc:
-        lines = [str(c.get("stream", c.get("error", ""))).strip() for c in exc.build_log]
-        raise ImageError(f"building {tag} failed: {exc.msg} ({' | '.join(l for l in lines if l)[-300:]})") from None
+    # The first stage's labels leave out the inputs' digest: with it, every change to hosts/ would make a new
+    # first stage and the derived images would install their packages again.
+    deps_labels = {"testbed": "1", "testbed.base": chosen}
+    _build(client, deps_tag(tag), context(), {"BASE": chosen}, deps_labels, target="deps")
+    _build(client, tag, context(), {"BASE": chosen}, {**deps_labels, "testbed.inputs": inputs_digest()})
     size = client.images.get(tag).attrs["Size"]
     echo(f"image: {tag} from {chosen}, {size / 1e6:.0f} MB, built in {time.monotonic() - t0:.1f} s")
     return tag
 
 
+def deps_tag(tag: str) -> str:
+    """The tag of an image's first stage (all but the `hosts` package): tb-host:latest -> tb-host-deps:latest."""
+    repository, _, version = tag.partition(":")
+    return f"{repository}-deps:{version or 'latest'}"
+
+
+def _build(client, tag: str, context_tar: io.BytesIO, buildargs: dict, labels: dict, target: str | None = None):
+    """One `docker build` from a tar context; the image TAG named before is removed once unused."""
+    import docker
+    context_tar.seek(0)
+    before = _image_id(client, tag)
+    try:
+        client.images.build(fileobj=context_tar, custom_context=True, tag=tag, buildargs=buildargs, labels=labels,
+                            target=target, network_mode="host", rm=True, forcerm=True)  # apt: this machine's network
+    except docker.errors.BuildError as exc:
+        lines = [str(c.get("stream", c.get("error", ""))).strip() for c in exc.build_log]
+        raise ImageError(f"building {tag} failed: {exc.msg} ({' | '.join(l for l in lines if l)[-300:]})") from None
+    if before and before != _image_id(client, tag):
+        _remove_if_unused(client, before)
+
+
+def _image_id(client, tag: str) -> str | None:
+    import docker
+    try:
+        return client.images.get(tag).id
+    except docker.errors.ImageNotFound:
+        return None
+
+
+def _remove_if_unused(client, image_id: str) -> None:
+    """Remove a testbed image that lost its last tag, unless a container or another image still uses it."""
+    import docker
+    try:
+        img = client.images.get(image_id)
+        if img.tags or (img.labels or {}).get("testbed") != "1":
+            return
+        client.images.remove(image_id)
+    except docker.errors.APIError:
+        pass                        # in use (a container, a child image): it stays, as Docker would keep it
+
+
 def ensure(client, echo=print) -> str:
-    """The host image, (re)built only if it is missing or its inputs changed."""
-    if not up_to_date(client):
-        build(client, echo=echo)
+    """The host image, (re)built only if it is missing or its inputs changed (or its first stage is gone)."""
+    if not up_to_date(client, IMAGE) or _image_id(client, deps_tag(IMAGE)) is None:
+        build(client, tag=IMAGE, echo=echo)
     return IMAGE
 
 
@@ -185,9 +226,9 @@ FLAVOURS = ("default", "torch")      # what Docker hosts may run on: the host im
 
 
 def derived(client, name: str, echo=print) -> str:
-    """tb-NAME:latest, built FROM the host image with docker/NAME/ as its context (its Dockerfile and the files
-    beside it); (re)built only when those files or the host image changed. Installing needs Debian's mirror."""
-    import docker
+    """tb-NAME:latest, built from the host image's two stages (its Dockerfile's HOST and DEPS) with docker/NAME/
+    as its context (its Dockerfile and the files beside it); (re)built only when those files or the host image
+    changed. Installing needs Debian's mirror."""
     base = ensure(client, echo=echo)
     folder, tag = os.path.join(DOCKER_DIR, name), f"{PREFIX}{name}:latest"
     files = sorted(f for f in os.listdir(folder) if os.path.isfile(os.path.join(folder, f)))
@@ -204,13 +245,7 @@ def derived(client, name: str, echo=print) -> str:
             tar.add(os.path.join(folder, f), f)
     buf.seek(0)
     t0 = time.monotonic()
-    try:
-        client.images.build(fileobj=buf, custom_context=True, tag=tag, buildargs={"BASE": base},
-                            labels={"testbed": "1", "testbed.inputs": digest}, network_mode="host", rm=True,
-                            forcerm=True)       # apt needs this machine's network
-    except docker.errors.BuildError as exc:
-        lines = [str(c.get("stream", c.get("error", ""))).strip() for c in exc.build_log]
-        raise ImageError(f"building {tag} failed: {exc.msg} ({' | '.join(l for l in lines if l)[-300:]})") from None
+    _build(client, tag, buf, {"HOST": base, "DEPS": deps_tag(base)}, {"testbed": "1", "testbed.inputs": digest})
     echo(f"image: {tag}, {client.images.get(tag).attrs['Size'] / 1e6:.0f} MB, built in {time.monotonic() - t0:.1f} s")
     return tag
 
