@@ -222,7 +222,9 @@ class Communicator:
         if self.heartbeat is not None:
             self.heartbeat.on_failure = None
         # A forwarder may be inside a poll of its CQ: closing a kernel device under it frees the CQ it reads
-        # (a crash with rxe), so wait for them to see _closing first (each waits at most 0.5 s per poll).
+        # (a crash with rxe), so wait for them to see _closing first; their CQs stop waiting for that.
+        for _, _, cq in self._devices.values():
+            cq.stop_waiting()
         for forwarder in self._forwarders:
             if forwarder is not threading.current_thread():
                 forwarder.join(timeout=2.0)

@@ -9,6 +9,7 @@ API (names follow libibverbs; enum values equal ibverbs'):
 
     open_device(ip, backend="auto", mtu=1024, **opts) -> Device
     Device.alloc_pd() -> PD;  Device.create_cq(depth=4096) -> CQ;  Device.counters
+    CQ.poll(max_entries=16) -> [WC];  CQ.wait(n=1, timeout=None) -> [WC];  CQ.stop_waiting()
     Device.close(linger=None)   # keeps ACKing peers until 3 x timeout pass without a request (TIME_WAIT)
     PD.reg_mr(buf, access=Access.LOCAL_WRITE) -> MR     # buf: bytearray / writable numpy array / mmap
     MR.addr, MR.length, MR.lkey, MR.rkey, MR.access;  MR.sge(offset=0, length=None) -> SGE

@@ -163,6 +163,7 @@ class RxeCQ:
         self.device = device
         self._cq = CQ(device._ctx, depth)
         self._lock = threading.Lock()
+        self._stopped = False           # stop_waiting(): wait() no longer sleeps
 
     def poll(self, max_entries: int = 16):
         with self._lock:
@@ -175,11 +176,15 @@ class RxeCQ:
         while len(out) < n:
             got = self.poll(n - len(out))
             out += got
-            if len(out) >= n or (deadline is not None and time.monotonic() >= deadline):
+            if len(out) >= n or self._stopped or (deadline is not None and time.monotonic() >= deadline):
                 break
             sleep = self.MIN_SLEEP if got else min(2 * sleep, self.MAX_SLEEP)
             time.sleep(sleep)
         return out
+
+    def stop_waiting(self) -> None:
+        """From now on wait() returns after its next poll (within MAX_SLEEP), a wait in progress too."""
+        self._stopped = True
 
 
 class RxeQP:

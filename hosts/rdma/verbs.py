@@ -194,6 +194,7 @@ class CompletionQueue:
         self._q = deque()
         self._cv = threading.Condition()
         self.overflows = 0
+        self._stopped = False           # stop_waiting(): wait() no longer blocks
 
     def _push(self, wc: WC):
         with self._cv:
@@ -220,10 +221,17 @@ class CompletionQueue:
                 if len(out) >= n:
                     break
                 left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
+                if self._stopped or (left is not None and left <= 0):
                     break
                 self._cv.wait(left)
         return out
+
+    def stop_waiting(self) -> None:
+        """From now on wait() returns at once with what is queued, a wait in progress too: for the thread
+        that waits on this queue to see at once that its owner is closing."""
+        with self._cv:
+            self._stopped = True
+            self._cv.notify_all()
 
     def __len__(self):
         with self._cv:

@@ -62,3 +62,12 @@ def test_an_open_uroce_device_is_a_device():
         assert isinstance(dev, Device) and dev.backend == "uroce" and dev.ip == "10.0.0.1" and dev.mtu == 1024
     finally:
         dev.close(linger=0)
+
+
+@pytest.mark.parametrize("method", ["poll", "wait", "stop_waiting"])
+def test_both_completion_queues_offer_the_same_methods(method):
+    from hosts.rdma import CompletionQueue
+    from hosts.rdma.rxe import RxeCQ
+    assert callable(getattr(RxeCQ, method, None)) and callable(getattr(CompletionQueue, method, None))
+    assert list(inspect.signature(getattr(RxeCQ, method)).parameters) == \
+        list(inspect.signature(getattr(CompletionQueue, method)).parameters)
