@@ -3,11 +3,13 @@
 Needs root, qemu-system-x86 and the guest image (scripts/rxe-guest-build; built on first use when apt can
 download the kernel package). Skips with the reason otherwise.
 """
+import os
 import time
+from pathlib import Path
 
 import pytest
 
-from tools.rxe_guest_image import ensure_image
+from tools.rxe_guest_image import DEFAULT_IMAGE_DIR, ensure_image
 from tools.rxe_lan import RxeLan, parse_perftest, run_pair
 
 pytestmark = [pytest.mark.root, pytest.mark.qemu]
@@ -36,6 +38,10 @@ def pair():
 
 def test_guest_boots_with_active_rxe(pair):
     a, b = pair
+    # the image is also kept as this machine's copy, which a fresh clone takes instead of building it again
+    if os.environ.get("RXE_GUEST_CACHE") is None and not os.environ.get("RXE_GUEST_DIR"):
+        made = (DEFAULT_IMAGE_DIR / "manifest").read_text().splitlines()[0]
+        assert Path("/var/cache/tb-rxe-guest/manifest").read_text().splitlines()[0] == made
     for g in (a, b):
         assert g.alive
         assert g.info["ip"].startswith(g.ip + "/")
