@@ -11,11 +11,13 @@ from testbed.fabric.topo import build
 from testbed.workloads import offload
 
 pytestmark = pytest.mark.root
-import tensorflow  # noqa: E402,F401  -- the tf extra `make test` installs: missing is an error, not a skip
 
 
 @pytest.mark.slow
 def test_fastflow_offloads_and_beats_local_only_when_local_cpu_is_scarce():
+    # the tf extra `make test` installs: missing is an error, not a skip (imported here, not when collected:
+    # collecting is done by every pytest worker, and TensorFlow takes 3.4 s to import)
+    import tensorflow  # noqa: F401
     fabric = build("rail-optimized", 1, 2, spines=1, nic_mbps=100, cpu_hosts=2)
     spec = {"pipelines": ["compute"], "gpu_steps_per_s": 25, "local_cores": 0.3, "worker_cores": 0.3,
             "seconds": 4, "profile_s": 2.5, "ratios": [0, 1], "candidates": ["p'3"], "repeats": 1}
