@@ -21,7 +21,7 @@ from testbed.fabric.network import Network
 from testbed.monitor import capture
 from testbed.monitor.fidelity import CpuSampler
 from testbed.monitor.timeline import Timeline
-from testbed.results import report, results_schema, runs
+from testbed.results import results_schema, runs
 from testbed.runtime import fault_outcomes, fault_timing, faults, program_outcomes, progress
 from testbed.runtime.fault_echo import FaultEcho
 from testbed.scenario import ScenarioError, host_limits
@@ -242,6 +242,7 @@ def _run_workload(net: Network, spec: dict, label: str, schedule, checks: list) 
 
 
 def _write(results: dict, fabric: topo.Fabric, timeline, out_dir: str) -> None:
+    from testbed.results import report     # matplotlib when there is a report to draw, not at every CLI start
     results["ok"] = all(c["ok"] for c in results["checks"])
     results_schema.relative_flows(results)                  # one time base (testbed/results/results_schema.py)
     for c in results.get("captures", []):
