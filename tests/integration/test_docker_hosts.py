@@ -104,7 +104,8 @@ def test_a_change_to_hosts_reaches_derived_images_without_installing_their_packa
     hosts/, it is rebuilt with the new package, but its installing step comes from Docker's cache (its output,
     a time stamp, is the same), and the image it replaced is gone. Under test tags, on a copy of the sources."""
     shutil.copytree(os.path.join(ROOT, "hosts"), tmp_path / "hosts", ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copytree(os.path.join(ROOT, "docker"), tmp_path / "docker", ignore=shutil.ignore_patterns("torch", "machine"))
+    shutil.copytree(os.path.join(ROOT, "docker"), tmp_path / "docker",
+                    ignore=shutil.ignore_patterns("torch", "machine"))
     (tmp_path / "docker" / "stamp").mkdir()
     (tmp_path / "docker" / "stamp" / "Dockerfile").write_text(       # the shape of docker/torch/Dockerfile
         "ARG HOST\nARG DEPS\nFROM ${HOST} AS host\nFROM ${DEPS}\nRUN date +%s%N > /stamp\n"

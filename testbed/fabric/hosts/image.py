@@ -6,11 +6,13 @@
 The image is docker/Dockerfile FROM a base, in two stages: everything but the `hosts` package, tagged
 tb-host-deps (deps_tag), then the package. Derived images (docker/torch, docker/machine) install their
 packages on the first and copy the package from the second, so a change to hosts/ reinstalls nothing.
-The image a rebuild replaces is removed when nothing uses it any more. With a registry the base is debian:bookworm-slim; without
-one it is made here: debootstrap (minbase, with docker/packages included) into a temporary directory,
-trimmed, and `docker import`ed as tb-base:bookworm. Rebuilding is incremental: the image carries a
-digest of its inputs (Dockerfile, docker/packages, hosts/**/*.py) and is rebuilt only when that
-changes; the debootstrap base carries the digest of the package list and is remade only when it changes.
+The image a rebuild replaces is removed when nothing uses it any more.
+
+With a registry the base is debian:bookworm-slim; without one it is made here: debootstrap (minbase, with
+docker/packages included) into a temporary directory, trimmed, and `docker import`ed as tb-base:bookworm.
+Rebuilding is incremental: the image carries a digest of its inputs (Dockerfile, docker/packages,
+hosts/**/*.py) and is rebuilt only when that changes; the debootstrap base carries the digest of the package
+list and is remade only when it changes.
 """
 from __future__ import annotations
 
