@@ -69,32 +69,46 @@ class Controller:
     def __init__(self, run_dir: str, routing: str, failover: bool, delay_ms: float = 0.0):
         self.run_dir, self.routing, self.failover, self.delay_ms = run_dir, routing, failover, delay_ms
         self.port = free_port()
+        self.topology_path = os.path.join(run_dir, "topology.json")
         self.state_path = os.path.join(run_dir, "controller-state.json")
         self.log_path = os.path.join(run_dir, "controller.log")
         self.proc: subprocess.Popen | None = None
 
     def start(self, fabric, timeout: float = 30) -> int:
-        """Start it and wait until it listens (before switches are pointed at it); returns its PID. free_port
-        only picked a port: if another process takes it first, the controller is started on a new one."""
-        topo = os.path.join(self.run_dir, "topology.json")
-        with open(topo, "w") as f:
+        """Start it and wait until it listens (before switches are pointed at it); returns its PID."""
+        self.launch(fabric)
+        return self.wait_listening(timeout)
+
+    def launch(self, fabric) -> int:
+        """Start it without waiting (it takes ~0.5 s to listen: the caller may build the network meanwhile);
+        returns its PID. wait_listening() before any switch is pointed at it."""
+        with open(self.topology_path, "w") as f:
             json.dump(fabric.to_controller(), f)
+        return self._spawn()
+
+    def wait_listening(self, timeout: float = 30) -> int:
+        """Until it listens on self.port; returns its PID. free_port only picked a port: if another process
+        took it first, the controller is started again on a new one (read self.port afterwards)."""
         for _ in range(PORT_ATTEMPTS):
             try:
-                return self._spawn(topo, timeout)
+                return self._await_listen(timeout)
             except PortTaken:
                 self.stop()
                 self.port = free_port()
+                self._spawn()
         raise ControllerError(f"no free port for the controller after {PORT_ATTEMPTS} attempts")
 
-    def _spawn(self, topo: str, timeout: float) -> int:
+    def _spawn(self) -> int:
         env = dict(os.environ, PYTHONPATH=PROJECT_ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
         with open(self.log_path, "w") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "controllers.run", "--topology", topo, "--mode", controller_mode(self.routing),
-                 "--port", str(self.port), "--state", self.state_path, "--delay-ms", str(self.delay_ms)]
-                + (["--failover"] if self.failover else []),
+                [sys.executable, "-m", "controllers.run", "--topology", self.topology_path,
+                 "--mode", controller_mode(self.routing), "--port", str(self.port), "--state", self.state_path,
+                 "--delay-ms", str(self.delay_ms)] + (["--failover"] if self.failover else []),
                 stdout=log, stderr=subprocess.STDOUT, env=env, cwd=PROJECT_ROOT, start_new_session=True)
+        return self.proc.pid
+
+    def _await_listen(self, timeout: float) -> int:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None and "Address already in use" in self._tail():

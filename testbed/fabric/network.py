@@ -124,7 +124,8 @@ class Network:
                      placement=self.placement.node_machine if self.placement else {})
         self.timings.update(self.backend.start(list(self.fabric.hosts), self._record))
         self.controller = Controller(self.run_dir, self.routing, self.failover, self.controller_delay_ms)
-        self._record(controller_pid=self._controller_call(self.controller.start, self.fabric))
+        # The controller starts up (~0.5 s) while Mininet builds; it must listen before the switches start.
+        self._record(controller_pid=self._controller_call(self.controller.launch, self.fabric))
         self._open_tunnels()
         setLogLevel("error")   # Mininet warns about br_netfilter sysctls we do not rely on
         self.mn = Mininet(topo=None, build=False, controller=None, autoSetMacs=False, waitConnected=False)
@@ -132,7 +133,9 @@ class Network:
         self._add_nodes()
         self.mn.build()
         self._record(host_pids={h.name: h.pid for h in self.mn.hosts},
-                     switch_pids={s.name: s.pid for s in self.mn.switches})
+                     switch_pids={s.name: s.pid for s in self.mn.switches},
+                     controller_pid=self._controller_call(self.controller.wait_listening))
+        self.mn.controllers[0].port = self.controller.port      # a new one if another process took the first
         self.mn.start()
         self._configure_hosts()
         self.rdma = softroce.attach(self)      # kernel Soft-RoCE per host where the kernel has it

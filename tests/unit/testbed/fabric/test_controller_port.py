@@ -43,3 +43,15 @@ def test_a_taken_port_gets_the_controller_a_new_one(tmp_path, reuse_port):
     finally:
         controller.stop()
         squatter.close()
+
+
+def test_launch_does_not_wait_and_wait_listening_does(tmp_path):
+    """launch() returns with the process started (the network is built meanwhile); wait_listening() returns its
+    PID once it listens, which is when switches may be pointed at it."""
+    controller = Controller(str(tmp_path), "single", failover=False)
+    try:
+        pid = controller.launch(build("rail-only", 2, 2))
+        assert not listens(pid, controller.port)          # importing os-ken alone takes longer than this
+        assert controller.wait_listening() == pid and listens(pid, controller.port)
+    finally:
+        controller.stop()
