@@ -101,7 +101,7 @@ def allgather(comm, shard: np.ndarray, algo: str = "ring") -> np.ndarray:
     if algo == "rd":
         return _bruck_allgather(comm, shard)
     if algo == "multicast":   # comm.multicast_scope "rail": the fabric replicates only inside a rail
-        return mcast_allgather.allgather(comm, shard, getattr(comm, "multicast_scope", "fabric"))
+        return mcast_allgather.allgather(comm, shard, comm.multicast_scope)
     if algo == "hierarchical":
         return hierarchical.allgather(comm, shard)
     if algo == "hierarchical-pipelined":

@@ -177,6 +177,9 @@ class Communicator:
         self.sport_mode = sport_mode      # "packet": a new UDP source port per packet (spraying)
         self.split = split                # queue pairs per peer, each message striped over them
         self.congestion = None            # "delay": paced queue pairs back off when queues build
+        # multicast AllGather (mcast_allgather.py): where the fabric replicates ("rail": inside a rail only),
+        # whether the testbed reports installed trees, how long to stay in the groups after the job
+        self.multicast_scope, self.trees_confirmed, self.group_hold_s = "fabric", False, 0.0
         self._open_device = open_device
         self._devices: dict[str, tuple] = {}
         self._forwarders: list[threading.Thread] = []

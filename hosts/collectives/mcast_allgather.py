@@ -106,7 +106,7 @@ class Multicast:
         store.set(f"{self.key}/joined/{comm.rank}", 1)
         for r in group:
             store.get(f"{self.key}/joined/{r}", what=f"rank {r} to join {self.address}")
-        if getattr(comm, "trees_confirmed", False):
+        if comm.trees_confirmed:
             self._await_trees([comm.peers[r].name for r in group])
         else:
             time.sleep(0.3)          # no one reports the switches' rules (in-process runs): give them a moment

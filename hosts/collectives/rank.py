@@ -57,5 +57,5 @@ def finish(comm: Communicator, store: FileStore, rank: int, world: int) -> None:
     except StoreTimeout:
         comm.close()
         return
-    time.sleep(getattr(comm, "group_hold_s", 0))
+    time.sleep(comm.group_hold_s)
     comm.close(linger=0)

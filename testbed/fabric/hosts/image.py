@@ -70,12 +70,18 @@ def packages_digest() -> str:
     return hashlib.sha256(("\n".join(packages()) + SUITE).encode()).hexdigest()[:16]
 
 
-def _label(client, name: str, key: str) -> str | None:
+def _image(client, name: str):
+    """The image NAME (a tag or an ID), or None when there is none."""
     import docker
     try:
-        return (client.images.get(name).labels or {}).get(key)
+        return client.images.get(name)
     except docker.errors.ImageNotFound:
         return None
+
+
+def _label(client, name: str, key: str) -> str | None:
+    img = _image(client, name)
+    return None if img is None else (img.labels or {}).get(key)
 
 
 def up_to_date(client, tag: str = IMAGE) -> bool:
@@ -198,11 +204,8 @@ def _build(client, tag: str, context_tar: io.BytesIO, buildargs: dict, labels: d
 
 
 def _image_id(client, tag: str) -> str | None:
-    import docker
-    try:
-        return client.images.get(tag).id
-    except docker.errors.ImageNotFound:
-        return None
+    img = _image(client, tag)
+    return None if img is None else img.id
 
 
 def _remove_if_unused(client, image_id: str) -> None:

@@ -1,12 +1,15 @@
 """A rank's teardown: once every rank passed the final barrier nothing of the job is outstanding, so the
 devices close at once; a rank whose peer never arrives keeps answering retransmissions (the linger)."""
 import threading
+import time
 
 from hosts.collectives import rank
 from hosts.collectives.store import FileStore
 
 
 class Comm:
+    group_hold_s = 0
+
     def __init__(self):
         self.closed_with = []
 
@@ -33,7 +36,6 @@ def test_a_peer_that_never_arrives_leaves_the_linger(tmp_path, monkeypatch):
 
 
 def test_a_multicast_job_holds_its_groups_before_closing(tmp_path):
-    import time
     comm = Comm()
     comm.group_hold_s = 0.3
     t0 = time.monotonic()
