@@ -171,7 +171,9 @@ def test_a_cut_nic_is_found_on_its_path_and_the_news_reaches_a_rank_with_no_path
     s0g1 (same rail) finds it over the NIC; s1g0 still hears it over the HB domain; s0g0 (another rail of
     another server: no path) learns it from s0g1's news."""
     ranks = [members(i, j) for i in range(2) for j in range(2)]
-    hbs = {r["name"]: beat(tmp_path, r, [o for o in ranks if o is not r]) for r in ranks}
+    # four watchers in one process share its GIL: on a loaded machine (the suite's 4 workers on 2 cores) a 0.5 s
+    # timeout was outlived once by a live beat over the HB domain, so this test allows 1 s (period scaled alike)
+    hbs = {r["name"]: beat(tmp_path, r, [o for o in ranks if o is not r], period=0.1, timeout=1.0) for r in ranks}
     try:
         time.sleep(0.4)
         assert all(hb.failed() == {} for hb in hbs.values())
