@@ -2,8 +2,9 @@
 
 mpirun calls it as it would call ssh: `agent [ssh options] HOST WORD...`, the words being one shell command
 (orted and its quoted arguments). HOST is a host's fabric address; the JSON file named by TB_MPI_HOSTS maps it
-to the command prefix that enters that host (`nsenter --target PID --net --` for a namespace host), and the
-command runs there under `sh -c`, as a remote shell would run it.
+to the command prefix that enters that host (`nsenter --target PID --net -- env TMPDIR=...` for a namespace host:
+its network and its own temporary folder), and the command runs there under `sh -c`, as a remote shell would
+run it.
 """
 import json
 import os

@@ -2,11 +2,13 @@
 scenarios (mpirun + mpi4py, torch.distributed gloo, tf.distribute MultiWorkerMirroredStrategy), the launchers'
 environment on a subset of hosts, a GPU crash under MPI, torch and TensorFlow jobs, a rail-spine cut the fabric
 routes around and a GPU's NIC cut it cannot (what each library does, and when)."""
+import glob
 import importlib.util
 import json
 import os
 import re
 import shutil
+import tempfile
 import time
 
 import pytest
@@ -89,7 +91,7 @@ def test_torch_gloo_sweep_and_ddp_steps_and_the_env_launcher_on_a_subset(tmp_pat
     probe = {"type": "program", "name": "env-probe", "hosts": ["s1g1", "s0g0", "s1g0"],
              "command": ["{python}", "-c", "import json, os; print(json.dumps({k: os.environ[k] for k in "
                                            "('RANK', 'WORLD_SIZE', 'LOCAL_RANK', 'LOCAL_WORLD_SIZE', 'MASTER_ADDR', "
-                                           "'TF_CONFIG', 'TB_HOST')}))"],
+                                           "'TF_CONFIG', 'TB_HOST', 'TMPDIR')}))"],
              "figures": {"world": {"json": "WORLD_SIZE", "rank": 2}}}
     r, out = run("torch", tmp_path, [probe])
     assert r["ok"], r["checks"]
@@ -106,12 +108,19 @@ def test_torch_gloo_sweep_and_ddp_steps_and_the_env_launcher_on_a_subset(tmp_pat
     assert [e["LOCAL_WORLD_SIZE"] for e in envs] == ["2", "1", "2"]
     assert {e["MASTER_ADDR"] for e in envs} == {"10.11.1.2"}                  # s1g1's NIC: rank 0's
     assert json.loads(envs[2]["TF_CONFIG"])["task"] == {"type": "worker", "index": 2}
+    assert [e["TMPDIR"].rsplit("/", 2)[1:] for e in envs] == [["tmp", h] for h in ("s1g1", "s0g0", "s1g0")]
+
+
+def tf_generated_code() -> set[str]:
+    return set(glob.glob(os.path.join(tempfile.gettempdir(), "__autograph_generated_file*")))
 
 
 def test_tf_multi_worker_mirrored_strategy_trains_with_identical_weights_on_every_worker(tmp_path):
     need("tensorflow")
+    before = tf_generated_code()
     r, out = run("tf", tmp_path)
     assert r["ok"], r["checks"]
+    assert tf_generated_code() == before        # TensorFlow wrote its code in the hosts' folders, gone with them
     w = r["workloads"][0]
     results = [last_json(t) for t in rank_logs(out, w)]
     assert [x["worker"] for x in results] == [0, 1, 2, 3] and {x["workers"] for x in results} == {4}

@@ -100,9 +100,24 @@ class LocalProcesses:
 
 
 class NamespaceHost(LocalProcesses, Host):
-    """A Mininet host (its own network namespace, the machine's file system and interpreter)."""
+    """A Mininet host (its own network namespace, the machine's file system and interpreter). What it starts
+    gets the host's own temporary folder (TMPDIR, `tmp_dir` in its parameters), as a Docker host has its own
+    /tmp: what libraries leave there (Open MPI's session folders, TensorFlow's generated code) goes with the
+    fabric, and two hosts' files cannot meet."""
 
     python = sys.executable
+
+    @property
+    def tmp_dir(self) -> str | None:
+        return self.params.get("tmp_dir")
+
+    def popen(self, *args, **kwargs):
+        if self.tmp_dir:
+            env = dict(kwargs.get("env") or os.environ)
+            if "TMPDIR" not in (kwargs.get("env") or {}):       # a caller's own TMPDIR wins
+                env["TMPDIR"] = self.tmp_dir
+            kwargs["env"] = env
+        return super().popen(*args, **kwargs)
 
     def tool_popen(self, *args, **kwargs):
         """A tool of the testbed's own in the host (a capture): a GPU fault in the host spares it."""
@@ -120,17 +135,24 @@ class Namespaces:
     name, carries_tensorflow = "netns", True
 
     def __init__(self, run_dir: str, **limits):
-        pass
+        self.run_dir = run_dir
 
     @staticmethod
     def require() -> None:
         pass
 
+    def tmp_dir(self, host: str) -> str:
+        """The host's TMPDIR: in the run directory, so tear-down and `testbed clean` remove it."""
+        return os.path.join(self.run_dir, "tmp", host)
+
     def start(self, hosts: list[str], record) -> dict:
+        for h in hosts:
+            os.makedirs(self.tmp_dir(h), exist_ok=True)
+            os.chmod(self.tmp_dir(h), 0o1777)       # as /tmp: a program that drops root can still write there
         return {}
 
     def node_params(self, host: str) -> dict:
-        return {"cls": NamespaceHost}
+        return {"cls": NamespaceHost, "tmp_dir": self.tmp_dir(host)}
 
     @staticmethod
     def enter(host: str, pid: int, tty: bool) -> list[str]:
@@ -144,7 +166,8 @@ class Namespaces:
         map of addresses to entering prefixes is written in `folder`."""
         path = os.path.join(folder, "mpi_hosts.json")
         with open(path, "w") as f:
-            json.dump({ip: self.enter(node.name, node.pid, False) for ip, node in nodes.items()}, f)
+            json.dump({ip: [*self.enter(node.name, node.pid, False), "env", f"TMPDIR={self.tmp_dir(node.name)}"]
+                       for ip, node in nodes.items()}, f)
         return RemoteShell(f"{sys.executable} {MPI_AGENT}", {"TB_MPI_HOSTS": path})
 
     def stop(self) -> None:

@@ -7,8 +7,8 @@ Derandomized and bounded, so CI sees the same examples every run and the file ta
 import contextlib
 import io
 import os
-import tempfile
 
+import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings, strategies as st
 
@@ -104,7 +104,13 @@ def broken(draw, docs=from_schema(SCHEMA)):
     return doc
 
 
-_DIR = tempfile.mkdtemp(prefix="tb-fuzz-")
+_DIR = ""      # the module's scratch folder, under pytest's own temporary folders (they prune themselves)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def scratch(tmp_path_factory):
+    global _DIR
+    _DIR = str(tmp_path_factory.mktemp("fuzz"))
 
 
 def validate(content) -> tuple[int, str, str, str]:

@@ -22,27 +22,27 @@ def peers_grid(servers, per):
 
 def run_ranks(peers, fn, drop=None, timeout=20.0, delay=None, **comm_options):
     fabric = MemoryFabric(drop=drop, delay=delay)
-    store_dir = tempfile.mkdtemp(prefix="tb-store-")
-    results, errors = {}, {}
+    with tempfile.TemporaryDirectory(prefix="tb-store-") as store_dir:
+        results, errors = {}, {}
 
-    def rank_main(me):
-        comm = Communicator(me, peers, FileStore(store_dir, timeout=timeout),
-                            lambda ip: open_device(ip, backend="uroce", transport=fabric.attach(ip)),
-                            timeout=timeout, chunk=8192, **comm_options)
-        try:
-            results[me.rank] = fn(comm)
-        except Exception as exc:  # reported to the test
-            errors[me.rank] = exc
-        finally:
-            comm.close()
+        def rank_main(me):
+            comm = Communicator(me, peers, FileStore(store_dir, timeout=timeout),
+                                lambda ip: open_device(ip, backend="uroce", transport=fabric.attach(ip)),
+                                timeout=timeout, chunk=8192, **comm_options)
+            try:
+                results[me.rank] = fn(comm)
+            except Exception as exc:  # reported to the test
+                errors[me.rank] = exc
+            finally:
+                comm.close()
 
-    threads = [threading.Thread(target=rank_main, args=(p,)) for p in peers]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
-    if errors:
-        raise next(iter(errors.values()))
+        threads = [threading.Thread(target=rank_main, args=(p,)) for p in peers]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        if errors:
+            raise next(iter(errors.values()))
     return results
 
 

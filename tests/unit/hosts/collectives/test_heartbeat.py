@@ -10,7 +10,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 
@@ -227,7 +226,7 @@ def test_waiting_ranks_are_not_blamed_by_each_other(tmp_path, members):
         y.stop()
 
 
-def test_collective_waiting_on_a_silent_peer_fails_naming_it(members):
+def test_collective_waiting_on_a_silent_peer_fails_naming_it(members, tmp_path):
     """Rank 3 hangs after a first AllReduce: its heartbeats stop and the network no longer reaches it (as
     when SIGSTOP stops all its threads). The others' second AllReduce fails with the heartbeat's verdict
     (rank 2 and rank 1 have a path to it; rank 0 hears the news), not with a transport error (retransmission
@@ -238,7 +237,7 @@ def test_collective_waiting_on_a_silent_peer_fails_naming_it(members):
     hung, done = threading.Event(), threading.Event()
     silent = {socket.inet_aton(peers[3].ip), socket.inet_aton(peers[3].hb_ip)}
     fabric = MemoryFabric(drop=lambda pkt: hung.is_set() and (pkt[12:16] in silent or pkt[16:20] in silent))
-    store_dir = tempfile.mkdtemp(prefix="tb-store-")
+    store_dir = str(tmp_path)
     errors, results = {}, {}
 
     def rank_main(me):

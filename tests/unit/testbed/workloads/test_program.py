@@ -222,8 +222,9 @@ def test_namespace_hosts_remote_shell_is_the_agent_with_a_map_of_addresses_to_en
                                                   str(tmp_path))
     assert shell.agent == f"{sys.executable} {MPI_AGENT}"
     with open(shell.env["TB_MPI_HOSTS"]) as f:
-        assert json.load(f) == {"10.11.0.1": ["nsenter", "--target", "11", "--net", "--"],
-                                "10.11.1.1": ["nsenter", "--target", "12", "--net", "--"]}
+        assert json.load(f) == {   # each daemon gets its own host's TMPDIR, not the first host's (mpirun's)
+            "10.11.0.1": ["nsenter", "--target", "11", "--net", "--", "env", f"TMPDIR={tmp_path}/tmp/s0g0"],
+            "10.11.1.1": ["nsenter", "--target", "12", "--net", "--", "env", f"TMPDIR={tmp_path}/tmp/s1g0"]}
     shell.close()                        # nothing started for the job: nothing to stop
 
 
