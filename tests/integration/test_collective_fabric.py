@@ -18,6 +18,7 @@ pytestmark = pytest.mark.root
 from tests.paths import ROOT
 
 
+@pytest.mark.alone          # near the bound: CPU headroom
 def test_ring_allreduce_on_rail_optimized_is_correct_and_near_the_bound():
     fabric = build("rail-optimized", 2, 2, spines=2, nic_mbps=10)
     with Network(fabric) as net:

@@ -8,7 +8,7 @@ from testbed.fabric.network import Network
 from testbed.fabric.topo import build
 from testbed.workloads import collective
 
-pytestmark = pytest.mark.root
+pytestmark = [pytest.mark.root, pytest.mark.alone]   # every phase near its bound: CPU headroom
 
 PHASES = ["hb_reduce_scatter", "rail_exchange", "hb_allgather"]
 

@@ -8,7 +8,7 @@ import pytest
 
 from tests.paths import ROOT
 
-pytestmark = pytest.mark.root
+pytestmark = [pytest.mark.root, pytest.mark.alone]   # the loaded links' peak at their rate: CPU headroom
 
 SCENARIO = """
 name: heatmap-cross

@@ -10,7 +10,7 @@ from testbed.fabric.network import Network
 from testbed.fabric.topo import build
 from testbed.workloads import offload
 
-pytestmark = pytest.mark.root
+pytestmark = [pytest.mark.root, pytest.mark.alone]   # FastFlow's gain: the CPU budgets must be the only scarcity
 
 
 @pytest.mark.slow

@@ -15,6 +15,8 @@ from testbed.fabric.topo import build
 from testbed.scenario import ScenarioError
 from testbed.workloads import connectivity
 
+pytestmark = pytest.mark.alone     # detection and re-formation times, and no false detection: CPU headroom
+
 
 def scenario(name, recovery, fault=None, fabric=None, iterations=5, size="512KiB", **extra):
     return {"name": name, "fabric": fabric or {"kind": "rail-only", "servers": 2, "gpus_per_server": 2},
