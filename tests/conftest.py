@@ -41,9 +41,10 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(config, items):
-    if os.environ.get("TESTBED_TAG_PER_WORKER"):
-        # the longest files first (a file's slow tests stand for its length), so that the workers, which take
-        # whole files in this order, end together; stable: a file's tests keep their order
+    if getattr(config.option, "numprocesses", None):
+        # under pytest-xdist, the longest files first (a file's slow tests stand for its length), so that the
+        # workers, which take tests (or whole files) in this order, end together; stable: a file's tests keep
+        # their order
         weight = Counter(item.path for item in items if "slow" in item.keywords)
         items.sort(key=lambda item: -weight[item.path])
     problem = None

@@ -35,7 +35,7 @@ class LiveFabric:
         self.run_dir, self.state = run_dir, state
         self.net = RunningFabric(state, run_dir)         # what testbed.runtime.faults takes
         self.fabric = self.net.fabric
-        self.backend = backend_class(state.get("hosts", "netns"))
+        self.backend = backend_class(state.get("hosts", "netns"))(run_dir)
 
     @property
     def owner_pid(self) -> int:

@@ -91,6 +91,8 @@ def _check_status_and_exec(env) -> dict:
     ping = cli("exec", "s0g0", "--", "ping", "-c1", "-W2", "10.11.1.2", env=env)       # s1g1, across the spine
     assert ping.returncode == 0 and " 0% packet loss" in ping.stdout, ping.stdout + ping.stderr
     assert cli("exec", "s0g0", "--", "sh", "-c", "exit 7", env=env).returncode == 7
+    tmp = cli("exec", "s1g0", "--", "sh", "-c", 'touch "$TMPDIR/x" && echo "$TMPDIR"', env=env)
+    assert tmp.returncode == 0 and tmp.stdout.strip().endswith("/tmp/s1g0"), tmp.stdout + tmp.stderr   # the host's own
     bad = cli("exec", "s5g0", "--", "true", env=env)
     assert bad.returncode == 2 and "hosts: s0g0, s0g1, s1g0, s1g1" in bad.stderr
     return runstate.live_fabric()

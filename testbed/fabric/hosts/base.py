@@ -59,8 +59,7 @@ class HostBackend(Protocol):
     def start(self, hosts: list[str], record) -> dict: ...
     def node_params(self, host: str) -> dict: ...
     def stop(self) -> None: ...
-    @staticmethod
-    def enter(host: str, pid: int, tty: bool) -> list[str]: ...
+    def enter(self, host: str, pid: int, tty: bool) -> list[str]: ...
 
 
 class LocalProcesses:
@@ -112,11 +111,9 @@ class NamespaceHost(LocalProcesses, Host):
         return self.params.get("tmp_dir")
 
     def popen(self, *args, **kwargs):
-        if self.tmp_dir:
-            env = dict(kwargs.get("env") or os.environ)
-            if "TMPDIR" not in (kwargs.get("env") or {}):       # a caller's own TMPDIR wins
-                env["TMPDIR"] = self.tmp_dir
-            kwargs["env"] = env
+        given = kwargs.get("env")
+        if self.tmp_dir and "TMPDIR" not in (given or {}):      # a caller's own TMPDIR wins
+            kwargs["env"] = {**(os.environ if given is None else given), "TMPDIR": self.tmp_dir}
         return super().popen(*args, **kwargs)
 
     def tool_popen(self, *args, **kwargs):
@@ -154,11 +151,11 @@ class Namespaces:
     def node_params(self, host: str) -> dict:
         return {"cls": NamespaceHost, "tmp_dir": self.tmp_dir(host)}
 
-    @staticmethod
-    def enter(host: str, pid: int, tty: bool) -> list[str]:
-        """The command prefix that runs a program in a live host from any process: its shell's network
-        namespace (pid: the shell's, as the run's state file records it)."""
-        return ["nsenter", "--target", str(pid), "--net", "--"]
+    def enter(self, host: str, pid: int, tty: bool) -> list[str]:
+        """The command prefix that runs a program in a live host from any process, as the host's own programs
+        run: in its shell's network namespace (pid: the shell's, as the run's state file records it), with the
+        host's temporary folder."""
+        return ["nsenter", "--target", str(pid), "--net", "--", "env", f"TMPDIR={self.tmp_dir(host)}"]
 
     def remote_shell(self, nodes: dict, folder: str) -> RemoteShell:
         """mpirun's remote shell for the hosts `nodes` ({fabric address: live node}): the testbed's agent,
@@ -166,8 +163,7 @@ class Namespaces:
         map of addresses to entering prefixes is written in `folder`."""
         path = os.path.join(folder, "mpi_hosts.json")
         with open(path, "w") as f:
-            json.dump({ip: [*self.enter(node.name, node.pid, False), "env", f"TMPDIR={self.tmp_dir(node.name)}"]
-                       for ip, node in nodes.items()}, f)
+            json.dump({ip: self.enter(node.name, node.pid, False) for ip, node in nodes.items()}, f)
         return RemoteShell(f"{sys.executable} {MPI_AGENT}", {"TB_MPI_HOSTS": path})
 
     def stop(self) -> None:

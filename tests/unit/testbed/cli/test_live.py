@@ -251,7 +251,8 @@ def test_up_reports_a_fabric_process_that_died(run_root):
 def test_hosts_are_entered_the_backends_way(run_root):
     write_state(run_root, os.getpid())
     fab = live.attach()
-    assert fab.enter("s1g0", ["ip", "addr"]) == ["nsenter", "--target", "1002", "--net", "--", "ip", "addr"]
+    assert fab.enter("s1g0", ["ip", "addr"]) == ["nsenter", "--target", "1002", "--net", "--",
+                                                 "env", f"TMPDIR={fab.run_dir}/tmp/s1g0", "ip", "addr"]
     for d in run_root.iterdir():
         state = json.loads((d / runstate.STATE_FILE).read_text())
         (d / runstate.STATE_FILE).write_text(json.dumps({**state, "hosts": "docker"}))
