@@ -74,11 +74,6 @@ class Controller:
         self.log_path = os.path.join(run_dir, "controller.log")
         self.proc: subprocess.Popen | None = None
 
-    def start(self, fabric, timeout: float = 30) -> int:
-        """Start it and wait until it listens (before switches are pointed at it); returns its PID."""
-        self.launch(fabric)
-        return self.wait_listening(timeout)
-
     def launch(self, fabric) -> int:
         """Start it without waiting (it takes ~0.5 s to listen: the caller may build the network meanwhile);
         returns its PID. wait_listening() before any switch is pointed at it."""

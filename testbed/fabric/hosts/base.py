@@ -143,9 +143,9 @@ class Namespaces:
         return os.path.join(self.run_dir, "tmp", host)
 
     def start(self, hosts: list[str], record) -> dict:
-        for h in hosts:
-            os.makedirs(self.tmp_dir(h), exist_ok=True)
-            os.chmod(self.tmp_dir(h), 0o1777)       # as /tmp: a program that drops root can still write there
+        for path in map(self.tmp_dir, hosts):
+            os.makedirs(path, exist_ok=True)
+            os.chmod(path, 0o1777)       # as /tmp: a program that drops root can still write there
         return {}
 
     def node_params(self, host: str) -> dict:

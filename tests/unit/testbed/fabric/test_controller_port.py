@@ -37,7 +37,8 @@ def test_a_taken_port_gets_the_controller_a_new_one(tmp_path, reuse_port):
     controller = Controller(str(tmp_path), "ecmp", failover=True)
     controller.port = taken
     try:
-        pid = controller.start(build("rail-only", 2, 2))
+        controller.launch(build("rail-only", 2, 2))
+        pid = controller.wait_listening()
         assert controller.port != taken
         assert listens(pid, controller.port)
     finally:
