@@ -1,48 +1,19 @@
 """`testbed fault TARGET down|up`: inject a fault by hand into a fabric that a run has up.
 
 The running fabric is found through its run directory's state file (the fabric's parameters and the
-PIDs of its host shells); host interfaces are reached with nsenter into the host's namespace.
+PIDs of its host shells); its hosts are reached through the run's host backend (`attach`), or over ssh on
+other machines.
 """
 from __future__ import annotations
 
-import signal
 import subprocess
 
 from testbed.fabric import machines, runstate, topo
-from testbed.fabric.hosts.base import LocalProcesses
+from testbed.fabric.hosts import backend_class
 
 
 class HandFaultError(ValueError):
     pass
-
-
-class _Host(LocalProcesses):
-    """A live run's host, entered by the PID of its shell (the parts of testbed.fabric.hosts.HostNode faults use)."""
-
-    def __init__(self, pid: int):
-        self.pid = pid
-
-    def cmd(self, command: str) -> str:
-        return subprocess.run(["nsenter", "-t", str(self.pid), "-n", "sh", "-c", command],
-                              capture_output=True, text=True).stdout
-
-    def fail(self, sig) -> int | None:
-        return None
-
-
-class _ContainerHost(_Host):
-    """A Docker host: its GPU failures are its container's (docker kill / pause / unpause)."""
-
-    def __init__(self, pid: int, container: str):
-        super().__init__(pid)
-        self.container = container
-
-    def fail(self, sig) -> int | None:
-        if sig == signal.SIGUSR1:
-            return None
-        from testbed.fabric.hosts import dockerhost
-        client = dockerhost.engine()
-        return dockerhost.container_fault(client.containers.get(self.container), sig)
 
 
 class _MachineHost:
@@ -73,7 +44,7 @@ class RunningFabric:
         kind = params.pop("kind")
         self.fabric = topo.build(kind, **params)
         self.pids = state.get("host_pids", {})
-        self.docker = state.get("hosts") == "docker"
+        self.backend = backend_class(state.get("hosts", "netns"))(run_dir)
         self.machines = {e["name"]: machines.Machine.from_json(e) for e in state.get("machines", [])}
         self.placement = state.get("placement", {})
 
@@ -89,13 +60,10 @@ class RunningFabric:
             return subprocess.run(argv, check=check, capture_output=True, text=True)
         return machine.run(argv, check=check)
 
-    def host(self, name: str) -> _Host:
+    def host(self, name: str):
         if self.machine_of(name):
             return _MachineHost(self.pids[name], self.machine_of(name))
-        if self.docker:
-            from testbed.fabric.hosts.dockerhost import container_name
-            return _ContainerHost(self.pids[name], container_name(name))
-        return _Host(self.pids[name])
+        return self.backend.attach(name, self.pids[name])
 
     def is_patch(self, link) -> bool:
         from testbed.fabric.links import is_patch

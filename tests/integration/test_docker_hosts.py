@@ -198,6 +198,13 @@ def test_collective_is_correct_and_a_killed_container_is_detected(client, host_i
         assert again["ok"], again["checks"]
         assert client.containers.get("tb-s1g1").status == "running"
         print(f"killed container detected by its peers; collective failed after {took:.1f} s: {detail[:160]}")
+        # by hand, from another process (`testbed fault`): the run's backend attaches the container, and the
+        # crash is the container's, as in a scenario
+        by_hand = subprocess.run([sys.executable, "-m", "testbed.cli", "fault", "s0g1", "crash"], cwd=ROOT,
+                                 capture_output=True, text=True, timeout=60)
+        assert by_hand.returncode == 0 and "s0g1: crash" in by_hand.stdout, by_hand.stdout + by_hand.stderr
+        crashed = client.containers.get("tb-s0g1")
+        assert crashed.status == "exited" and crashed.attrs["State"]["ExitCode"] == 137
 
 
 SCENARIO = {"name": "docker-vs-netns",

@@ -9,7 +9,8 @@ provide the three things that differ between them, so that no caller asks which 
     fail(sig) -> int|None  a GPU failure of this host: the backend's own way (a container is killed, paused or
                            unpaused: the number of processes hit), or None: signal the rank processes by PID
 
-A HostBackend (`Namespaces` here, `dockerhost.Docker`) is what the network asks at bring-up and tear-down;
+A HostBackend (`Namespaces` here, `dockerhost.Docker`) is what the network asks at bring-up and tear-down, and
+what reaches a live run's host from another process (`enter` for a program, `attach` for a fault by hand);
 `backend_class(name)` picks one by its scenario name and `require(name)` says, in one line, why a machine
 cannot run it now.
 """

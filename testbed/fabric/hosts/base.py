@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -60,6 +61,7 @@ class HostBackend(Protocol):
     def node_params(self, host: str) -> dict: ...
     def stop(self) -> None: ...
     def enter(self, host: str, pid: int, tty: bool) -> list[str]: ...
+    def attach(self, host: str, pid: int) -> AttachedHost: ...
 
 
 class LocalProcesses:
@@ -126,6 +128,21 @@ class NamespaceHost(LocalProcesses, Host):
         return None
 
 
+class AttachedHost(LocalProcesses):
+    """A live run's host, reached from another process by the PID of its shell (`testbed fault` and the live
+    fabric): the parts of HostNode that faults use."""
+
+    def __init__(self, pid: int):
+        self.pid = pid
+
+    def cmd(self, command: str) -> str:
+        return subprocess.run(["nsenter", "-t", str(self.pid), "-n", "sh", "-c", command],
+                              capture_output=True, text=True).stdout
+
+    def fail(self, sig) -> int | None:
+        return None
+
+
 class Namespaces:
     """Hosts as bare network namespaces: nothing to start or stop beyond what Mininet does."""
 
@@ -156,6 +173,10 @@ class Namespaces:
         run: in its shell's network namespace (pid: the shell's, as the run's state file records it), with the
         host's temporary folder."""
         return ["nsenter", "--target", str(pid), "--net", "--", "env", f"TMPDIR={self.tmp_dir(host)}"]
+
+    def attach(self, host: str, pid: int) -> AttachedHost:
+        """A live host from another process: its GPU failures are its processes'."""
+        return AttachedHost(pid)
 
     def remote_shell(self, nodes: dict, folder: str) -> RemoteShell:
         """mpirun's remote shell for the hosts `nodes` ({fabric address: live node}): the testbed's agent,

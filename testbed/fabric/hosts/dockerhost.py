@@ -34,7 +34,7 @@ from mininet.node import Host
 
 from hosts import cgroups
 from testbed.fabric.links import sysname
-from testbed.fabric.hosts.base import LocalProcesses, RemoteShell
+from testbed.fabric.hosts.base import AttachedHost, LocalProcesses, RemoteShell
 from testbed.fabric.hosts.engine import DockerUnavailable, engine  # noqa: F401 (dockerhost.engine: the API)
 from testbed.fabric.hosts.mpissh import Ssh
 
@@ -209,6 +209,20 @@ class ContainerProcess(subprocess.Popen):
         self.send_signal(signal.SIGKILL)
 
 
+class AttachedContainer(AttachedHost):
+    """A live run's Docker host from another process: its GPU failures are its container's (docker kill / pause /
+    unpause)."""
+
+    def __init__(self, pid: int, container: str):
+        super().__init__(pid)
+        self.container = container
+
+    def fail(self, sig) -> int | None:
+        if sig == signal.SIGUSR1:
+            return None
+        return container_fault(engine().containers.get(self.container), sig)
+
+
 class DockerHost(LocalProcesses, Host):
     """A Mininet host whose network namespace is a container's (see the module docstring)."""
 
@@ -307,6 +321,11 @@ class Docker:
     def enter(host: str, pid: int, tty: bool) -> list[str]:
         """The command prefix that runs a program in a live host from any process: inside its container."""
         return ["docker", "exec", "-i", *(["-t"] if tty else []), container_name(host)]
+
+    @staticmethod
+    def attach(host: str, pid: int) -> AttachedContainer:
+        """A live host from another process: its GPU failures are its container's."""
+        return AttachedContainer(pid, container_name(host))
 
     def remote_shell(self, nodes: dict, folder: str) -> RemoteShell:
         """mpirun's remote shell for the hosts `nodes` ({fabric address: live node}): ssh over the fabric,
