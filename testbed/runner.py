@@ -195,7 +195,7 @@ def _run_workloads(net: Network, scenario: dict, results: dict, live: _Live, rep
     specs = scenario["workloads"]
     for i, spec in enumerate(specs):
         label = spec.get("name", f"{spec['type']}#{i}")
-        report.workload_started(i + 1, len(specs), label, _describe(spec))
+        report.workload_started(i + 1, len(specs), label, REGISTRY[spec["type"]].start_line(spec))
         result = _run_workload(net, spec, label, schedule, results["checks"])
         results["workloads"].append(result)
         live.echo.workload_ended(result)          # what its ranks reported of GPU faults, then its verdict
@@ -218,14 +218,6 @@ def _run_workloads(net: Network, scenario: dict, results: dict, live: _Live, rep
     results["checks"] += [{"name": f"capture {c['point']}", "ok": False, "detail": c["ended_early"]}
                           for c in results["captures"] if "ended_early" in c]
     results["links"] = {p: {k: ovs.growth(start, end, p, k) for k in ("tx_bytes", "rx_bytes")} for p in end}
-
-
-def _describe(spec: dict) -> str:
-    """What a workload is, in a few words, for its start line."""
-    what = [spec["type"]] + [f"{spec[k]}" for k in ("op", "pattern", "protocol") if k in spec]
-    if spec["type"] == "collective" and "algo" in spec:
-        what[1:2] = [f"{spec.get('op')}/{spec['algo']}"]
-    return " ".join(what)
 
 
 def _run_workload(net: Network, spec: dict, label: str, schedule, checks: list) -> dict:

@@ -6,6 +6,9 @@
     run(net, spec) -> dict             run it on the fabric; the result carries "ok" and "checks"
     summary(result) -> str            one line of the run's summary table
     tables(result) -> [str]           nccl-tests-style tables printed under the summary (may be none)
+    start_line(spec) -> str           what it is in a few words, for the line that announces its start
+    report_section(results) -> [str]  its section of summary.md, for all its workloads in a run (may be none)
+    report_plots(results, dir) -> [str]   the plots it draws into the run's plots/ folder; returns their paths
 
 REGISTRY maps each `type` to its module: adding a workload type is one module, its tests and one line here;
 testbed/scenario.py assembles the scenario schema from the modules' SCHEMA.
@@ -25,6 +28,9 @@ class Workload(Protocol):
     def run(self, net, spec: dict) -> dict: ...
     def summary(self, result: dict) -> str: ...
     def tables(self, result: dict) -> list[str]: ...
+    def start_line(self, spec: dict) -> str: ...
+    def report_section(self, results: list[dict]) -> list[str]: ...
+    def report_plots(self, results: list[dict], plots_dir: str) -> list[str]: ...
 
 
 REGISTRY: dict[str, Workload] = {"connectivity": connectivity, "traffic": traffic, "collective": collective,

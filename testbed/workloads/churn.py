@@ -172,3 +172,15 @@ def tables(w: dict) -> list[str]:
         lines.append(f"  {e['kind']:<12} {e['target']:<8} {e['at_s']!s:>8} {e.get('detected_s')!s:>8} "
                      f"{e.get('recovered_s')!s:>8} {e.get('first_success_s')!s:>8}")
     return ["\n".join(lines)]
+
+
+def start_line(spec: dict) -> str:
+    return " ".join(["churn"] + ([str(spec["op"])] if "op" in spec else []))
+
+
+def report_section(workloads: list[dict]) -> list[str]:
+    return []
+
+
+def report_plots(workloads: list[dict], plots_dir: str) -> list[str]:
+    return []

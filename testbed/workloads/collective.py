@@ -23,6 +23,7 @@ from testbed.workloads import collective_phases, collective_rows, state_parity
 from testbed.workloads.collective_fabric import HIERARCHICAL, check_paths, cluster, itemsize, model_algo, \
     multicast_scope, ran_bytes, ranks, sizes
 from testbed.workloads.collective_rows import row, summarize, table_header, table_row
+from testbed.workloads.collective_report import report_plots, report_section  # noqa: F401 (its part of the report)
 
 # This workload's part of the scenario schema (the scenario file's `workloads:` items of its type).
 SCHEMA = {
@@ -316,3 +317,9 @@ def recovery_records(outputs, policy: str, manager) -> list[dict]:
 
 summary = collective_rows.summary          # this workload's summary line and tables (testbed.workloads.Workload)
 tables = collective_rows.tables
+
+
+def start_line(spec: dict) -> str:
+    if "algo" in spec:
+        return f"collective {spec.get('op')}/{spec['algo']}"
+    return " ".join(["collective"] + ([str(spec["op"])] if "op" in spec else []))

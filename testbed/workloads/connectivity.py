@@ -84,3 +84,15 @@ def summary(w: dict) -> str:
 
 def tables(w: dict) -> list[str]:
     return []
+
+
+def start_line(spec: dict) -> str:
+    return "connectivity"
+
+
+def report_section(workloads: list[dict]) -> list[str]:
+    return []
+
+
+def report_plots(workloads: list[dict], plots_dir: str) -> list[str]:
+    return []

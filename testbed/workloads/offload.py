@@ -335,3 +335,15 @@ def tables(w: dict) -> list[str]:
     """Per pipeline: TF-NO, TF-DSLR, TF-DSR, the sweep's best and FastFlow, medians with their spread."""
     pipelines = list(dict.fromkeys(p["pipeline"] for p in w["policies"]))
     return [compare.comparison_table(p, w["policies"], w["candidates"], w["epoch_steps"]) for p in pipelines]
+
+
+def start_line(spec: dict) -> str:
+    return "offload"
+
+
+def report_section(workloads: list[dict]) -> list[str]:
+    return []
+
+
+def report_plots(workloads: list[dict], plots_dir: str) -> list[str]:
+    return []

@@ -32,6 +32,7 @@ from testbed.runtime.launch import run_on_hosts
 from testbed.schema import NAME, POSITIVE_INT, RATE
 from testbed.workloads import collective_fabric, collective_rows, traffic
 from testbed.workloads.training_plan import Plan, make_plan, settings
+from testbed.workloads.training_report import report_plots, report_section  # noqa: F401 (its part of the report)
 
 # This workload's part of the scenario schema (the scenario file's `workloads:` items of its type).
 SCHEMA = {
@@ -316,3 +317,7 @@ def table(result: dict) -> str:
 
 def tables(w: dict) -> list[str]:
     return [table(w)]
+
+
+def start_line(spec: dict) -> str:
+    return "training_iteration"
