@@ -184,6 +184,7 @@ RECOVERY = obj({
 
 COLLECTIVE = {
     "op": STR, "algo": STR, "ranks": INT, "rows": arr(COLLECTIVE_ROW, "One row per size, as nccl-tests prints."),
+    "loss_dropped_packets": d(INT, "With `loss`: the packets the ranks' random-loss rules dropped."),
     "first_recovered_at": at("when the communicator first re-formed after a failure."),
     "recoveries": arr(RECOVERY, "One record per re-formed epoch."),
     "heartbeat": obj({"period_s": dur("heartbeat period."), "timeout_s": dur("heartbeat timeout."),

@@ -141,13 +141,22 @@ def warnings(fabric, spec: dict) -> list[str]:
     return out
 
 
-def random_loss(net, hosts, probability: float, on: bool) -> None:
-    """Drop outgoing packets at random in every rank's namespace (there is no netem here)."""
-    action = "-A" if on else "-D"
+def random_loss(net, hosts, probability: float, on: bool) -> int:
+    """Drop outgoing packets at random in every rank's namespace (there is no netem here): on adds a rule per
+    interface; off reads how many packets the rules dropped, removes them and returns that count. A rule that
+    does not go in is an error: the run would measure no loss at all."""
+    dropped = 0
     for h in hosts:
+        node = net.host(h.name)
+        if not on:                          # the rules' packet counters, the first column of a verbose listing
+            dropped += sum(int(line.split()[0]) for line in node.cmd("iptables -w -L OUTPUT -v -n -x").splitlines()
+                           if "statistic mode random" in line and "DROP" in line)
         for dev in ("eth0", "eth1"):
-            net.host(h.name).cmd(f"iptables {action} OUTPUT -o {dev} -m statistic --mode random "
-                                 f"--probability {probability} -j DROP")
+            said = node.cmd(f"iptables -w {'-A' if on else '-D'} OUTPUT -o {dev} -m statistic --mode random "
+                            f"--probability {probability} -j DROP; echo tb-iptables=$?")
+            if on and "tb-iptables=0" not in said:
+                raise RuntimeError(f"{h.name}: the random-loss rule on {dev} did not go in: {said.strip()}")
+    return dropped
 
 
 def run(net, spec: dict) -> dict:
@@ -155,13 +164,14 @@ def run(net, spec: dict) -> dict:
     validate(fabric, spec)
     hosts = ranks(fabric)
     loss = spec.get("loss", 0)
-    if loss:
-        random_loss(net, hosts, loss, on=True)
-    try:
+    if not loss:
         return _run(net, spec, hosts)
+    random_loss(net, hosts, loss, on=True)
+    try:
+        result = _run(net, spec, hosts)
     finally:
-        if loss:
-            random_loss(net, hosts, loss, on=False)
+        dropped = random_loss(net, hosts, loss, on=False)
+    return {**result, "loss_dropped_packets": dropped}
 
 
 def _run(net, spec: dict, hosts: list) -> dict:

@@ -192,8 +192,10 @@ def test_multicast_allgather_and_broadcast_are_exact_with_loss_and_halve_the_nic
             assert result["ok"], (op, loss, result["checks"])
             rows[op, loss] = r = result["rows"][0]
             print(f"{servers * per} ranks {op}/multicast loss {loss}: {r['seconds']:.3f} s, send NIC "
-                  f"{r['send_nic_bytes']} B, fabric {r['fabric_bytes']} B, recovered {r['recovered_chunks']}")
+                  f"{r['send_nic_bytes']} B, fabric {r['fabric_bytes']} B, recovered {r['recovered_chunks']}, "
+                  f"{result.get('loss_dropped_packets', 0)} packets dropped by the loss rules")
             if loss:
+                assert result["loss_dropped_packets"] > 0        # the loss was there
                 assert r["recovered_chunks"] > 0                # RDMA READ repaired what was lost
             else:                                               # nothing lost: (almost) nothing to repair
                 assert r["recovered_chunks"] <= 2, r["recovered_chunks"]
