@@ -166,10 +166,10 @@ def run(net, spec: dict) -> dict:
     loss = spec.get("loss", 0)
     if not loss:
         return _run(net, spec, hosts)
-    random_loss(net, hosts, loss, on=True)
     try:
+        random_loss(net, hosts, loss, on=True)
         result = _run(net, spec, hosts)
-    finally:
+    finally:                                  # also the rules that went in before one failed
         dropped = random_loss(net, hosts, loss, on=False)
     return {**result, "loss_dropped_packets": dropped}
 

@@ -47,3 +47,15 @@ def test_a_rule_that_does_not_go_in_is_an_error_naming_the_host():
     nodes = {"s1g0": Node(refuse=True)}
     with pytest.raises(RuntimeError, match="s1g0: the random-loss rule on eth0 did not go in: iptables: Resource"):
         collective.random_loss(a_net(nodes), [SimpleNamespace(name="s1g0")], 0.05, on=True)
+
+
+def test_the_rules_that_went_in_come_out_again_when_a_host_refuses_its_own(monkeypatch):
+    nodes = {"s0g0": Node(), "s0g1": Node(refuse=True)}
+    hosts = [SimpleNamespace(name=n) for n in nodes]
+    monkeypatch.setattr(collective, "validate", lambda fabric, spec: None)
+    monkeypatch.setattr(collective, "ranks", lambda fabric: hosts)
+    monkeypatch.setattr(collective, "_run", lambda net, spec, hosts: pytest.fail("ran without its loss"))
+    with pytest.raises(RuntimeError, match="s0g1: the random-loss rule on eth0"):
+        collective.run(SimpleNamespace(fabric=None, host=lambda name: nodes[name]), {"loss": 0.01})
+    removed = [c.split(" -o ")[1].split()[0] for c in nodes["s0g0"].said if " -D OUTPUT" in c]
+    assert removed == ["eth0", "eth1"]
