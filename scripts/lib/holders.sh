@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Who is using a service that a testbed script started (sourced by ovs-start/stop, dockerd-start/stop).
 #
 # Every caller of a *-start script registers itself as a holder: the shell that ran the script, named by

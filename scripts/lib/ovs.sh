@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2034   # sourced; the names are read by the scripts that source it
 # What scripts/ovs-start and scripts/ovs-stop share (sourced): where things are, the lock both take, and
 # which ovs-vswitchd is running.
 #
@@ -36,8 +37,8 @@ vswitchd_identity() {
 
 # marked_ours: true if the marker names the ovs-vswitchd running now.
 marked_ours() {
-    local datapath pid start
+    local _datapath pid start
     [ -f "$MARK" ] || return 1
-    read -r datapath pid start < "$MARK" || true
+    read -r _datapath pid start < "$MARK" || true
     [ -n "${pid:-}" ] && [ "$pid ${start:-}" = "$(vswitchd_identity)" ]
 }

@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2034   # sourced; the names are read by the scripts that source it
 # Shared by the VM scripts (scripts/vm-box, vm-up, vm-test, libvirt-start): host packages and names.
 #
 # Everything the VM scripts create is named with the prefix tb-: the box, the libvirt domain, its
@@ -21,8 +22,9 @@ vm_host_packages() {
     [ ${#missing[@]} -eq 0 ] && return 0
     echo "vm: installing ${missing[*]}"
     export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq
-    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    apt-get update -qq || { echo "vm: apt-get update failed" >&2; return 1; }
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null \
+        || { echo "vm: could not install ${missing[*]}" >&2; return 1; }
 }
 
 # True when /dev/kvm can run a guest. A /dev/kvm that exists is not enough (some hosts expose one that
@@ -52,14 +54,34 @@ vm_env() {
 
 # Python wheels of requirements.txt and the tf extra (the VM provisions with it), and the editable install's
 # build backend, for offline provisioning, from the host's own pip configuration; remade when either changes.
+# The marker (.requirements) is written only once pip has resolved every requirement from the folder alone,
+# and is believed only while that still holds: a folder that cannot provision the VM offline is never "done".
 vm_wheels() {
     local dir=build/wheels
-    if cat requirements.txt requirements-tf.txt | cmp -s - "$dir/.requirements" 2>/dev/null; then return 0; fi
+    if cat requirements.txt requirements-tf.txt | cmp -s - "$dir/.requirements" 2>/dev/null \
+            && vm_wheels_complete "$dir"; then
+        return 0
+    fi
     echo "vm: collecting Python wheels into $dir"
-    mkdir -p "$dir"
-    .venv/bin/pip wheel -q --disable-pip-version-check -w "$dir" -r requirements.txt -r requirements-tf.txt \
-        'setuptools>=61' wheel
+    rm -f "$dir/.requirements"
+    mkdir -p "$dir" || return 1
+    # The checkout's .venv has no pip of its own (scripts/setup): pip is the kept packages' one.
+    .venv/bin/python -m pip wheel -q --disable-pip-version-check -w "$dir" -r requirements.txt \
+            -r requirements-tf.txt 'setuptools>=61' wheel \
+        || { echo "vm: pip wheel failed: $dir cannot provision the VM offline" >&2; return 1; }
+    vm_wheels_complete "$dir" \
+        || { echo "vm: $dir does not hold every requirement (pip cannot resolve them offline from it)" >&2; return 1; }
     cat requirements.txt requirements-tf.txt > "$dir/.requirements"
+}
+
+# True when pip resolves every requirement (and the build backend) from DIR alone, with no index: what the VM's
+# offline provisioning (PIP_NO_INDEX, PIP_FIND_LINKS) will do. Installs nothing.
+vm_wheels_complete() {
+    local dir=$1
+    [ -d "$dir" ] || return 1
+    .venv/bin/python -m pip install -q --disable-pip-version-check --dry-run \
+        --ignore-installed --no-index --find-links "$dir" -r requirements.txt -r requirements-tf.txt \
+        'setuptools>=61' wheel >/dev/null 2>&1
 }
 
 # vagrant, without the box upload's thousands of carriage-return progress lines.
