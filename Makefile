@@ -3,7 +3,8 @@ SHELL := /bin/bash
 PY := .venv/bin/python
 SCENARIO ?= scenarios/demo.yaml
 OUT ?=
-# Optional extras (scripts/setup --extras): tf (TensorFlow, for the offload workload), torch. The tests use both.
+# Optional extras (scripts/setup --extras): tf (TensorFlow, for the offload workload), torch, dev (shellcheck,
+# Vagrant: tools the tests drive). The tests use all three.
 EXTRAS ?=
 
 .PHONY: setup demo test test-unit test-fast clean vm vm-test vm-down
@@ -11,7 +12,7 @@ EXTRAS ?=
 setup:
 	@scripts/setup $(if $(EXTRAS),--extras $(EXTRAS))
 
-test test-unit test-fast: EXTRAS = tf,torch
+test test-unit test-fast: EXTRAS = tf,torch,dev
 
 # Start and stop in one shell: the services count that shell as their user until it stops them.
 demo: setup

@@ -75,11 +75,12 @@ vm_wheels() {
 }
 
 # True when pip resolves every requirement (and the build backend) from DIR alone, with no index: what the VM's
-# offline provisioning (PIP_NO_INDEX, PIP_FIND_LINKS) will do. Installs nothing.
+# offline provisioning (PIP_NO_INDEX, PIP_FIND_LINKS) will do. Installs nothing. --isolated: the host's pip
+# configuration is not read (its find-links would add to DIR's, not replace them).
 vm_wheels_complete() {
     local dir=$1
     [ -d "$dir" ] || return 1
-    .venv/bin/python -m pip install -q --disable-pip-version-check --dry-run \
+    .venv/bin/python -m pip install --isolated -q --disable-pip-version-check --dry-run \
         --ignore-installed --no-index --find-links "$dir" -r requirements.txt -r requirements-tf.txt \
         'setuptools>=61' wheel >/dev/null 2>&1
 }

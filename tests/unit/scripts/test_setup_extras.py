@@ -27,7 +27,7 @@ def test_demo_sets_up_without_extras_and_the_tests_with_both():
     assert setup_line(make_n("demo")) == "scripts/setup"
     assert setup_line(make_n("setup")) == "scripts/setup"
     for target in ("test", "test-unit", "test-fast"):
-        assert setup_line(make_n(target)) == "scripts/setup --extras tf,torch", target
+        assert setup_line(make_n(target)) == "scripts/setup --extras tf,torch,dev", target
     assert setup_line(make_n("setup", "EXTRAS=tf")) == "scripts/setup --extras tf"
 
 
@@ -40,7 +40,7 @@ def test_every_extra_has_its_requirements_and_tensorflow_is_one():
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--extras", "tf,bogus"], "setup: unknown extra 'bogus' (known: tf, torch)"),
+    (["--extras", "tf,bogus"], "setup: unknown extra 'bogus' (known: tf, torch, dev)"),
     (["--extras"], "setup: --extras needs a list"),
     (["--frob"], "setup: unknown argument --frob"),
 ])
