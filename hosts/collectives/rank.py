@@ -11,11 +11,12 @@ from hosts.collectives.comm import Communicator, Peer
 from hosts.collectives.heartbeat import Heartbeat
 from hosts.collectives.store import FileStore, StoreTimeout
 from hosts.rdma import open_device
+from hosts.rdma.mtu import DEFAULT_ROCE_MTU
 
 
 def build_comm(spec: dict, peers: list[Peer], me: Peer, store: FileStore, heartbeat=None) -> Communicator:
     # the RoCE MTU each port's link carries (the testbed derives it from the link MTUs, as rxe from its netdev's)
-    roce_mtu = spec.get("roce_mtu", {"nic": 1024, "hb": 4096})
+    roce_mtu = spec.get("roce_mtu", DEFAULT_ROCE_MTU)
     mtu = {me.ip: roce_mtu["nic"], me.hb_ip: roce_mtu["hb"]}
     # multicast needs uroce (pyverbs does not expose multicast attach); everything else takes rxe where it exists
     backend = "uroce" if spec.get("algo") == "multicast" else "auto"

@@ -8,12 +8,9 @@ from __future__ import annotations
 import os
 import string
 
-from hosts.rdma.headers import IB_MTUS
+from hosts.rdma.mtu import HB_MTU, NIC_MTU, ROCE_HEADERS, roce_mtu   # noqa: F401 (the fabric's, from the hosts')
 from testbed import PREFIX
 
-HB_MTU = 9000
-NIC_MTU = 9000          # default of every link but the HB ones: jumbo frames, RoCE MTU 4096, as AI fabrics run
-ROCE_HEADERS = 20 + 8 + 12 + 16 + 4     # IPv4, UDP, BTH, RETH, ICRC: what a RoCEv2 packet adds to its payload
 ROUTING_MODES = ("single", "ecmp", "spray", "rr", "split:K")
 PACE = 0.97             # ranks send at this share of their links' shaped rates
 TAG_VARIABLE = "TESTBED_FABRIC_TAG"
@@ -76,12 +73,6 @@ def is_patch(fabric, link) -> bool:
 
 def mtu_of(fabric, link) -> int:
     return HB_MTU if link.kind == "hb" else fabric.params["nic_mtu"]
-
-
-def roce_mtu(link_mtu: int) -> int:
-    """The RoCE path MTU a link MTU carries: the largest IB MTU whose packets fit in it, as rxe derives its
-    own from its netdev's MTU (1500 -> 1024, 9000 -> 4096)."""
-    return max(m for m in IB_MTUS if m + ROCE_HEADERS <= link_mtu)
 
 
 def roce_mtus(fabric) -> dict[str, int]:

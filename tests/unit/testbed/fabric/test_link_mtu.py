@@ -2,6 +2,7 @@
 derives it from its netdev), and what depends on them (queueing delay, capture snaplen, multicast wire bytes)."""
 import pytest
 
+from hosts.rdma.mtu import DEFAULT_ROCE_MTU
 from testbed.fabric import topo
 from testbed.fabric.links import HB_MTU, mtu_of, roce_mtu, roce_mtus, worst_queueing_delay
 from testbed.monitor.capture import largest_frame
@@ -37,3 +38,7 @@ def test_multicast_wire_bytes_follow_the_roce_mtu():
     plain, jumbo = topo.build("rail-optimized", 2, 4, nic_mtu=1500), topo.build("rail-optimized", 2, 4)
     hosts = sorted(plain.hosts)
     assert mm.allgather_minimum(jumbo, hosts, shard) < mm.allgather_minimum(plain, hosts, shard)
+
+
+def test_a_rank_told_no_roce_mtu_falls_back_to_what_the_default_links_carry():
+    assert DEFAULT_ROCE_MTU == roce_mtus(topo.build("clos", 2, 2)) == {"nic": 4096, "hb": 4096}
