@@ -16,6 +16,7 @@ from testbed import __version__
 from testbed.fabric import ovs, topo
 from testbed.fabric.links import roce_mtus
 from testbed.fabric.machines import machines_from
+from testbed.fabric.params import FabricParams, ignored_params
 from testbed.fabric.placement import PlacementError, place
 from testbed.fabric.network import Network
 from testbed.monitor import capture
@@ -27,20 +28,12 @@ from testbed.runtime.fault_echo import FaultEcho
 from testbed.scenario import ScenarioError, host_limits
 from testbed.workloads import REGISTRY
 
-FABRIC_KEYS = ("servers", "gpus_per_server", "spines", "oversubscription", "nic_mbps", "hb_mbps", "cpu_hosts",
-               "spares_per_server", "spare_servers", "nic_mtu")
-
-
 class Interrupted(Exception):
     pass
 
 
 def fabric_of(scenario: dict) -> topo.Fabric:
-    f = scenario["fabric"]
-    params = {k: f[k] for k in FABRIC_KEYS if k in f}
-    params.setdefault("servers", 2)
-    params.setdefault("gpus_per_server", 2)
-    return topo.build(f["kind"], **params)
+    return topo.build_from(FabricParams(**scenario["fabric"]))     # the schema allows the parameters only
 
 
 def check(scenario: dict, fabric: topo.Fabric) -> None:
@@ -74,9 +67,9 @@ def check(scenario: dict, fabric: topo.Fabric) -> None:
 def warnings(scenario: dict, fabric: topo.Fabric) -> list[str]:
     """What will run otherwise than the scenario reads (it still runs): one line each, for the user and the results."""
     out = [f"fabric.{k}: a {fabric.kind} fabric has no use for it; ignored"
-           for k in topo.ignored_params(fabric.kind, scenario["fabric"])]
+           for k in ignored_params(fabric.kind, scenario["fabric"])]
     mode = scenario.get("routing", {}).get("mode", "ecmp")
-    if not fabric.params["spines"] and mode not in ("ecmp", "single"):
+    if not fabric.params.spines and mode not in ("ecmp", "single"):
         out.append(f"routing.mode: {mode} spreads traffic over spines, and a {fabric.kind} fabric has none "
                    f"(one path between any two NICs): no traffic takes another path")
     for i, spec in enumerate(scenario["workloads"]):
@@ -154,16 +147,15 @@ def _results_skeleton(scenario: dict, fabric: topo.Fabric) -> dict:
             "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "fabric": fabric.counts() | {"routing": routing.get("mode", "ecmp"), "failover": routing.get("failover", True),
                                          "controller_delay_ms": routing.get("controller_delay_ms", 0),
-                                         "datapath": ovs.datapath(), "host_backend": scenario.get("hosts", "netns"),
-                                         "nic_mbps": fabric.params["nic_mbps"], "hb_mbps": fabric.params["hb_mbps"],
-                                         "nic_mtu": fabric.params["nic_mtu"], "roce_mtu": roce_mtus(fabric)},
+                                         "datapath": ovs.datapath(), "host_backend": scenario.get("hosts", "netns")}
+                      | fabric.params.results_values() | {"roce_mtu": roce_mtus(fabric)},
             "workloads": [], "links": {}, "checks": [], "timings": {}, "warnings": warnings(scenario, fabric)}
 
 
 def _bring_up(net: Network, results: dict, report) -> None:
     fabric, f = net.fabric, results["fabric"]
     report.stage("bring-up")
-    report.note(f"bringing up {fabric.kind}: {fabric.params['servers']} servers x {fabric.params['gpus_per_server']} GPUs, "
+    report.note(f"bringing up {fabric.kind}: {fabric.params.servers} servers x {fabric.params.gpus_per_server} GPUs, "
          f"{len(fabric.switches)} switches, routing {f['routing']}, hosts {f['host_backend']}")
     if net.placement:
         report.note(f"spread over {len(net.machines)} machines: " + "; ".join(net.placement.describe(fabric)))

@@ -14,45 +14,13 @@ import jsonschema
 import yaml
 
 from testbed import __version__
-from testbed.fabric.links import NIC_MTU
+from testbed.fabric import params as fabric_params
 from testbed.fabric.placement import MACHINE_NAME
-from testbed.fabric.topo import KINDS
 from testbed.scenario_marks import Marks, parse
 from testbed.schema import RATE, SIZE, ScenarioError, parse_size
 from testbed.workloads import REGISTRY
 
-FABRIC = {
-    "type": "object", "additionalProperties": False, "required": ["kind"],
-    "description": "The emulated cluster: GPU servers (HB domains), the switches between them, spares, CPU hosts.",
-    "properties": {
-        "kind": {"enum": list(KINDS), "description": "The design: rail-only (one switch per rail, no spines: "
-                 "cross-rail traffic is relayed through the HB domain), rail-optimized (rails under a spine "
-                 "layer), or clos (a ToR per server under a spine layer)."},
-        "servers": {"type": "integer", "minimum": 1, "default": 2,
-                    "description": "Servers, each an HB domain of gpus_per_server GPUs (up to 200)."},
-        "gpus_per_server": {"type": "integer", "minimum": 1, "default": 2,
-                            "description": "GPUs per server: the HB-domain size, and the number of rails (up to 64)."},
-        "spines": {"type": "integer", "minimum": 1, "default": 2,
-                   "description": "Spine switches over the leaves (up to 64); a rail-only fabric has none."},
-        "oversubscription": {"type": "number", "minimum": 1, "default": 1,
-                             "description": "Leaf down:up capacity ratio (1 to 64): each uplink runs at the "
-                             "leaf's downlinks x nic_mbps / (spines x oversubscription). Not on rail-only."},
-        "nic_mbps": {**RATE, "default": 5, "description": "Each GPU NIC's link rate in Mbit/s (up to 100000), "
-                     "scaled down so that the machine's CPUs are never the bottleneck."},
-        "hb_mbps": {**RATE, "description": "Each GPU's HB-domain (NVLink) port rate in Mbit/s. "
-                    "Default: 9 x nic_mbps (NVLink 3.6 Tbit/s to a 400 Gbit/s NIC)."},
-        "nic_mtu": {"type": "integer", "default": NIC_MTU,
-                    "description": "MTU of every link but the HB ones (1084 to 9216). The default, 9000: jumbo frames "
-                    "carrying RoCE MTU 4096, as AI fabrics run; 1500 (RoCE MTU 1024) sends four times the packets."},
-        "cpu_hosts": {"type": "integer", "minimum": 0, "default": 0,
-                      "description": "CPU hosts cpu0, cpu1, ... on a front-end switch cabled to every leaf "
-                      "(for the offload workload's tf.data.service)."},
-        "spares_per_server": {"type": "integer", "minimum": 0, "default": 0,
-                              "description": "Idle spare GPUs in every server's HB domain (for recovery: spare)."},
-        "spare_servers": {"type": "integer", "minimum": 0, "default": 0,
-                          "description": "Idle spare servers (for recovery: migrate)."},
-    },
-}
+FABRIC = fabric_params.scenario_schema()
 
 FAULT = {"type": "object", "additionalProperties": False, "required": ["at", "kind", "target"],
          "description": "One failure, injected while the workloads run.",

@@ -13,9 +13,10 @@ import argparse
 import json
 import sys
 
+from testbed.fabric.kinds import NAMES, RAIL_ONLY, RAIL_OPTIMIZED
 from testbed.planning import calibration as calib
 from testbed.planning.costs import UnitCosts, savings
-from testbed.planning.counts import KINDS, PAPER_HB_SIZE, PlanError, count, paper_table
+from testbed.planning.counts import PAPER_HB_SIZE, PlanError, count, paper_table
 from testbed.planning.miniature import (
     DEFAULT_GPUS_PER_SERVER,
     DEFAULT_NIC_MBPS,
@@ -46,7 +47,7 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--gpus", type=int, help="GPUs in the cluster")
     p.add_argument("--hb-size", type=int, help="GPUs per HB (NVLink) domain, K")
     p.add_argument("--radix", type=int, help="ports per switch, R")
-    p.add_argument("--kind", choices=KINDS, help="count one fabric only (default: rail-optimized and rail-only)")
+    p.add_argument("--kind", choices=NAMES, help="count one fabric only (default: rail-optimized and rail-only)")
     p.add_argument("--oversubscription", type=float, default=1.0, help="leaf down:up ratio (default 1, non-blocking)")
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
     p.add_argument("--table2", action="store_true",
@@ -107,7 +108,7 @@ def build_report(args) -> dict:
         if getattr(args, name) is None:
             raise PlanError(f"--{name.replace('_', '-')} is required (or use --table2)")
     text, out = [], {"units": units.to_json()}
-    kinds = [args.kind] if args.kind else ["rail-optimized", "rail-only"]
+    kinds = [args.kind] if args.kind else list(FABRICS)
     fabrics = [count(k, args.gpus, args.hb_size, args.radix, args.oversubscription) for k in kinds]
     servers = args.gpus // args.hb_size
     text.append(f"Fabric plan: {args.gpus} GPUs in {servers} HB domains of {args.hb_size} ({args.hb_size} rails "
@@ -198,18 +199,18 @@ def _predictions(args) -> tuple[list[str], dict]:
         entry = {"model": model.__dict__, "plan": plan.__dict__, "predictions": {}}
         for run_name, c in runs.items():
             preds = {f: predict(model, plan, hw, f, c) for f in FABRICS}
-            base = preds["rail-optimized"].iteration
+            base = preds[RAIL_OPTIMIZED.name].iteration
             for f, pr in preds.items():
                 rows.append([model.name, f, run_name, f"{pr.iteration:.4g}"]
                             + [f"{getattr(pr, k):.4g}" for k in ("comp", "tp", "pp", "dp", "a2a", "bubble")]
                             + [f"{(pr.iteration / base - 1) * 100:+.2f}%",
                                ", ".join(pr.algorithms.values())])
             entry["predictions"][run_name] = {f: pr.to_json() for f, pr in preds.items()}
-            entry["predictions"][run_name]["rail_only_slowdown"] = preds["rail-only"].iteration / base - 1
+            entry["predictions"][run_name]["rail_only_slowdown"] = preds[RAIL_ONLY.name].iteration / base - 1
         out["workloads"][label] = entry
         if label == "moe":
             a = entry["predictions"]["ideal"]
-            ro, rp = a["rail-only"]["a2a"], a["rail-optimized"]["a2a"]
+            ro, rp = a[RAIL_ONLY.name]["a2a"], a[RAIL_OPTIMIZED.name]["a2a"]
             if rp:
                 text.append(f"MoE all-to-all on rail-only takes {(ro / rp - 1) * 100:.1f}% longer (HB forwarding; "
                             f"C_S/C_F = {hw.nic_gbps / hw.hb_gbps * 100:.1f}%)")

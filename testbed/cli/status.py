@@ -34,7 +34,7 @@ def describe(live: LiveFabric) -> dict:
     info = state.get("live", {})
     return {"pid": live.owner_pid, "by": "testbed up" if info else "testbed run", "since": info.get("since"),
             "source": info.get("source"), "routing": info.get("routing"), "host_backend": state.get("hosts"),
-            "fabric": fab.counts() | {"nic_mbps": fab.params["nic_mbps"], "hb_mbps": fab.params["hb_mbps"]},
+            "fabric": fab.counts() | {"nic_mbps": fab.params.nic_mbps, "hb_mbps": fab.params.hb_mbps},
             "controller_pid": state.get("controller_pid"),
             "hosts": [{"name": h.name, "kind": h.kind, "ip": h.ip, "hb_ip": h.hb_ip,
                        "pid": state.get("host_pids", {}).get(h.name)} for h in fab.hosts.values()],

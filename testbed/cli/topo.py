@@ -5,16 +5,13 @@ import json
 import sys
 
 from testbed.cli.errors import UsageError
-from testbed.fabric import links, placement, topo
+from testbed.fabric import params, placement, topo
 
 
 def cmd_topo(args) -> int:
-    given = {k: v for k, v in (("spines", args.spines), ("oversubscription", args.oversubscription)) if v is not None}
-    fabric = topo.build(args.kind, args.servers, args.gpus, **given, nic_mbps=args.nic_mbps,
-                        hb_mbps=args.hb_mbps, cpu_hosts=args.cpu_hosts,
-                        spares_per_server=args.spares_per_server, spare_servers=args.spare_servers,
-                        nic_mtu=args.nic_mtu)
-    for key in topo.ignored_params(fabric.kind, given):
+    given = params.given(args)
+    fabric = topo.build_from(params.FabricParams(args.kind, **given))
+    for key in params.ignored_params(fabric.kind, given):
         print(f"warning: --{key}: a {fabric.kind} fabric has no use for it; ignored", file=sys.stderr)
     if args.draw:
         from testbed.results import draw
@@ -47,18 +44,7 @@ def cmd_topo(args) -> int:
 
 def register(subparsers) -> None:
     t = subparsers.add_parser("topo", help="print a fabric's switches, hosts and links (no root needed)")
-    t.add_argument("kind", help="rail-only | rail-optimized | clos")
-    t.add_argument("--servers", type=int, required=True)
-    t.add_argument("--gpus", type=int, required=True, help="GPUs per server (= rails)")
-    t.add_argument("--spines", type=int, default=None, help="default 2 (none on rail-only)")
-    t.add_argument("--oversubscription", type=float, default=None, help="default 1")
-    t.add_argument("--nic-mbps", type=float, default=5.0)
-    t.add_argument("--hb-mbps", type=float, default=None, help="default 9 x NIC")
-    t.add_argument("--nic-mtu", type=int, default=links.NIC_MTU,
-                   help=f"MTU of every link but the HB ones (default {links.NIC_MTU}: jumbo; 1500: standard frames)")
-    t.add_argument("--cpu-hosts", type=int, default=0)
-    t.add_argument("--spares-per-server", type=int, default=0, help="idle spare GPUs per HB domain")
-    t.add_argument("--spare-servers", type=int, default=0, help="idle spare servers")
+    params.add_flags(t)
     t.add_argument("--machines", metavar="NAME,NAME,...",
                    help="also show how the fabric is spread over these machines (placement by rails)")
     t.add_argument("--json", action="store_true")

@@ -17,12 +17,8 @@ import time
 
 from testbed import RUN_ROOT
 from testbed.cli.errors import EXIT_FAILED, UsageError, require_machine
+from testbed.fabric import params
 from testbed.fabric.links import fabric_tag
-
-TOPO_KEYS = {"servers": "servers", "gpus": "gpus_per_server", "gpus_per_server": "gpus_per_server",
-             "spines": "spines", "oversubscription": "oversubscription", "nic_mbps": "nic_mbps",
-             "hb_mbps": "hb_mbps", "cpu_hosts": "cpu_hosts", "spares_per_server": "spares_per_server",
-             "spare_servers": "spare_servers", "nic_mtu": "nic_mtu"}
 
 
 def log_path() -> str:
@@ -35,7 +31,7 @@ def register(subparsers) -> None:
     p.add_argument("scenario", nargs="?", help="a scenario file: its fabric, routing and hosts (not its workloads)")
     p.add_argument("--topo", metavar="KIND[,KEY=VALUE...]",
                    help="a fabric without a scenario, e.g. rail-optimized,servers=2,gpus=2,spines=1 "
-                        f"(keys: {', '.join(k for k in TOPO_KEYS if k != 'gpus_per_server')})")
+                        f"(keys: {', '.join(params.shown_topo_keys())})")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a scenario value")
     p.add_argument("--routing", help="routing mode (single, ecmp, spray, rr, split:K); default the scenario's or ecmp")
     p.add_argument("--hosts", help="host backend: netns (default) or docker")
@@ -51,13 +47,14 @@ def topo_doc(spec: str) -> dict:
     import yaml
     kind, *pairs = [part.strip() for part in spec.split(",")]
     fabric: dict = {"kind": kind}
+    keys = params.topo_keys()
     for pair in pairs:
         key, sep, raw = pair.partition("=")
-        if not sep or key.strip().replace("-", "_") not in TOPO_KEYS:
+        if not sep or key.strip().replace("-", "_") not in keys:
             raise UsageError(f"--topo: {pair!r}: expected KEY=VALUE with KEY one of "
-                             f"{', '.join(k for k in TOPO_KEYS if k != 'gpus_per_server')}")
+                             f"{', '.join(params.shown_topo_keys())}")
         try:
-            fabric[TOPO_KEYS[key.strip().replace("-", "_")]] = yaml.safe_load(raw)
+            fabric[keys[key.strip().replace("-", "_")]] = yaml.safe_load(raw)
         except yaml.YAMLError:
             raise UsageError(f"--topo: {pair!r}: not a number") from None
     return {"name": "live", "fabric": fabric, "workloads": [{"type": "connectivity"}]}
@@ -93,10 +90,9 @@ def source_of(args) -> str:
 
 def cmd_up(args) -> int:
     from testbed import runner
-    from testbed.fabric.topo import ignored_params
     doc = scenario_of(args)
     fabric = runner.fabric_of(doc)                  # sizes checked before anything is touched
-    for key in ignored_params(fabric.kind, doc["fabric"]):
+    for key in params.ignored_params(fabric.kind, doc["fabric"]):
         print(f"warning: fabric.{key}: a {fabric.kind} fabric has no use for it; ignored", file=sys.stderr)
     _refuse_second_fabric()
     require_machine(doc, "up")

@@ -82,12 +82,12 @@ def plan(doc: dict, fabric) -> list[str]:
     """What a run of this (valid) scenario would bring up and run, a line each."""
     from testbed import runner
     p, c = fabric.params, fabric.counts()
-    spares = f", {p['spares_per_server']} spare GPU(s) per server" if p["spares_per_server"] else ""
-    spares += f", {p['spare_servers']} spare server(s)" if p["spare_servers"] else ""
+    spares = f", {p.spares_per_server} spare GPU(s) per server" if p.spares_per_server else ""
+    spares += f", {p.spare_servers} spare server(s)" if p.spare_servers else ""
     routing = doc.get("routing", {})
     lines = [f"bring up {fabric.kind}: {c['servers']} servers x {c['gpus_per_server']} GPUs{spares}, "
-             f"{p['spines']} spines, {p['cpu_hosts']} CPU hosts; {c['switches']} switches, {c['hosts']} hosts, "
-             f"{c['links']} links; NIC {p['nic_mbps']:g} Mbit/s, HB {p['hb_mbps']:g} Mbit/s",
+             f"{p.spines} spines, {p.cpu_hosts} CPU hosts; {c['switches']} switches, {c['hosts']} hosts, "
+             f"{c['links']} links; NIC {p.nic_mbps:g} Mbit/s, HB {p.hb_mbps:g} Mbit/s",
              f"route {routing.get('mode', 'ecmp')}, data-plane failover "
              f"{'on' if routing.get('failover', True) else 'off'}; hosts: {doc.get('hosts', 'netns')}"]
     for i, spec in enumerate(doc["workloads"]):

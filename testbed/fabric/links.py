@@ -68,16 +68,16 @@ def ofport(fabric, node: str, port: int) -> int | None:
 def is_patch(fabric, link) -> bool:
     """Switch-to-switch links are OVS patch ports (the fastest path here) unless they must be shaped:
     without oversubscription an uplink never limits below the shaped host NICs."""
-    return link.kind == "frontend" or (link.kind == "uplink" and fabric.params["oversubscription"] == 1.0)
+    return link.kind == "frontend" or (link.kind == "uplink" and fabric.params.oversubscription == 1.0)
 
 
 def mtu_of(fabric, link) -> int:
-    return HB_MTU if link.kind == "hb" else fabric.params["nic_mtu"]
+    return HB_MTU if link.kind == "hb" else fabric.params.nic_mtu
 
 
 def roce_mtus(fabric) -> dict[str, int]:
     """What the ranks' RoCE devices use on their NIC and HB ports."""
-    return {"nic": roce_mtu(fabric.params["nic_mtu"]), "hb": roce_mtu(HB_MTU)}
+    return {"nic": roce_mtu(fabric.params.nic_mtu), "hb": roce_mtu(HB_MTU)}
 
 
 def tbf_burst(mbps: float, mtu: int) -> int:
@@ -100,7 +100,7 @@ def worst_queueing_delay(fabric) -> float:
     """Seconds a packet can wait in full queues on the longest path: host NIC out, two shaped uplink
     hops when spines are oversubscribed, and the switch port into the destination host. Transport
     timers must outlast it, or they retransmit packets that are only queued."""
-    nic, mtu = fabric.params["nic_mbps"], fabric.params["nic_mtu"]
+    nic, mtu = fabric.params.nic_mbps, fabric.params.nic_mtu
     delay = 2 * tbf_limit(nic, mtu) * 8 / (nic * 1e6)
     for link in fabric.links:
         if link.kind == "uplink" and not is_patch(fabric, link):
@@ -130,5 +130,5 @@ def rank_transport(fabric, routing: str) -> dict:
     not build up."""
     return {**transport_options(routing), "rc_timeout": 0.05 + 2 * worst_queueing_delay(fabric),
             "roce_mtu": roce_mtus(fabric),
-            "rate_limit_bps": {"nic": PACE * fabric.params["nic_mbps"] * 1e6,
-                               "hb": PACE * fabric.params["hb_mbps"] * 1e6}}
+            "rate_limit_bps": {"nic": PACE * fabric.params.nic_mbps * 1e6,
+                               "hb": PACE * fabric.params.hb_mbps * 1e6}}

@@ -119,7 +119,7 @@ class Network:
         self._refuse_concurrent_run()
         os.makedirs(self.run_dir, exist_ok=True)
         self._record(tag=fabric_tag(), bridges=[sysname(s.name) for s in self.fabric.switches.values()],
-                     fabric={"kind": self.fabric.kind, **self.fabric.params}, hosts=self.hosts,
+                     fabric=self.fabric.params.to_json(), hosts=self.hosts,
                      machines=[m.to_json() for m in self.machines.values()],
                      placement=self.placement.node_machine if self.placement else {})
         self.timings.update(self.backend.start(list(self.fabric.hosts), self._record))
@@ -288,7 +288,7 @@ class Network:
         for h in fab.hosts.values():
             node = self.mn.get(h.name)
             lines = ["sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1",
-                     f"ip link set eth0 mtu {fab.params['nic_mtu']} address {h.mac}"]
+                     f"ip link set eth0 mtu {fab.params.nic_mtu} address {h.mac}"]
             neigh = [f"neigh replace {p.ip} lladdr {p.mac} dev eth0 nud permanent"
                      for p in nic_peers if p.name != h.name]
             if h.hb_ip:

@@ -77,7 +77,7 @@ def place(fabric: Fabric, machines) -> Placement:
     machines = check_machines(machines)
     leaves = [s.name for s in fabric.switches.values() if s.kind in LEAF_KINDS]
     if len(machines) > len(leaves):
-        unit = "ToR" if fabric.kind == "clos" else "rail"
+        unit = fabric.design.leaf_unit
         raise PlacementError(f"{len(machines)} machines but the fabric has {len(leaves)} {unit}s: "
                              f"each machine needs at least one whole {unit}")
     where: dict[str, str] = {}

@@ -25,7 +25,7 @@ class SpareError(RuntimeError):
 
 def leaf_of(fabric, server: int, local_rank: int) -> str:
     """The leaf a GPU of this server and local rank is cabled to: its rail, or its server's ToR."""
-    return f"tor{server}" if fabric.kind == "clos" else f"rail{local_rank}"
+    return fabric.design.leaf_of(server, local_rank)
 
 
 def _circuits(fabric, host: str) -> list:

@@ -25,25 +25,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from testbed.fabric.links import NIC_MTU, ROCE_HEADERS, interface, ofport
+from testbed.fabric import kinds
+from testbed.fabric.kinds.base import DPID_BASE
+from testbed.fabric.links import interface, ofport
+from testbed.fabric.params import FabricParams, TopologyError
 
-KINDS = ("rail-only", "rail-optimized", "clos")
-
-# Addressing limits: server index and local rank go into one address byte each.
-MAX_SERVERS = 200
-MAX_GPUS_PER_SERVER = 64
-MAX_SPINES = 64
-MAX_CPU_HOSTS = 200
-MAX_SPARES_PER_SERVER = 16
-MIN_NIC_MTU, MAX_NIC_MTU = 1024 + ROCE_HEADERS, 9216     # RoCE MTU 1024 at least; jumbo frames at most
 SPARE_HOST_BASE = 129        # spare GPU k of a server: host address .(129 + k)
 CPU_SUBNET = 250
 NIC_PREFIX = "10.11"
 HB_PREFIX = "10.12"
-
-
-class TopologyError(ValueError):
-    """A fabric that cannot be built; the message names the bad parameter."""
 
 
 @dataclass(frozen=True)
@@ -82,13 +72,21 @@ class Link:
 
 @dataclass
 class Fabric:
-    kind: str
-    params: dict
+    params: FabricParams
     switches: dict[str, Switch] = field(default_factory=dict)
     hosts: dict[str, Host] = field(default_factory=dict)
     links: list[Link] = field(default_factory=list)
     circuits: dict[str, list[Link]] = field(default_factory=dict)   # spare GPU -> its NIC's possible links
     _next_port: dict[str, int] = field(default_factory=dict, repr=False)
+
+    @property
+    def kind(self) -> str:
+        return self.params.kind
+
+    @property
+    def design(self) -> kinds.FabricKind:
+        """The kind's object: cabling, leaves, spines and paths."""
+        return self.params.design
 
     # -- construction -------------------------------------------------------------------------
     def add_switch(self, name: str, kind: str, dpid: int | None = None) -> None:
@@ -147,13 +145,11 @@ class Fabric:
         """Whether the network (not the HB domain) should carry src -> dst."""
         if src.name == dst.name or "spare" in (src.kind, dst.kind):
             return False               # an idle spare's NIC is disabled
-        if self.kind == "rail-only" and src.kind == dst.kind == "gpu":
-            return src.rank == dst.rank          # no spine: only within a rail
-        return True
+        return self.design.reachable(src, dst)
 
     def counts(self) -> dict:
-        return {"kind": self.kind, "servers": self.params["servers"],
-                "gpus_per_server": self.params["gpus_per_server"],
+        return {"kind": self.kind, "servers": self.params.servers,
+                "gpus_per_server": self.params.gpus_per_server,
                 "switches": len(self.switches), "hosts": len(self.hosts), "links": len(self.links),
                 "spares": len(self.spares())}
 
@@ -218,100 +214,35 @@ def cpu_host(c: int) -> Host:
                 mac=f"02:0b:fa:00:{c:02x}:00")
 
 
-# Parameters a fabric kind has no use for: given anyway, they are ignored (and a scenario is warned).
-IGNORED = {"rail-only": ("spines", "oversubscription")}
+def build(kind: str, servers: int, gpus_per_server: int, **values) -> Fabric:
+    """Build the fabric model of a kind (testbed.fabric.kinds) with these parameters (FabricParams' fields,
+    defaults for the others); raises TopologyError naming a bad parameter."""
+    return build_from(FabricParams(kind, servers, gpus_per_server, **values))
 
 
-def ignored_params(kind: str, given) -> list[str]:
-    """The given parameters that a fabric of this kind ignores, in the order given."""
-    return [k for k in given if k in IGNORED.get(kind, ())]
-
-
-DPID_BASE = {"rail": 0x100, "tor": 0x200, "spine": 0x300, "frontend": 0x400}
-
-
-def _check_int(name: str, value, low: int, high: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TopologyError(f"{name} must be an integer, got {value!r}")
-    if not low <= value <= high:
-        raise TopologyError(f"{name} must be between {low} and {high}, got {value}")
-    return value
-
-
-def _check_rate(name: str, value) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 100_000:
-        raise TopologyError(f"{name} must be a rate in Mbit/s in (0, 100000], got {value!r}")
-    return float(value)
-
-
-def build(kind: str, servers: int, gpus_per_server: int, spines: int = 2,
-          oversubscription: float = 1.0, nic_mbps: float = 5.0, hb_mbps: float | None = None,
-          cpu_hosts: int = 0, spares_per_server: int = 0, spare_servers: int = 0, nic_mtu: int = NIC_MTU) -> Fabric:
-    """Build the fabric model of one of KINDS; raises TopologyError naming a bad parameter.
-
-    spares_per_server: idle GPUs in every server's HB domain (recovery `spare`); spare_servers: idle
-    servers (recovery `migrate`); nic_mtu: the MTU of every link but the HB ones (9000: jumbo frames that
-    carry RoCE MTU 4096, as AI fabrics run). Cabling order fixes port numbers: leaves, spines, HB domains, CPU hosts,
-    spares."""
-    if kind not in KINDS:
-        raise TopologyError(f"unknown fabric kind {kind!r}; choose one of {', '.join(KINDS)}")
-    fabric = Fabric(kind, _checked(kind, servers, gpus_per_server, spines, oversubscription, nic_mbps, hb_mbps,
-                                   cpu_hosts, spares_per_server, spare_servers, nic_mtu))
-    p = fabric.params
-    for i in range(p["servers"]):
-        for j in range(p["gpus_per_server"]):
+def build_from(params: FabricParams) -> Fabric:
+    """The fabric of checked parameters. spares_per_server: idle GPUs in every server's HB domain (recovery
+    `spare`); spare_servers: idle servers (recovery `migrate`). Cabling order fixes port numbers: leaves,
+    spines, HB domains, CPU hosts, spares."""
+    fabric = Fabric(params)
+    p = params
+    for i in range(p.servers):
+        for j in range(p.gpus_per_server):
             fabric.add_host(gpu_host(i, j))
-    leaves, leaf_down = _cable_leaves(fabric)
-    uplink = leaf_down * p["nic_mbps"] / (p["spines"] * p["oversubscription"]) if p["spines"] else 0.0
+    leaves = p.design.cable_leaves(fabric, p.nic_mbps)
+    leaf_down = p.design.groups(p.servers, p.gpus_per_server)[1]
+    uplink = leaf_down * p.nic_mbps / (p.spines * p.oversubscription) if p.spines else 0.0
     _cable_spines(fabric, leaves, uplink)
-    for i in range(p["servers"]):
+    for i in range(p.servers):
         _cable_hb_domain(fabric, i)
     _cable_cpu_hosts(fabric, leaves)
     _cable_spares(fabric, leaves, uplink)
     return fabric
 
 
-def _checked(kind, servers, gpus_per_server, spines, oversubscription, nic_mbps, hb_mbps, cpu_hosts,
-             spares_per_server, spare_servers, nic_mtu) -> dict:
-    n = _check_int("servers", servers, 1, MAX_SERVERS)      # checked in the order of the parameters
-    params = {"servers": n, "gpus_per_server": _check_int("gpus_per_server", gpus_per_server, 1, MAX_GPUS_PER_SERVER),
-              "spines": _check_int("spines", spines, 1, MAX_SPINES) if kind != "rail-only" else 0}
-    cpus = _check_int("cpu_hosts", cpu_hosts, 0, MAX_CPU_HOSTS)
-    spare_k = _check_int("spares_per_server", spares_per_server, 0, MAX_SPARES_PER_SERVER)
-    spare_n = _check_int("spare_servers", spare_servers, 0, MAX_SERVERS - n)
-    nic = _check_rate("nic_mbps", nic_mbps)
-    hb = _check_rate("hb_mbps", 9 * nic if hb_mbps is None else hb_mbps)
-    if isinstance(oversubscription, bool) or not isinstance(oversubscription, (int, float)) \
-            or not 1 <= oversubscription <= 64:
-        raise TopologyError(f"oversubscription must be a ratio between 1 and 64, got {oversubscription!r}")
-    params.update(oversubscription=float(oversubscription), nic_mbps=nic, hb_mbps=hb, cpu_hosts=cpus,
-                  spares_per_server=spare_k, spare_servers=spare_n,
-                  nic_mtu=_check_int("nic_mtu", nic_mtu, MIN_NIC_MTU, MAX_NIC_MTU))
-    return params
-
-
-def _cable_leaves(fabric: Fabric) -> tuple[list[str], int]:
-    """The network's leaves: rails (one switch per local rank) or ToRs (one switch per server); returns
-    them and the number of GPUs under each."""
-    n, k, nic = fabric.params["servers"], fabric.params["gpus_per_server"], fabric.params["nic_mbps"]
-    if fabric.kind == "clos":
-        leaves = [f"tor{i}" for i in range(n)]
-        for i, name in enumerate(leaves):
-            fabric.add_switch(name, "tor", DPID_BASE["tor"] + i)
-            for j in range(k):
-                fabric.add_link(f"s{i}g{j}", name, nic, "nic")
-        return leaves, k
-    leaves = [f"rail{j}" for j in range(k)]
-    for j, name in enumerate(leaves):
-        fabric.add_switch(name, "rail", DPID_BASE["rail"] + j)
-        for i in range(n):
-            fabric.add_link(f"s{i}g{j}", name, nic, "nic")
-    return leaves, n
-
-
 def _cable_spines(fabric: Fabric, leaves: list[str], uplink: float) -> None:
     """Every leaf to every spine; each leaf's uplinks carry its downlink capacity / oversubscription."""
-    spines = fabric.params["spines"]
+    spines = fabric.params.spines
     for x in range(spines):
         fabric.add_switch(f"spine{x}", "spine", DPID_BASE["spine"] + x)
     for leaf in leaves:
@@ -322,13 +253,13 @@ def _cable_spines(fabric: Fabric, leaves: list[str], uplink: float) -> None:
 def _cable_hb_domain(fabric: Fabric, server: int) -> None:
     """The server's HB domain: each GPU's second port."""
     fabric.add_switch(f"hb{server}", "hb")
-    for j in range(fabric.params["gpus_per_server"]):
-        fabric.add_link(f"s{server}g{j}", f"hb{server}", fabric.params["hb_mbps"], "hb")
+    for j in range(fabric.params.gpus_per_server):
+        fabric.add_link(f"s{server}g{j}", f"hb{server}", fabric.params.hb_mbps, "hb")
 
 
 def _cable_cpu_hosts(fabric: Fabric, leaves: list[str]) -> None:
     """Remote CPU hosts on a front-end switch cabled to every leaf."""
-    cpus, nic = fabric.params["cpu_hosts"], fabric.params["nic_mbps"]
+    cpus, nic = fabric.params.cpu_hosts, fabric.params.nic_mbps
     if not cpus:
         return
     fabric.add_switch("fe0", "frontend", DPID_BASE["frontend"])
@@ -340,22 +271,17 @@ def _cable_cpu_hosts(fabric: Fabric, leaves: list[str]) -> None:
 
 
 def _cable_spares(fabric: Fabric, leaves: list[str], uplink: float) -> None:
-    """Spares, cabled last. A spare GPU can be switched onto any leaf of its server; a spare server is cabled
-    as the others (on clos with its own ToR), its NIC ports disabled."""
-    p, clos = fabric.params, fabric.kind == "clos"
-    n, k, nic, hb = p["servers"], p["gpus_per_server"], p["nic_mbps"], p["hb_mbps"]
-    for i in range(n):
-        for x in range(p["spares_per_server"]):
+    """Spares, cabled last. A spare GPU can be switched onto the leaves its kind allows; a spare server is
+    cabled as its kind cables the others, its NIC ports disabled."""
+    p = fabric.params
+    for i in range(p.servers):
+        for x in range(p.spares_per_server):
             host = spare_gpu(i, x)
             fabric.add_host(host)
-            fabric.add_circuits(host.name, [f"tor{i}"] if clos else leaves, nic)
-            fabric.add_link(host.name, f"hb{i}", hb, "hb")
-    for i in range(n, n + p["spare_servers"]):
-        if clos:
-            fabric.add_switch(f"tor{i}", "tor", DPID_BASE["tor"] + i)
-            for x in range(p["spines"]):
-                fabric.add_link(f"tor{i}", f"spine{x}", uplink, "uplink")
-        for j in range(k):
+            fabric.add_circuits(host.name, p.design.circuit_leaves(i, leaves), p.nic_mbps)
+            fabric.add_link(host.name, f"hb{i}", p.hb_mbps, "hb")
+    for i in range(p.servers, p.servers + p.spare_servers):
+        for j in range(p.gpus_per_server):
             fabric.add_host(Host(**{**vars(gpu_host(i, j)), "kind": "spare"}))
-            fabric.add_link(f"s{i}g{j}", f"tor{i}" if clos else f"rail{j}", nic, "nic", standby=True)
+        p.design.cable_spare_server(fabric, i, uplink)
         _cable_hb_domain(fabric, i)

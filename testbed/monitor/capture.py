@@ -69,7 +69,7 @@ def largest_frame(fabric, point: str) -> int:
         switch, _, port = point.partition(":")
         kind = next(l.kind for l in fabric.links
                     if (l.a, l.a_port) == (switch, int(port)) or (l.b, l.b_port) == (switch, int(port)))
-    return (HB_MTU if kind == "hb" else fabric.params["nic_mtu"]) + ETHERNET_HEADER
+    return (HB_MTU if kind == "hb" else fabric.params.nic_mtu) + ETHERNET_HEADER
 
 
 def snaplen_warnings(fabric, specs: list[dict]) -> list[str]:

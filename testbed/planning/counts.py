@@ -35,7 +35,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-KINDS = ("rail-only", "rail-optimized", "clos")
+from testbed.fabric import kinds
+from testbed.fabric.kinds import RAIL_ONLY, RAIL_OPTIMIZED
+
 PAPER_HB_SIZE = 256            # GH200: 256 GPUs per NVLink domain, the HB size behind Table II
 PAPER_GPUS = (32768, 65536)
 PAPER_RADIXES = (64, 128, 256)
@@ -152,14 +154,15 @@ def count(kind: str, gpus: int, hb_size: int, radix: int, oversubscription: floa
     check_inputs(gpus, hb_size, radix, oversubscription)
     rail = gpus // hb_size                      # GPUs per rail = HB domains
     x = float(oversubscription)
-    if kind == "rail-optimized":
-        tiers, tier_switches, links, d = fat_tree(hb_size, rail, radix, x, "rail leaf", what="rail-optimized fabric")
+    try:
+        design = kinds.get(kind)
+    except kinds.UnknownKind as exc:
+        raise PlanError(str(exc)) from None
+    if design.spines:              # one fat tree whose leaves each hold a rail's or a server's GPUs
+        groups, group_size = design.groups(rail, hb_size)
+        tiers, tier_switches, links, d = fat_tree(groups, group_size, radix, x, design.planner_leaf,
+                                                  what=design.planner_what)
         return FabricCount(kind, gpus, hb_size, radix, x, tiers, tuple(tier_switches), links, d)
-    if kind == "clos":
-        tiers, tier_switches, links, d = fat_tree(rail, hb_size, radix, x, "ToR", what="Clos fabric")
-        return FabricCount(kind, gpus, hb_size, radix, x, tiers, tuple(tier_switches), links, d)
-    if kind != "rail-only":
-        raise PlanError(f"unknown fabric kind {kind!r}; choose one of {', '.join(KINDS)}")
     if rail <= radix:
         per_switch = radix // rail
         switches = math.ceil(hb_size / per_switch)
@@ -174,5 +177,5 @@ def count(kind: str, gpus: int, hb_size: int, radix: int, oversubscription: floa
 
 def paper_table(hb_size: int = PAPER_HB_SIZE) -> list[tuple[FabricCount, FabricCount]]:
     """(rail-optimized, rail-only) for the clusters of the paper's Table II."""
-    return [(count("rail-optimized", g, hb_size, r), count("rail-only", g, hb_size, r))
+    return [(count(RAIL_OPTIMIZED.name, g, hb_size, r), count(RAIL_ONLY.name, g, hb_size, r))
             for g in PAPER_GPUS for r in PAPER_RADIXES]

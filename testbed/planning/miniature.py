@@ -12,6 +12,7 @@ import math
 from collections import Counter
 from dataclasses import dataclass
 
+from testbed.fabric import kinds as fabric_kinds
 from testbed.fabric.topo import TopologyError, build
 from testbed.planning.counts import FabricCount, PlanError, count, leaf_gpu_ports
 
@@ -26,9 +27,10 @@ def next_power_of_two(n: int) -> int:
 
 def miniature_radix(kind: str, servers: int, gpus_per_server: int, oversubscription: float = 1.0) -> int:
     """The radix at which the planner's leaves are the builder's: one rail (or server) per leaf."""
-    if kind == "rail-only":
+    design = fabric_kinds.get(kind)
+    if not design.spines:
         return max(2, next_power_of_two(servers))     # one switch per rail, never two rails on one switch
-    group = servers if kind == "rail-optimized" else gpus_per_server
+    group = design.groups(servers, gpus_per_server)[1]
     radix = 4
     while leaf_gpu_ports(radix, oversubscription) < group:
         radix *= 2
@@ -66,17 +68,17 @@ class MiniatureCheck:
 
 def _shape_problem(kind: str, planned: FabricCount, servers: int, gpus_per_server: int) -> str:
     """Why the builder's fabric differs from the planner's minimal one ("" when they are the same shape)."""
-    leaves = planned.tier_switches[0][1]
-    if kind == "rail-only":
+    leaves, design = planned.tier_switches[0][1], fabric_kinds.get(kind)
+    if not design.spines:
         return "" if leaves == gpus_per_server else f"the plan puts {planned.rails_per_switch} rails on one switch"
-    expected = gpus_per_server if kind == "rail-optimized" else servers
+    expected = design.groups(servers, gpus_per_server)[0]
     if planned.tiers == 1:
         return f"{planned.gpus} GPUs fit one {planned.radix}-port switch; the builder still makes leaves and spines"
     if planned.tiers > 2:
         return f"the plan needs {planned.tiers} switch tiers at radix {planned.radix}; the builder has two"
     if leaves != expected:
         return f"the plan has {leaves} leaves at radix {planned.radix}, the builder one per " \
-               f"{'rail' if kind == 'rail-optimized' else 'server'} ({expected})"
+               f"{design.leaf_group} ({expected})"
     return ""
 
 
@@ -102,7 +104,7 @@ def check_miniature(kind: str, servers: int, gpus_per_server: int, oversubscript
             per_leaf[l.a] += l.mbps / nic_mbps
     # a leaf's bundled uplinks carry m/X NIC links of capacity; the plan cables ceil(m/X) whole links
     uplink_links = sum(math.ceil(units - 1e-9) for units in per_leaf.values())
-    leaf_kind = "tor" if kind == "clos" else "rail"
+    leaf_kind = fabric_kinds.get(kind).leaf
     planned_spines = planned.tier_switches[1][1] if planned.tiers == 2 else 0
     planned_uplinks = planned.links - planned.gpus
     rows = [
@@ -131,6 +133,6 @@ def scaled_parameters(full: FabricCount, mini: FabricCount, nic_gbps: float, hb_
         out.append(f"uplinks: each leaf's ceil(m/X) NIC-rate uplinks bundled into {spines} links, one per spine")
     if full.tiers != mini.tiers:
         out.append(f"switch tiers {full.tiers} -> {mini.tiers}: the emulation builder makes "
-                   f"{'one switch per rail' if full.kind == 'rail-only' else 'leaves and one spine tier'}, "
+                   f"{'leaves and one spine tier' if fabric_kinds.get(full.kind).spines else 'one switch per rail'}, "
                    "so the miniature keeps the rail structure but not the tier count")
     return out

@@ -9,12 +9,13 @@ import matplotlib
 matplotlib.use("Agg")                      # files only, no display
 import matplotlib.pyplot as plt  # noqa: E402
 
+from testbed.fabric.kinds import RAIL_ONLY, RAIL_OPTIMIZED  # noqa: E402
 from testbed.planning.calibration import Calibration  # noqa: E402
 from testbed.planning.counts import PlanError  # noqa: E402
 from testbed.planning.prediction import FABRICS, Hardware, predict  # noqa: E402
 
 NIC_SWEEP_GBPS = (100, 200, 400, 800, 1600)
-STYLES = {"rail-optimized": "-", "rail-only": "--"}
+STYLES = {RAIL_OPTIMIZED.name: "-", RAIL_ONLY.name: "--"}
 
 
 def hb_sweep(gpus: int) -> list[int]:

@@ -32,10 +32,12 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import asdict, dataclass, replace
 
+from testbed.fabric import kinds
+from testbed.fabric.kinds import RAIL_ONLY, RAIL_OPTIMIZED
 from testbed.planning.calibration import Calibration
 from testbed.planning.counts import PlanError
 
-FABRICS = ("rail-optimized", "rail-only")
+FABRICS = (RAIL_OPTIMIZED.name, RAIL_ONLY.name)      # the paper's pair: rail-only against its baseline
 
 
 @dataclass(frozen=True)
@@ -120,7 +122,7 @@ def allreduce(nbytes: float, g: Group, fabric: str, hw: Hardware, cal: Calibrati
     if g.y == 1:
         options["ring"] = 2 * (n - 1) / n * nbytes / cf
     else:
-        if fabric != "rail-only" or g.one_rail:
+        if kinds.get(fabric).cross_rail or g.one_rail:
             options["ring"] = 2 * (n - 1) / n * nbytes / cs
         if g.x > 1 or not options:
             options["hierarchical"] = 2 * ((g.x - 1) * nbytes / (g.x * cf) + (g.y - 1) * nbytes / (g.x * g.y * cs))
@@ -131,7 +133,7 @@ def alltoall(pair_bytes: float, g: Group, fabric: str, hw: Hardware, cal: Calibr
     if g.size <= 1 or pair_bytes <= 0:
         return 0.0, "-"
     cf, cs, x, y, d = hw.hb_gbps * 1e9 / 8, hw.nic_gbps * 1e9 / 8, g.x, g.y, pair_bytes
-    if fabric != "rail-only" or y == 1 or g.one_rail:
+    if kinds.get(fabric).cross_rail or y == 1 or g.one_rail:
         algo, t = "direct", max((x - 1) * d / cf, x * (y - 1) * d / cs)
     else:
         algo, t = "rail-forward", x * (y - 1) * d / cs + y * (x - 1) * d / cf
@@ -149,7 +151,7 @@ def stage_transfer(nbytes: float, plan: Parallelism, fabric: str, hw: Hardware, 
         s = r + step
         if r // k == s // k:
             t = nbytes / cf
-        elif r % k == s % k or fabric != "rail-only":
+        elif r % k == s % k or kinds.get(fabric).cross_rail:
             t = nbytes / cs
         else:
             t = nbytes / cs + nbytes / cf          # forwarded through the HB domain to the right rail

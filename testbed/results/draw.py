@@ -122,16 +122,16 @@ def draw(fabric, path: str, carried: dict | None = None, failed_links=(), failed
             ax.annotate(name, (x, y), xytext=(0, 11 if is_switch else -15), textcoords="offset points",
                         ha="center", fontsize=7 if is_switch else 6, rotation=0 if is_switch else 45)
     legend = [Line2D([], [], color=palette(j % palette.N), lw=2, label=f"rail{j}")
-              for j in range(min(fabric.params.get("gpus_per_server", 0), 10))
-              if fabric.kind != "clos"]
+              for j in range(min(fabric.params.gpus_per_server, 10))
+              if fabric.design.rails]
     legend += [Line2D([], [], color="#9e9e9e", lw=2, label="uplink")]
     if most:
         legend.append(Line2D([], [], color="black", lw=5, label=f"width: bytes carried (max {most / 1e6:.1f} MB)"))
     if failed_links or failed_hosts:
         legend.append(Line2D([], [], color="red", marker="x", lw=0, label="hit by a fault"))
     ax.legend(handles=legend, fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
-    ax.set_title(title or f"{fabric.kind}: {fabric.params['servers']} servers x "
-                          f"{fabric.params['gpus_per_server']} GPUs", fontsize=10)
+    ax.set_title(title or f"{fabric.kind}: {fabric.params.servers} servers x "
+                          f"{fabric.params.gpus_per_server} GPUs", fontsize=10)
     ax.set_xlim(-1, span)
     ax.set_ylim(-0.4, 3.6)
     ax.axis("off")

@@ -21,6 +21,8 @@ from __future__ import annotations
 import json
 import sys
 
+from testbed.fabric import params as fabric_params
+
 SCHEMA_VERSION = "1.0"
 MAJOR = SCHEMA_VERSION.split(".")[0]
 ID = f"https://testbed.invalid/results-{SCHEMA_VERSION}.schema.json"
@@ -66,22 +68,19 @@ def arr(items: dict, text: str | None = None) -> dict:
 CHECK = obj({"name": d(STR, "What was checked (a workload's checks are prefixed with its name)."),
              "ok": BOOL, "detail": d(STR, "What was found, in a sentence.")}, ["name", "ok"])
 
+PARAMS, PARAMS_REQUIRED = fabric_params.results_schema()       # kind, sizes, rates, MTU: from the fabric model
 FABRIC = obj({
-    "kind": d({"enum": ["rail-optimized", "rail-only", "clos"]}, "The fabric's topology."),
-    "servers": INT, "gpus_per_server": INT, "switches": INT, "hosts": INT, "links": INT,
+    **PARAMS, "switches": INT, "hosts": INT, "links": INT,
     "spares": d(INT, "Spare GPUs and servers (parked, not ranks)."),
     "routing": d(STR, "routing.mode: ecmp, single, spray ..."), "failover": d(BOOL, "Data-plane fast failover."),
     "controller_delay_ms": d(NUM, "How late the controller acts on a port change."),
     "datapath": d(STR, "Open vSwitch datapath: kernel (system) or user (netdev)."),
     "host_backend": d({"enum": ["netns", "docker"]}, "What the emulated hosts are."),
     "transport": d(STR, "The RDMA transport the hosts used: uroce (user space) or rxe (kernel); set at bring-up."),
-    "nic_mbps": d(NUM, "A NIC link's rate, Mbit/s."), "hb_mbps": d(NUM, "An HB-domain link's rate, Mbit/s."),
-    "nic_mtu": d(INT, "MTU of every link but the HB ones (9000 on HB links)."),
     "roce_mtu": d(obj({"nic": INT, "hb": INT}, ["nic", "hb"]), "RoCE path MTU the ranks used on their NIC and HB ports."),
     "placement": d({"type": "object"}, "With machines: each machine's switches and hosts, and the links between "
                                        "machines (VXLAN) with their summed rate."),
-}, ["kind", "servers", "gpus_per_server", "switches", "hosts", "links", "routing", "failover", "datapath",
-    "host_backend", "nic_mbps", "hb_mbps"])
+}, [*PARAMS_REQUIRED, "switches", "hosts", "links", "routing", "failover", "datapath", "host_backend"])
 
 TIMINGS = obj({
     "workloads_start": d(NUM, "Unix time: when the workloads (and the fault schedule) started, the origin of every "

@@ -9,6 +9,7 @@ from __future__ import annotations
 import subprocess
 
 from testbed.fabric import machines, runstate, topo
+from testbed.fabric.params import FabricParams
 from testbed.fabric.hosts import backend_class
 
 
@@ -40,9 +41,7 @@ class RunningFabric:
 
     def __init__(self, state: dict, run_dir: str):
         self.run_dir = run_dir
-        params = dict(state["fabric"])
-        kind = params.pop("kind")
-        self.fabric = topo.build(kind, **params)
+        self.fabric = topo.build_from(FabricParams(**state["fabric"]))
         self.pids = state.get("host_pids", {})
         self.backend = backend_class(state.get("hosts", "netns"))(run_dir)
         self.machines = {e["name"]: machines.Machine.from_json(e) for e in state.get("machines", [])}

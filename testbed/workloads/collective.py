@@ -106,17 +106,17 @@ def validate(fabric, spec: dict, scenario: dict | None = None) -> None:
     if spec["algo"] not in ALGOS[spec["op"]]:
         raise ScenarioError(f"{spec['op']} has no algorithm {spec['algo']!r}; choose one of "
                             f"{', '.join(ALGOS[spec['op']])}")
-    if model_algo(fabric, spec) in HIERARCHICAL and fabric.params["servers"] * \
-            fabric.params["gpus_per_server"] != len(fabric.gpus()):
+    if model_algo(fabric, spec) in HIERARCHICAL and fabric.params.servers * \
+            fabric.params.gpus_per_server != len(fabric.gpus()):
         raise ScenarioError("hierarchical algorithms need whole servers")
     check_paths(fabric, spec)
     sizes(spec)
     if "max_tree_ratio" in spec.get("expect", {}) and spec["algo"] != "multicast":
         raise ScenarioError(f"expect.max_tree_ratio is a check of algo multicast, not {spec['algo']}")
     policy, beat = spec.get("recovery", "abort"), spec.get("heartbeat", {})
-    if policy == "spare" and not fabric.params.get("spares_per_server"):
+    if policy == "spare" and not fabric.params.spares_per_server:
         raise ScenarioError("recovery spare needs spare GPUs in the HB domains: set fabric.spares_per_server")
-    if policy == "migrate" and not fabric.params.get("spare_servers"):
+    if policy == "migrate" and not fabric.params.spare_servers:
         raise ScenarioError("recovery migrate needs spare servers: set fabric.spare_servers")
     if policy in ("spare", "migrate") and (scenario or {}).get("machines"):
         # a spare's fibre is moved between switch ports, which a VXLAN tunnel to another machine cannot follow

@@ -41,8 +41,8 @@ def check_paths(fabric, spec: dict) -> None:
     if algo in HIERARCHICAL:
         return
     if algo == "multicast" and multicast_scope(fabric, spec) == "rail":
-        if spec["op"] == "broadcast" and fabric.kind == "rail-only":
-            raise ScenarioError("broadcast/multicast needs multicast across rails, which a rail-only fabric "
+        if spec["op"] == "broadcast" and not fabric.design.cross_rail:
+            raise ScenarioError(f"broadcast/multicast needs multicast across rails, which a {fabric.kind} fabric "
                                 "does not have; use algo chain")
         if spec["op"] == "allgather":
             return                          # multicast inside each rail, then the HB domain
@@ -61,7 +61,7 @@ def check_paths(fabric, spec: dict) -> None:
 def multicast_scope(fabric, spec: dict | None = None) -> str:
     """Where multicast AllGather replicates: over the whole fabric, or per rail followed by the HB
     domain ("rail", forced on rail-only fabrics, which have no path between rails)."""
-    return "rail" if fabric.kind == "rail-only" else (spec or {}).get("multicast_scope", "fabric")
+    return (spec or {}).get("multicast_scope", "fabric") if fabric.design.cross_rail else "rail"
 
 
 def model_algo(fabric, spec: dict) -> str:
@@ -83,5 +83,4 @@ def ran_bytes(op: str, size: int, itemsize: int, world: int) -> int:
 
 def cluster(fabric) -> models.Cluster:
     p = fabric.params
-    return models.Cluster(x=p["gpus_per_server"], y=p["servers"], c_s=p["nic_mbps"] * 1e6 / 8,
-                          c_f=p["hb_mbps"] * 1e6 / 8)
+    return models.Cluster(x=p.gpus_per_server, y=p.servers, c_s=p.nic_mbps * 1e6 / 8, c_f=p.hb_mbps * 1e6 / 8)

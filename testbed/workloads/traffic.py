@@ -59,7 +59,7 @@ LISTEN_BASE, SOURCE_BASE = 20000, 30000
 def flow_pairs(fabric, spec: dict) -> list[tuple[str, str]]:
     pattern = spec.get("pattern", "permutation")
     gpus = fabric.gpus()
-    n, k = fabric.params["servers"], fabric.params["gpus_per_server"]
+    n, k = fabric.params.servers, fabric.params.gpus_per_server
     if pattern == "pairs":
         pairs = [tuple(p) for p in spec["pairs"]]
         for src, dst in pairs:
@@ -73,7 +73,7 @@ def flow_pairs(fabric, spec: dict) -> list[tuple[str, str]]:
         raise ScenarioError(f"traffic pattern {pattern!r} needs at least 2 servers")
     if pattern == "all-to-all":
         return [(a.name, b.name) for a in gpus for b in gpus if fabric.nic_reachable(a, b)]
-    step = 0 if fabric.kind == "rail-only" else 1
+    step = 1 if fabric.design.cross_rail else 0     # to the next rail where rails are joined
     return [(f"s{i}g{j}", f"s{(i + 1) % n}g{(j + step) % k}") for i in range(n) for j in range(k)]
 
 
@@ -89,7 +89,7 @@ def plan_flows(fabric, spec: dict) -> list[dict]:
     # UDP senders pace to a fair share of the busiest NIC, so the fabric, not the NIC queue, decides.
     fan = max(max(sum(f["src"] == h for f in flows), sum(f["dst"] == h for f in flows))
               for h in fabric.hosts)
-    rate = spec.get("rate_mbps") or 0.9 * fabric.params["nic_mbps"] / fan
+    rate = spec.get("rate_mbps") or 0.9 * fabric.params.nic_mbps / fan
     for f in flows:
         f["rate_mbps"] = rate
     return flows

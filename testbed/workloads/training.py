@@ -267,7 +267,7 @@ def checks(plan: Plan, s: dict, fabric, result: dict) -> list[dict]:
                     f"bytes differ from the plan: {', '.join(off)}" if off else ""]))
                 or f"TP {sums['tp']} B inside HB domains, PP {sums['pp']} B and DP {sums['dp']} B between their "
                    "groups' GPUs, as the plan says"})
-    if plan.rail_aligned and fabric.kind != "clos":          # a ToR fabric has no rails: spines carry it there
+    if plan.rail_aligned and fabric.design.rails:          # a ToR fabric has no rails: spines carry it there
         ok = tr["cross_rail_bytes"] == 0
         detail = f"{tr['cross_rail_bytes']} B between GPUs of different servers and rails"
         if result.get("spine_bytes") is not None:

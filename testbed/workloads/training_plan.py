@@ -70,7 +70,7 @@ def make_plan(fabric, spec: dict) -> Plan:
     s = settings(spec)
     t, p, d = s["plan"]["tp"], s["plan"]["pp"], s["plan"]["dp"]
     m, md = s["micro_batches"], s["model"]
-    n, k = len(fabric.gpus()), fabric.params["gpus_per_server"]
+    n, k = len(fabric.gpus()), fabric.params.gpus_per_server
     if t * p * d != n:
         raise ScenarioError(f"plan tp {t} x pp {p} x dp {d} = {t * p * d} is not the {n} GPUs of the fabric")
     if k % t:
@@ -79,8 +79,8 @@ def make_plan(fabric, spec: dict) -> Plan:
     if (t * d) % k and k % (t * d):
         raise ScenarioError(f"plan tp x dp = {t * d} neither divides nor is a multiple of the {k} GPUs per server: "
                             "DP groups and pipeline stages would fall unevenly on the servers")
-    if fabric.kind == "rail-only" and p > 1 and (t * d) % k:
-        raise ScenarioError(f"on rail-only, pipeline neighbours tp x dp = {t * d} ranks apart cross rails between "
+    if not fabric.design.cross_rail and p > 1 and (t * d) % k:
+        raise ScenarioError(f"on {fabric.kind}, pipeline neighbours tp x dp = {t * d} ranks apart cross rails between "
                             f"servers, which have no network path; make tp x dp a multiple of the {k} GPUs per "
                             "server")
     if md["layers"] % p:
@@ -92,7 +92,7 @@ def make_plan(fabric, spec: dict) -> Plan:
     hw = Hardware(**s["hardware"], hb_size=k, gpus=n)
     par = Parallelism(tp=t, pp=p, dp=d)
     full = predict(model, par, hw, fabric.kind, Calibration())
-    dilation_link = hw.nic_gbps * 1e9 / (fabric.params["nic_mbps"] * 1e6)
+    dilation_link = hw.nic_gbps * 1e9 / (fabric.params.nic_mbps * 1e6)
     scale = s.get("scale") or s["target_s"] / (full.iteration * dilation_link)
     tokens = md["micro_batch"] * md["seq_len"] * md["hidden"]
     act = max(1, round(tokens * scale))
@@ -107,7 +107,7 @@ def make_plan(fabric, spec: dict) -> Plan:
     dil = scale * dilation_link
     emu_model = replace(model, act_bytes=act * bpp / tokens, grad_bytes=grad * bpp * p * t / md["params"])
     emu_hw = Hardware(gpu_tflops=hw.gpu_tflops / dil, utilisation=hw.utilisation,
-                      hb_gbps=fabric.params["hb_mbps"] / 1e3, nic_gbps=fabric.params["nic_mbps"] / 1e3,
+                      hb_gbps=fabric.params.hb_mbps / 1e3, nic_gbps=fabric.params.nic_mbps / 1e3,
                       hb_size=k, gpus=n)
     emulated = predict(emu_model, par, emu_hw, fabric.kind, Calibration())
     if emulated.iteration * s["iterations"] > MAX_ITERATION_S:

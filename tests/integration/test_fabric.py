@@ -13,7 +13,8 @@ from testbed import RUN_ROOT
 from testbed.fabric import runstate
 from testbed.fabric.links import fabric_tag, sysname
 from testbed.fabric.network import Network
-from testbed.fabric.topo import KINDS, build
+from testbed.fabric.kinds import NAMES as KINDS
+from testbed.fabric.topo import build
 from testbed.workloads import connectivity, traffic
 
 pytestmark = pytest.mark.root

@@ -15,8 +15,8 @@ def defaults(schema: dict) -> dict:
 def test_fabric_defaults():
     fabric = runner.fabric_of({"fabric": {"kind": "rail-optimized"}})
     shown = defaults(scenario.FABRIC)
-    assert shown == {k: fabric.params[k] for k in shown}
-    assert fabric.params["hb_mbps"] == 9 * fabric.params["nic_mbps"]          # "Default: 9 x nic_mbps"
+    assert shown == {k: getattr(fabric.params, k) for k in shown}
+    assert fabric.params.hb_mbps == 9 * fabric.params.nic_mbps          # "Default: 9 x nic_mbps"
 
 
 def test_docker_host_limit_defaults():

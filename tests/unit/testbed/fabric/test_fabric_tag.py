@@ -9,8 +9,9 @@ from testbed.fabric import runstate
 from testbed.fabric.hosts.dockerhost import container_name
 from testbed.fabric.links import IFNAMSIZ, TAG_VARIABLE, fabric_tag, node_of, overlong_names, switch_port, sysname
 from testbed.fabric.network import Network, NetworkError
-from testbed.fabric.topo import (KINDS, MAX_CPU_HOSTS, MAX_GPUS_PER_SERVER, MAX_SERVERS, MAX_SPARES_PER_SERVER,
-                                 MAX_SPINES, build)
+from testbed.fabric.kinds import NAMES as KINDS
+from testbed.fabric.params import MAX_CPU_HOSTS, MAX_GPUS_PER_SERVER, MAX_SERVERS, MAX_SPARES_PER_SERVER, MAX_SPINES
+from testbed.fabric.topo import build
 
 from tests.paths import ROOT
 

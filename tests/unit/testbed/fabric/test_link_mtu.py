@@ -17,7 +17,7 @@ def test_roce_mtu_is_the_largest_ib_mtu_whose_packets_fit(link_mtu, want):
 
 def test_jumbo_nic_links_carry_roce_mtu_4096_and_hb_links_keep_theirs():
     plain, jumbo = topo.build("rail-optimized", 2, 4, nic_mtu=1500), topo.build("rail-optimized", 2, 4)
-    assert jumbo.params["nic_mtu"] == 9000 and roce_mtus(plain) == {"nic": 1024, "hb": 4096}
+    assert jumbo.params.nic_mtu == 9000 and roce_mtus(plain) == {"nic": 1024, "hb": 4096}
     assert roce_mtus(jumbo) == {"nic": 4096, "hb": 4096}
     for link in jumbo.links:
         assert mtu_of(jumbo, link) == (HB_MTU if link.kind == "hb" else 9000)

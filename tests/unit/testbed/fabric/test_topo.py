@@ -58,7 +58,7 @@ def test_clos_counts(n, k, s):
 
 def test_rates_and_oversubscription():
     f = build("rail-optimized", 8, 4, spines=4, nic_mbps=5, oversubscription=2)
-    assert f.params["hb_mbps"] == 45            # HB defaults to 9 x NIC
+    assert f.params.hb_mbps == 45            # HB defaults to 9 x NIC
     uplinks = [l.mbps for l in f.links if l.kind == "uplink"]
     assert uplinks == [8 * 5 / (4 * 2)] * 16     # a rail's downlink capacity / spines / ratio
     assert {l.mbps for l in f.links if l.kind == "hb"} == {45}

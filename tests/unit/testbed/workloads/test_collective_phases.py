@@ -1,9 +1,11 @@
 """Per-phase figures of hierarchical collectives: the ranks' phase logs become one line per phase with its own
 bound (the link it uses), the pipelined variant is set against the sequential bound, and every fabric kind and
 grid (odd sizes, non-power-of-two ranks, 3 servers) gets them."""
+import dataclasses
+
 import pytest
 
-from testbed.fabric import topo
+from testbed.fabric import kinds, topo
 from testbed.results import models
 from testbed.schema import ScenarioError
 from testbed.workloads import collective, collective_fabric, collective_phases, collective_rows
@@ -70,7 +72,7 @@ def test_the_table_prints_a_line_per_phase_under_the_row():
     assert collective_rows.table_row(pipe).splitlines()[-1].endswith("busbw is 1.23 of it")
 
 
-@pytest.mark.parametrize("kind", topo.KINDS)
+@pytest.mark.parametrize("kind", kinds.NAMES)
 @pytest.mark.parametrize("servers,per", [(2, 4), (3, 2), (3, 3), (2, 1)])
 @pytest.mark.parametrize("op,algo", [("allreduce", "hierarchical"), ("allreduce", "hierarchical-pipelined"),
                                      ("allgather", "hierarchical"), ("allgather", "hierarchical-pipelined"),
@@ -98,6 +100,6 @@ def test_every_fabric_kind_and_grid_takes_them_with_a_bound_per_phase(kind, serv
 
 def test_pipelined_needs_whole_servers():
     fabric = topo.build("rail-only", servers=2, gpus_per_server=2)
-    fabric.params = {**fabric.params, "gpus_per_server": 3}          # a grid the fabric does not fill
+    fabric.params = dataclasses.replace(fabric.params, gpus_per_server=3)      # a grid the fabric does not fill
     with pytest.raises(ScenarioError, match="whole servers"):
         collective.validate(fabric, {"op": "allreduce", "algo": "hierarchical-pipelined"})
