@@ -2,13 +2,18 @@
 
 Pure functions of the fabric model: no root, no Mininet. `network.py` applies them at bring-up; faults,
 captures and the report use the same names.
+
+A Link carries everything about one cable; `new_link` is the one place that works its properties out from
+the fabric's parameters. Adding a link property is a Link field, its line in `new_link`, and the code in
+network.py that applies it.
 """
 from __future__ import annotations
 
 import os
 import string
+from dataclasses import dataclass
 
-from hosts.rdma.mtu import HB_MTU, NIC_MTU, ROCE_HEADERS, roce_mtu   # noqa: F401 (the fabric's, from the hosts')
+from hosts.rdma.mtu import HB_MTU, NIC_MTU, roce_mtu
 from testbed import PREFIX
 
 ROUTING_MODES = ("single", "ecmp", "spray", "rr", "split:K")
@@ -16,6 +21,37 @@ PACE = 0.97             # ranks send at this share of their links' shaped rates
 TAG_VARIABLE = "TESTBED_FABRIC_TAG"
 TAG_CHARS = string.ascii_lowercase + string.digits
 IFNAMSIZ = 15           # the kernel's limit on a device name
+
+
+@dataclass(frozen=True)
+class Link:
+    a: str
+    b: str
+    mbps: float
+    a_port: int            # switch port number, or host interface index (0 = eth0)
+    b_port: int
+    kind: str              # nic | hb | uplink | frontend
+    standby: bool = False  # cabled but disabled at bring-up: a spare's NIC
+    mtu: int = NIC_MTU
+    shaped: bool = True    # tbf at both ends; False: an OVS patch port, which never limits
+    queue_bytes: int | None = None     # each shaped end's queue (tbf limit)
+    delay_ms: float = 0.0  # one-way propagation delay; every link has none yet (nothing applies it so far)
+
+
+def link_mtu(params, kind: str) -> int:
+    """The MTU of a link of this kind: HB links keep theirs, every other link has the fabric's nic_mtu."""
+    return HB_MTU if kind == "hb" else params.nic_mtu
+
+
+def new_link(params, a: str, b: str, mbps: float, a_port: int, b_port: int, kind: str,
+             standby: bool = False) -> Link:
+    """A link with every property worked out from the fabric's parameters. Switch-to-switch links are
+    unshaped patch ports (the fastest path here) unless they must be shaped: without oversubscription an
+    uplink never limits below the shaped host NICs, and a front-end link is sized for all its CPU hosts."""
+    mtu = link_mtu(params, kind)
+    shaped = not (kind == "frontend" or (kind == "uplink" and params.oversubscription == 1.0))
+    return Link(a, b, float(mbps), a_port, b_port, kind, standby, mtu, shaped,
+                tbf_limit(float(mbps), mtu) if shaped else None)
 
 
 def fabric_tag() -> str:
@@ -66,18 +102,13 @@ def ofport(fabric, node: str, port: int) -> int | None:
 
 
 def is_patch(fabric, link) -> bool:
-    """Switch-to-switch links are OVS patch ports (the fastest path here) unless they must be shaped:
-    without oversubscription an uplink never limits below the shaped host NICs."""
-    return link.kind == "frontend" or (link.kind == "uplink" and fabric.params.oversubscription == 1.0)
-
-
-def mtu_of(fabric, link) -> int:
-    return HB_MTU if link.kind == "hb" else fabric.params.nic_mtu
+    """Whether the model makes this link an OVS patch port: an unshaped (switch-to-switch) link."""
+    return not link.shaped
 
 
 def roce_mtus(fabric) -> dict[str, int]:
     """What the ranks' RoCE devices use on their NIC and HB ports."""
-    return {"nic": roce_mtu(fabric.params.nic_mtu), "hb": roce_mtu(HB_MTU)}
+    return {kind: roce_mtu(link_mtu(fabric.params, kind)) for kind in ("nic", "hb")}
 
 
 def tbf_burst(mbps: float, mtu: int) -> int:
@@ -90,21 +121,26 @@ def tbf_limit(mbps: float, mtu: int) -> int:
     return max(4 * tbf_burst(mbps, mtu), 1 << 20)
 
 
-def tbf(dev: str, mbps: float, mtu: int = 1500) -> str:
-    """A tbf qdisc holding `mbps`."""
+def tbf(dev: str, mbps: float, mtu: int = 1500, limit: int | None = None) -> str:
+    """A tbf qdisc holding `mbps`, with a queue of `limit` bytes (default tbf_limit)."""
     return f"tc qdisc replace dev {dev} root tbf rate {mbps}mbit burst {tbf_burst(mbps, mtu)} " \
-           f"limit {tbf_limit(mbps, mtu)}"
+           f"limit {limit or tbf_limit(mbps, mtu)}"
+
+
+def tbf_of(dev: str, link: Link) -> str:
+    """The tbf qdisc at one end of a shaped link."""
+    return tbf(dev, link.mbps, link.mtu, link.queue_bytes)
 
 
 def worst_queueing_delay(fabric) -> float:
     """Seconds a packet can wait in full queues on the longest path: host NIC out, two shaped uplink
     hops when spines are oversubscribed, and the switch port into the destination host. Transport
     timers must outlast it, or they retransmit packets that are only queued."""
-    nic, mtu = fabric.params.nic_mbps, fabric.params.nic_mtu
-    delay = 2 * tbf_limit(nic, mtu) * 8 / (nic * 1e6)
+    nic = next(link for link in fabric.links if link.kind == "nic")
+    delay = 2 * nic.queue_bytes * 8 / (nic.mbps * 1e6)
     for link in fabric.links:
-        if link.kind == "uplink" and not is_patch(fabric, link):
-            delay += 2 * tbf_limit(link.mbps, mtu) * 8 / (link.mbps * 1e6)
+        if link.kind == "uplink" and link.shaped:
+            delay += 2 * link.queue_bytes * 8 / (link.mbps * 1e6)
             break
     return delay
 

@@ -34,8 +34,8 @@ from testbed import RUN_ROOT
 from testbed.fabric import ovs, runstate
 from testbed.fabric.controller import Controller, ControllerError, LoopbackController
 from testbed.fabric.hosts import BackendUnavailable, backend_class, softroce
-from testbed.fabric.links import (HB_MTU, IFNAMSIZ, TAG_VARIABLE, fabric_tag, interface, is_patch, mtu_of,
-                                  overlong_names, switch_port, sysname, tbf)
+from testbed.fabric.links import (IFNAMSIZ, TAG_VARIABLE, fabric_tag, interface, is_patch, overlong_names, switch_port,
+                                  sysname, tbf_of)
 from testbed.fabric.machines import (VNI_BASE, VXLAN_OVERHEAD, ControllerTunnel, Machine, MachineBridge,
                                      MachineError, MachineHost, MachineLink, MachineSwitch)
 from testbed.fabric.machines import check as check_machine
@@ -220,7 +220,7 @@ class Network:
             i1, i2 = interface(fab, l.a, l.a_port), interface(fab, l.b, l.b_port)     # as `topo --json` names them
             cls, extra = OVSLink if self.is_patch(l) else Link, {}
             if self.machines and cls is Link:       # a veth within a machine, VXLAN between machines
-                cls, extra = MachineLink, {"vni": VNI_BASE + index, "mtu": mtu_of(fab, l)}
+                cls, extra = MachineLink, {"vni": VNI_BASE + index, "mtu": l.mtu}
             mn.addLink(n1, n2, port1=l.a_port, port2=l.b_port, intfName1=i1, intfName2=i2, cls=cls, **extra)
 
     def is_patch(self, link) -> bool:
@@ -262,7 +262,7 @@ class Network:
             self.machine_facts = {m.name: check_machine(m) for m in self.machines.values()}
             for l in self.placement.crossing(self.fabric):
                 a, b = self.machine_of(l.a), self.machine_of(l.b)
-                need = mtu_of(self.fabric, l) + VXLAN_OVERHEAD
+                need = l.mtu + VXLAN_OVERHEAD
                 have = underlay_mtu(a, b)
                 if have < need:
                     raise NetworkError(f"the {l.kind} link {l.a}-{l.b} crosses from {a.name} to {b.name} with MTU "
@@ -288,11 +288,11 @@ class Network:
         for h in fab.hosts.values():
             node = self.mn.get(h.name)
             lines = ["sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1",
-                     f"ip link set eth0 mtu {fab.params.nic_mtu} address {h.mac}"]
+                     f"ip link set eth0 mtu {fab.attachment(h.name).mtu} address {h.mac}"]
             neigh = [f"neigh replace {p.ip} lladdr {p.mac} dev eth0 nud permanent"
                      for p in nic_peers if p.name != h.name]
             if h.hb_ip:
-                lines += [f"ip link set eth1 mtu {HB_MTU} address {h.hb_mac}",
+                lines += [f"ip link set eth1 mtu {fab.attachment(h.name, 'hb').mtu} address {h.hb_mac}",
                           f"ip addr replace {h.hb_ip}/24 dev eth1", "ip link set eth1 up"]
                 neigh += [f"neigh replace {p.hb_ip} lladdr {p.hb_mac} dev eth1 nud permanent"
                           for p in fab.hosts.values() if p.hb_ip and p.server == h.server and p.name != h.name]
@@ -319,16 +319,15 @@ class Network:
         for l in fab.links:
             if self.is_patch(l):
                 continue
-            mtu = mtu_of(fab, l)
             for node, port in ((l.a, l.a_port), (l.b, l.b_port)):
                 if node in fab.hosts:
-                    self.mn.get(node).cmd(tbf(f"eth{port}", l.mbps, mtu))
+                    self.mn.get(node).cmd(tbf_of(f"eth{port}", l))
                 else:
                     dev = switch_port(node, port)
                     mine = cmds.setdefault(self.machine_of(node), [])
-                    if mtu != 1500:         # veths come up at 1500
-                        mine.append(f"ip link set {dev} mtu {mtu}")
-                    mine.append(tbf(dev, l.mbps, mtu))
+                    if l.mtu != 1500:         # veths come up at 1500
+                        mine.append(f"ip link set {dev} mtu {l.mtu}")
+                    mine.append(tbf_of(dev, l))
         for machine, lines in cmds.items():
             self._run_on(machine, ["sh", "-ec", "\n".join(lines)])
 

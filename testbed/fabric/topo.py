@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 from testbed.fabric import kinds
 from testbed.fabric.kinds.base import DPID_BASE
-from testbed.fabric.links import interface, ofport
+from testbed.fabric.links import Link, interface, new_link, ofport
 from testbed.fabric.params import FabricParams, TopologyError
 
 SPARE_HOST_BASE = 129        # spare GPU k of a server: host address .(129 + k)
@@ -59,17 +59,6 @@ class Switch:
         return self.dpid is not None
 
 
-@dataclass(frozen=True)
-class Link:
-    a: str
-    b: str
-    mbps: float
-    a_port: int            # switch port number, or host interface index (0 = eth0)
-    b_port: int
-    kind: str              # nic | hb | uplink | frontend
-    standby: bool = False  # cabled but disabled at bring-up: a spare's NIC
-
-
 @dataclass
 class Fabric:
     params: FabricParams
@@ -98,14 +87,15 @@ class Fabric:
         self._next_port[host.name] = 0
 
     def add_link(self, a: str, b: str, mbps: float, kind: str, standby: bool = False) -> Link:
-        link = Link(a, b, float(mbps), self._take_port(a), self._take_port(b), kind, standby)
+        link = new_link(self.params, a, b, mbps, self._take_port(a), self._take_port(b), kind, standby)
         self.links.append(link)
         return link
 
     def add_circuits(self, host: str, leaves: list[str], mbps: float) -> None:
         """A spare GPU's NIC (eth0) behind an optical circuit switch: a reserved port on every leaf,
         one connected at a time. It is cabled (parked, disabled) to the first."""
-        self.circuits[host] = [Link(host, leaf, float(mbps), 0, self._take_port(leaf), "nic", True) for leaf in leaves]
+        self.circuits[host] = [new_link(self.params, host, leaf, mbps, 0, self._take_port(leaf), "nic", True)
+                               for leaf in leaves]
         self.links.append(self.circuits[host][0])
         self._next_port[host] = 1
 

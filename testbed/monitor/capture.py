@@ -14,7 +14,7 @@ import signal
 import subprocess
 import time
 
-from testbed.fabric.links import HB_MTU, is_patch, switch_port
+from testbed.fabric.links import is_patch, switch_port
 from testbed.results import pcap
 
 ETHERNET_HEADER = 14
@@ -64,12 +64,13 @@ def validate(fabric, specs: list[dict]) -> None:
 def largest_frame(fabric, point: str) -> int:
     """The longest frame a capture point can see: its link's MTU plus the Ethernet header."""
     if "/" in point:
-        kind = point.split("/", 1)[1]
+        host, kind = point.split("/", 1)
+        link = fabric.attachment(host, kind)
     else:
         switch, _, port = point.partition(":")
-        kind = next(l.kind for l in fabric.links
+        link = next(l for l in fabric.links
                     if (l.a, l.a_port) == (switch, int(port)) or (l.b, l.b_port) == (switch, int(port)))
-    return (HB_MTU if kind == "hb" else fabric.params.nic_mtu) + ETHERNET_HEADER
+    return link.mtu + ETHERNET_HEADER
 
 
 def snaplen_warnings(fabric, specs: list[dict]) -> list[str]:

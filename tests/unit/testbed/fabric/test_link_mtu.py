@@ -2,9 +2,9 @@
 derives it from its netdev), and what depends on them (queueing delay, capture snaplen, multicast wire bytes)."""
 import pytest
 
-from hosts.rdma.mtu import DEFAULT_ROCE_MTU
+from hosts.rdma.mtu import DEFAULT_ROCE_MTU, HB_MTU, roce_mtu
 from testbed.fabric import topo
-from testbed.fabric.links import HB_MTU, mtu_of, roce_mtu, roce_mtus, worst_queueing_delay
+from testbed.fabric.links import roce_mtus, worst_queueing_delay
 from testbed.monitor.capture import largest_frame
 from testbed.results import multicast_minimum as mm
 
@@ -20,7 +20,7 @@ def test_jumbo_nic_links_carry_roce_mtu_4096_and_hb_links_keep_theirs():
     assert jumbo.params.nic_mtu == 9000 and roce_mtus(plain) == {"nic": 1024, "hb": 4096}
     assert roce_mtus(jumbo) == {"nic": 4096, "hb": 4096}
     for link in jumbo.links:
-        assert mtu_of(jumbo, link) == (HB_MTU if link.kind == "hb" else 9000)
+        assert link.mtu == (HB_MTU if link.kind == "hb" else 9000)
     assert largest_frame(jumbo, "rail0:1") == 9014 and largest_frame(plain, "rail0:1") == 1514
     # deeper tbf bursts on jumbo links lengthen the worst queueing delay the transport timers must outlast
     assert worst_queueing_delay(jumbo) >= worst_queueing_delay(plain)
