@@ -50,6 +50,8 @@ def stale_processes(states: dict[str, dict]) -> list[tuple[int, str]]:
             found.append((pid, "127.0.0.1:"))
         for name, pid in {**state.get("host_pids", {}), **state.get("switch_pids", {})}.items():
             found.append((pid, f"mininet:{name}"))
+        for pid in state.get("delay_pids", []):          # the links' delay process (fabric/delay.py)
+            found.append((pid, "testbed.fabric.delayd"))
     return found
 
 
@@ -95,7 +97,7 @@ def clean(echo=print) -> dict:
     removed = {"processes": 0, "bridges": 0, "links": 0, "netns": 0, "containers": 0, "run_dirs": 0}
     states = runstate.all_runs()
     live = {d for d, st in states.items() if runstate.alive(st)}
-    in_use = {br for d in live for br in states[d].get("bridges", [])}
+    in_use = {br for d in live for br in states[d].get("bridges", []) + states[d].get("delay_devices", [])}
     for pid, marker in stale_processes({d: st for d, st in states.items() if d not in live}):
         removed["processes"] += _kill(pid, marker)
     removed["containers"] = stale_containers(live, echo)

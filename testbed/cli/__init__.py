@@ -52,6 +52,7 @@ def check_fabric_tag() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from testbed.fabric.delay import DelayUnavailable
     from testbed.results.pcap import PcapError
     from testbed.results.runs import RunsError
     from testbed.runtime.handfaults import HandFaultError
@@ -61,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         configure_output(args)
         check_fabric_tag()
         return args.func(args)
-    except (TopologyError, ScenarioError, UsageError, PcapError, HandFaultError, RunsError) as exc:
+    except (TopologyError, ScenarioError, UsageError, PcapError, HandFaultError, RunsError, DelayUnavailable) as exc:
         print(f"testbed {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:

@@ -1,0 +1,82 @@
+"""The Linux system calls the delay line needs that Python 3.11's os module lacks: setns and timerfd.
+
+Through ctypes on the C library, so that nothing has to be compiled.
+"""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+
+CLONE_NEWNET = 0x40000000
+CLOCK_MONOTONIC = 1
+TFD_NONBLOCK = os.O_NONBLOCK
+TFD_CLOEXEC = os.O_CLOEXEC
+TFD_TIMER_ABSTIME = 1
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+class _Timespec(ctypes.Structure):
+    _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
+
+
+class _Itimerspec(ctypes.Structure):
+    _fields_ = [("it_interval", _Timespec), ("it_value", _Timespec)]
+
+
+def _check(result: int) -> int:
+    if result < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+    return result
+
+
+def setns(fd: int) -> None:
+    """Move this thread into the network namespace that fd refers to."""
+    _check(_libc.setns(fd, CLONE_NEWNET))
+
+
+@contextlib.contextmanager
+def netns(path: str | None):
+    """Run the body in the network namespace at path (/run/netns/NAME, /proc/PID/ns/net), then come back;
+    None: stay where we are. Sockets made inside stay in that namespace."""
+    if path is None:
+        yield
+        return
+    home = os.open("/proc/self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+    target = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        setns(target)
+        yield
+    finally:
+        setns(home)
+        os.close(target)
+        os.close(home)
+
+
+class Timer:
+    """A timerfd on CLOCK_MONOTONIC (time.monotonic_ns's clock): readable when its deadline has passed, so that
+    an epoll loop sleeps until the next frame is due with nanosecond resolution (epoll's own timeout has
+    millisecond resolution)."""
+
+    def __init__(self):
+        self.fd = _check(_libc.timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC))
+
+    def arm(self, deadline_ns: int | None) -> None:
+        """Fire at deadline_ns (monotonic), or never if None."""
+        spec = _Itimerspec()
+        if deadline_ns is not None:
+            deadline_ns = max(deadline_ns, 1)      # 0 would disarm
+            spec.it_value = _Timespec(deadline_ns // 1_000_000_000, deadline_ns % 1_000_000_000)
+        _check(_libc.timerfd_settime(self.fd, TFD_TIMER_ABSTIME, ctypes.byref(spec), None))
+
+    def clear(self) -> None:
+        """Consume the expiry count so that the fd stops being readable."""
+        try:
+            os.read(self.fd, 8)
+        except BlockingIOError:
+            pass
+
+    def close(self) -> None:
+        os.close(self.fd)

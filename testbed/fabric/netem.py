@@ -1,0 +1,40 @@
+"""The netem path of link delay: where the kernel has netem (the VM's Debian kernel, most distribution kernels).
+
+Pure command lines; testbed.fabric.delay runs them. A direction's delay sits on its sending end, under the
+end's tbf when it has a rate (as Mininet's TCLink(delay=) arranges them): the tbf's queue is then netem's,
+and for a first-in first-out link with a fixed delay every frame leaves when it would have left a rate limiter
+followed by a wire of that delay.
+"""
+from __future__ import annotations
+
+from testbed.fabric.links import tbf, tbf_burst, tbf_limit
+
+NETEM_MIN_LIMIT = 1000      # packets; netem's own default
+
+
+def netem_limit(delay_us: float, mbps: float | None, mtu: int) -> int:
+    """Packets netem may hold: what a full tbf queue holds plus one delay's worth of traffic at the rate
+    (without a rate, its default): a limit in packets, where tbf's is in bytes."""
+    if not mbps:
+        return NETEM_MIN_LIMIT
+    in_flight = mbps * 1e6 / 8 * delay_us / 1e6
+    return max(NETEM_MIN_LIMIT, int((tbf_limit(mbps, mtu) + in_flight) / 64) + 1)   # small frames count too
+
+
+def apply(dev: str, delay_us: float, mbps: float | None = None, mtu: int = 1500) -> list[str]:
+    """Command lines that give the end dev a one-way delay (and its rate, if any)."""
+    netem = f"netem delay {delay_us:g}us limit {netem_limit(delay_us, mbps, mtu)}"
+    if not mbps:
+        return [f"tc qdisc replace dev {dev} root handle 1: {netem}"]
+    return [f"tc qdisc replace dev {dev} root handle 1: tbf rate {mbps}mbit burst {tbf_burst(mbps, mtu)} "
+            f"limit {tbf_limit(mbps, mtu)}",
+            f"tc qdisc replace dev {dev} parent 1:1 handle 10: {netem}"]
+
+
+def remove(dev: str, mbps: float | None = None, mtu: int = 1500) -> list[str]:
+    """Command lines that take the delay away and leave the end as it was: its tbf alone, or no qdisc."""
+    gone = f"tc qdisc del dev {dev} root"
+    return [gone, tbf(dev, mbps, mtu)] if mbps else [gone]   # a replaced tbf would keep netem as its child
+
+
+PROBE = "tc qdisc add dev {dev} root netem delay 1ms"

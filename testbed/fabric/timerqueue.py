@@ -1,0 +1,53 @@
+"""The delay line's timer queue: frames of many links, each held until its own deadline.
+
+Pure (no sockets, no clock): the delay process feeds it arrival times and asks for what is due.
+Every frame gets its link's fixed delay, so deadlines within one link never decrease; ties are broken by
+arrival order, so a link's frames always leave in the order they came.
+"""
+from __future__ import annotations
+
+import heapq
+import itertools
+
+
+class TimerQueue:
+    """Frames waiting for their deadline, across links. A link holds at most `limit` frames: beyond that it
+    drops, as a full wire would (a sender that outruns an unshaped link)."""
+
+    def __init__(self, limit: int = 10000):
+        self.limit = limit
+        self._heap: list[tuple[int, int, object, bytes]] = []
+        self._order = itertools.count()
+        self.held: dict[object, int] = {}       # link -> frames held
+        self.dropped: dict[object, int] = {}
+
+    def push(self, link, frame: bytes, arrival_ns: int, delay_ns: int) -> bool:
+        """Hold frame until arrival + delay; False (and counted) if the link already holds `limit` frames."""
+        if self.held.get(link, 0) >= self.limit:
+            self.dropped[link] = self.dropped.get(link, 0) + 1
+            return False
+        heapq.heappush(self._heap, (arrival_ns + delay_ns, next(self._order), link, frame))
+        self.held[link] = self.held.get(link, 0) + 1
+        return True
+
+    def due(self, now_ns: int):
+        """(link, frame) for every frame whose deadline is at or before now, earliest first."""
+        while self._heap and self._heap[0][0] <= now_ns:
+            _, _, link, frame = heapq.heappop(self._heap)
+            self.held[link] -= 1
+            yield link, frame
+
+    def next_deadline(self) -> int | None:
+        return self._heap[0][0] if self._heap else None
+
+    def release(self, link):
+        """Every frame the link holds, in order, now (the link is being taken away); other links' frames stay."""
+        mine = sorted(e for e in self._heap if e[2] == link)
+        self._heap = [e for e in self._heap if e[2] != link]
+        heapq.heapify(self._heap)
+        self.held.pop(link, None)
+        self.dropped.pop(link, None)
+        return [frame for *_, frame in mine]
+
+    def __len__(self) -> int:
+        return len(self._heap)
