@@ -1,0 +1,62 @@
+"""The delay process's arrival times (kernel receive timestamps, read time where they are implausible) and its
+command channel, without sockets: a bad command is answered with one line, and the process goes on."""
+import io
+import json
+import socket
+import struct
+
+from testbed.fabric import delayd
+
+SEC = 1_000_000_000
+
+
+def stamp(real_ns: int):
+    return [(socket.SOL_SOCKET, delayd.SO_TIMESTAMPNS, struct.pack("qq", real_ns // SEC, real_ns % SEC))]
+
+
+def test_arrival_is_the_kernel_timestamp_on_the_monotonic_clock():
+    now_mono, offset = 50 * SEC, 1_700_000_000 * SEC
+    assert delayd.arrival_ns(stamp(now_mono - 300_000 + offset), now_mono, offset) == now_mono - 300_000
+
+
+def test_arrival_falls_back_to_the_read_time():
+    now_mono, offset = 50 * SEC, 1_700_000_000 * SEC
+    assert delayd.arrival_ns([], now_mono, offset) == now_mono
+    assert delayd.arrival_ns(stamp(now_mono + SEC + offset), now_mono, offset) == now_mono       # future
+    assert delayd.arrival_ns(stamp(now_mono - 2 * SEC + offset), now_mono, offset) == now_mono   # stale
+    assert delayd.arrival_ns(stamp(7 * SEC), now_mono, offset) == now_mono                       # another clock
+
+
+def test_bad_commands_are_answered_and_the_process_goes_on():
+    out = io.StringIO()
+    proc = delayd.DelayProcess(out)
+    proc.command({"op": "frobnicate"})
+    proc.command({"op": "remove", "line": "nope"})
+    proc.command({"op": "add", "line": "1a", "netns": None, "rx": "tb-no-such-dev", "tx": "tb-no-such",
+                  "delay_ns": 1000})
+    proc.command({"op": "stats"})
+    answers = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert [a["ok"] for a in answers] == [False, False, False, True]
+    assert "unknown op" in answers[0]["error"] and answers[3]["lines"] == {}
+    assert proc.by_name == {} and proc.lines == {}
+
+
+def test_the_divert_lets_exactly_the_delay_process_frames_through():
+    from testbed.fabric.delayline import DIVERT_BPF
+    program = [tuple(int(x) for x in ins.split()) for ins in DIVERT_BPF.split(",")[1:]]
+    assert int(DIVERT_BPF.split(",")[0]) == len(program) == 4
+
+    def verdict(mark: int) -> int:      # a classic BPF interpreter for the four instructions used
+        pc, acc = 0, None
+        while True:
+            code, jt, jf, k = program[pc]
+            if code == 0x20:                              # ld [ancillary]
+                assert k == 0xfffff000 + 20               # SKF_AD_MARK
+                acc, pc = mark, pc + 1
+            elif code == 0x15:                            # jeq #k
+                pc += 1 + (jt if acc == k else jf)
+            elif code == 0x06:                            # ret #k
+                return k
+
+    assert verdict(delayd.MARK) == 0                      # no match: the frame goes on to the wire
+    assert verdict(0) == verdict(1) == 0xffffffff         # match: diverted to the delay line
