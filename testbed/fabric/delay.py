@@ -121,10 +121,11 @@ def probe(path: str) -> str | None:
                  netem.PROBE.format(dev="tb-probe0")], f"/run/netns/{ns}")
         else:
             run(delayline.PROBE, f"/run/netns/{ns}")
+            delayline.attach_divert("tb-probe0", "tb-probe1", f"/run/netns/{ns}")
             socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0).close()
         return None
-    except (DelayError, OSError) as exc:
-        return str(exc)
+    except Exception as exc:        # whatever this kernel refuses (netlink, BPF, sockets): the reason, in one line
+        return " ".join(str(exc).split())
     finally:
         subprocess.run(["ip", "netns", "delete", ns], capture_output=True)
 
@@ -188,7 +189,9 @@ class Delays:
         run(delayline.setup(end.dev, key, side, end.mbps, end.mtu), end.netns)
         self.ask(op="add", line=key + side, netns=end.netns, rx=delayline.helpers(key, side)[1], tx=end.dev,
                  delay_ns=int(us * 1000))
-        run(delayline.divert(end.dev, key, side, made[side + "_clsact"]), end.netns)
+        if made[side + "_clsact"]:
+            run([f"tc qdisc add dev {end.dev} clsact"], end.netns)
+        delayline.attach_divert(end.dev, delayline.helpers(key, side)[0], end.netns)
 
     def remove(self, key: str) -> list[str]:
         """Take a link's delay away; returns what could not be undone (an end that is already gone)."""

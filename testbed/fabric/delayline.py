@@ -9,24 +9,31 @@ One direction of a link, leaving end E (a veth end, in a host's namespace or the
 - The rate limiter (tbf) of E sits on H: rate first, then delay, as on a real link. A sender's frames wait
   in that queue on its socket's account, so a sender that outruns its link blocks rather than loses them.
   E's own root qdisc is left empty while the delay is on, and put back afterwards.
-- The divert is a classic-BPF cls_bpf filter (tc's `bytecode`: no compiler) reading the mark, and mirred; no
-  netem, gact or matchall needed.
+- The divert is a tc BPF program (eight instructions, assembled here: no compiler) that redirects every frame
+  without the mark. It moves the frame itself, where mirred would send a copy: the copy belongs to no socket,
+  and the sender would never block.
 - Frames leave E after their delay, so packet captures and counters on either end see each frame once,
   at the time it is on the wire, not at the time its sender wrote it.
 
-Pure command lines here, and the helpers' names; delay.py runs them and talks to the process. A command
-starting with "-" may fail (what it removes may not be there).
+Command lines, the helpers' names and the divert program here; delay.py runs them and talks to the process.
+A command starting with "-" may fail (what it removes may not be there).
 """
 from __future__ import annotations
 
+import os
+import struct
+
+from pyroute2 import IPRoute
+
 from testbed import PREFIX
 from testbed.fabric.delayd import MARK
+from testbed.fabric.linuxcalls import bpf_load, netns
 from testbed.fabric.links import fabric_tag, tbf
 
-SKF_AD_MARK = 0xfffff000 + 20           # classic BPF's ancillary load of skb->mark
-# not our mark: match (-1: run the action); ours: no match (0: the frame goes on)
-DIVERT_BPF = f"4,32 0 0 {SKF_AD_MARK},21 1 0 {MARK},6 0 0 4294967295,6 0 0 0"
 PREF = 49                               # the divert filter's preference on the end's egress
+CLSACT_EGRESS = 0xFFFFFFF3
+SKB_MARK = 8                            # offsetof(struct __sk_buff, mark)
+BPF_FUNC_REDIRECT = 23
 HELPER_MTU = 65535                      # any frame the end sends, GSO ones too, fits
 KEY_MAX = 7                             # tb- + tag + dl + key + side + p fits IFNAMSIZ (15)
 
@@ -49,11 +56,33 @@ def setup(end: str, key: str, side: str, mbps: float | None, mtu: int) -> list[s
     return cmds
 
 
-def divert(end: str, key: str, side: str, make_clsact: bool) -> list[str]:
-    h, _ = helpers(key, side)
-    return ([f"tc qdisc add dev {end} clsact"] if make_clsact else []) + [
-        f"tc filter add dev {end} egress pref {PREF} bpf bytecode '{DIVERT_BPF}' action mirred egress redirect "
-        f"dev {h}"]
+def insn(code: int, dst: int = 0, src: int = 0, off: int = 0, imm: int = 0) -> bytes:
+    return struct.pack("<BBhi", code, dst | src << 4, off, imm)
+
+
+def divert_program(helper_ifindex: int) -> bytes:
+    """tc direct action: frames with the delay's mark go on (TC_ACT_OK), the rest to the helper's egress."""
+    return b"".join([
+        insn(0x61, dst=2, src=1, off=SKB_MARK),         # r2 = skb->mark
+        insn(0x15, dst=2, off=4, imm=MARK),             # if r2 == MARK: goto ok
+        insn(0xb7, dst=1, imm=helper_ifindex),          # r1 = helper
+        insn(0xb7, dst=2, imm=0),                       # r2 = 0: to its egress
+        insn(0x85, imm=BPF_FUNC_REDIRECT),              # r0 = bpf_redirect(r1, r2): TC_ACT_REDIRECT
+        insn(0x95),                                     # return r0
+        insn(0xb7, dst=0, imm=0),                       # ok: r0 = TC_ACT_OK
+        insn(0x95)])                                    # return r0
+
+
+def attach_divert(end: str, helper: str, netns_path: str | None) -> None:
+    """The divert on the end's egress (its clsact must exist), in the end's namespace."""
+    with netns(netns_path), IPRoute() as ipr:
+        end_index, helper_index = (ipr.link_lookup(ifname=n)[0] for n in (end, helper))
+        fd = bpf_load(divert_program(helper_index))
+        try:
+            ipr.tc("add-filter", "bpf", end_index, parent=CLSACT_EGRESS, prio=PREF, fd=fd, name="tb-delay",
+                   direct_action=True)
+        finally:
+            os.close(fd)        # the filter holds the program
 
 
 def undivert(end: str, mbps: float | None, mtu: int) -> list[str]:
@@ -66,7 +95,4 @@ def teardown(end: str, key: str, side: str, made_clsact: bool) -> list[str]:
     return ([f"-tc qdisc del dev {end} clsact"] if made_clsact else []) + [f"-ip link del {h}"]
 
 
-PROBE = ["ip link add tb-probe0 type veth peer name tb-probe1",
-         "tc qdisc add dev tb-probe0 clsact",
-         f"tc filter add dev tb-probe0 egress pref {PREF} bpf bytecode '{DIVERT_BPF}' action mirred egress "
-         f"redirect dev tb-probe1"]
+PROBE = ["ip link add tb-probe0 type veth peer name tb-probe1", "tc qdisc add dev tb-probe0 clsact"]

@@ -1,4 +1,5 @@
-"""The Linux system calls the delay line needs that Python 3.11's os module lacks: setns and timerfd.
+"""The Linux system calls the delay line needs that Python 3.11's os module lacks: setns, timerfd, and loading a
+BPF program.
 
 Through ctypes on the C library, so that nothing has to be compiled.
 """
@@ -13,6 +14,9 @@ CLOCK_MONOTONIC = 1
 TFD_NONBLOCK = os.O_NONBLOCK
 TFD_CLOEXEC = os.O_CLOEXEC
 TFD_TIMER_ABSTIME = 1
+SYS_BPF = 321               # x86-64
+BPF_PROG_LOAD = 5
+BPF_PROG_TYPE_SCHED_CLS = 3
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -80,3 +84,22 @@ class Timer:
 
     def close(self) -> None:
         os.close(self.fd)
+
+
+def bpf_load(insns: bytes, prog_type: int = BPF_PROG_TYPE_SCHED_CLS, name: bytes = b"tb_delay") -> int:
+    """Load a BPF program (8-byte instructions); returns its fd. The verifier's log is in the error."""
+    code = ctypes.create_string_buffer(insns, len(insns))
+    license = ctypes.create_string_buffer(b"GPL")
+    log = ctypes.create_string_buffer(4096)
+    attr = ctypes.create_string_buffer(128)         # union bpf_attr, the PROG_LOAD fields; the rest zero
+    ctypes.memmove(attr, (ctypes.c_uint32 * 2)(prog_type, len(insns) // 8), 8)
+    ctypes.memmove(ctypes.byref(attr, 8), (ctypes.c_uint64 * 2)(ctypes.addressof(code), ctypes.addressof(license)),
+                   16)
+    ctypes.memmove(ctypes.byref(attr, 24), (ctypes.c_uint32 * 2)(1, len(log)), 8)        # log level 1
+    ctypes.memmove(ctypes.byref(attr, 32), (ctypes.c_uint64 * 1)(ctypes.addressof(log)), 8)
+    ctypes.memmove(ctypes.byref(attr, 48), name[:15], len(name[:15]))                     # prog_name
+    fd = _libc.syscall(SYS_BPF, BPF_PROG_LOAD, attr, len(attr))
+    if fd < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{os.strerror(err)}: {log.value.decode(errors='replace').strip()}")
+    return fd

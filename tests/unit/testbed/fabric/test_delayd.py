@@ -39,24 +39,3 @@ def test_bad_commands_are_answered_and_the_process_goes_on():
     assert [a["ok"] for a in answers] == [False, False, False, True]
     assert "unknown op" in answers[0]["error"] and answers[3]["lines"] == {}
     assert proc.by_name == {} and proc.lines == {}
-
-
-def test_the_divert_lets_exactly_the_delay_process_frames_through():
-    from testbed.fabric.delayline import DIVERT_BPF
-    program = [tuple(int(x) for x in ins.split()) for ins in DIVERT_BPF.split(",")[1:]]
-    assert int(DIVERT_BPF.split(",")[0]) == len(program) == 4
-
-    def verdict(mark: int) -> int:      # a classic BPF interpreter for the four instructions used
-        pc, acc = 0, None
-        while True:
-            code, jt, jf, k = program[pc]
-            if code == 0x20:                              # ld [ancillary]
-                assert k == 0xfffff000 + 20               # SKF_AD_MARK
-                acc, pc = mark, pc + 1
-            elif code == 0x15:                            # jeq #k
-                pc += 1 + (jt if acc == k else jf)
-            elif code == 0x06:                            # ret #k
-                return k
-
-    assert verdict(delayd.MARK) == 0                      # no match: the frame goes on to the wire
-    assert verdict(0) == verdict(1) == 0xffffffff         # match: diverted to the delay line

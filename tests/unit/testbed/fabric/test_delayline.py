@@ -1,8 +1,11 @@
 """The user-space path's command lines: helper names within IFNAMSIZ under the fabric tag, the rate limiter on the
 helper (rate, then delay), the divert added last and removed first, and nothing left by the teardown."""
+import struct
+
 import pytest
 
 from testbed.fabric import delayline
+from testbed.fabric.delayd import MARK
 from testbed.fabric.links import IFNAMSIZ, tbf
 
 
@@ -25,12 +28,36 @@ def test_setup_moves_the_rate_onto_the_helper():
     assert not any("tbf" in c for c in delayline.setup("eth0", "7", "a", None, 9000))
 
 
-def test_divert_redirects_unmarked_frames_to_the_helper():
-    cmds = delayline.divert("eth0", "7", "a", make_clsact=True)
-    assert cmds[0] == "tc qdisc add dev eth0 clsact"
-    assert cmds[1] == (f"tc filter add dev eth0 egress pref {delayline.PREF} bpf bytecode '{delayline.DIVERT_BPF}' "
-                       "action mirred egress redirect dev tb-ddl7a")
-    assert len(delayline.divert("eth0", "7", "a", make_clsact=False)) == 1
+def run_divert(program: bytes, mark: int):
+    """The divert program run on a frame with this mark, by an interpreter of the instructions it uses: its
+    verdict (0: TC_ACT_OK, the frame goes on) or the redirect it asks for."""
+    ins = [struct.unpack("<BBhi", program[i:i + 8]) for i in range(0, len(program), 8)]
+    reg, pc = {1: "skb"}, 0
+    while True:
+        code, regs, off, imm = ins[pc]
+        dst, src = regs & 0xf, regs >> 4
+        pc += 1
+        if code == 0x61:                        # ldxw dst, [src + off]
+            assert reg[src] == "skb" and off == 8      # __sk_buff.mark
+            reg[dst] = mark
+        elif code == 0x15:                      # jeq dst, imm, +off
+            pc += off if reg[dst] == imm else 0
+        elif code == 0xb7:                      # mov dst, imm
+            reg[dst] = imm
+        elif code == 0x85:                      # call
+            assert imm == 23                    # bpf_redirect(ifindex, flags)
+            reg[0] = ("redirect", reg[1], reg[2])
+        elif code == 0x95:                      # exit
+            return reg[0]
+        else:
+            raise AssertionError(f"instruction {code:#x}")
+
+
+def test_the_divert_sends_unmarked_frames_to_the_helpers_egress_and_lets_marked_ones_go():
+    program = delayline.divert_program(42)
+    assert len(program) == 64
+    assert run_divert(program, 0) == run_divert(program, 7) == ("redirect", 42, 0)     # flags 0: egress
+    assert run_divert(program, MARK) == 0
 
 
 def test_undivert_puts_the_rate_back_before_frames_go_straight_again():
