@@ -155,7 +155,9 @@ class DelayProcess:
         for line, frame in self.queue.due(time.monotonic_ns() + SLACK_NS):
             line.send(frame)
         deadline = self.queue.next_deadline()
-        if deadline != self.armed:
+        # a later deadline waits for the armed one to fire (one timer call per frame, not two); if the queue
+        # empties first, the timer fires once for nothing
+        if deadline is not None and (self.armed is None or deadline < self.armed):
             self.timer.arm(deadline)
             self.armed = deadline
 
