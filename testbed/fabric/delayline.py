@@ -9,7 +9,7 @@ One direction of a link, leaving end E (a veth end, in a host's namespace or the
 - The rate limiter (tbf) of E sits on H: rate first, then delay, as on a real link. A sender's frames wait
   in that queue on its socket's account, so a sender that outruns its link blocks rather than loses them.
   E's own root qdisc is left empty while the delay is on, and put back afterwards.
-- The divert is a tc BPF program (eight instructions, assembled here: no compiler) that redirects every frame
+- The divert is a tc BPF program (nine instructions, assembled here: no compiler) that redirects every frame
   without the mark. It moves the frame itself, where mirred would send a copy: the copy belongs to no socket,
   and the sender would never block.
 - Frames leave E after their delay, so packet captures and counters on either end see each frame once,
@@ -61,7 +61,8 @@ def insn(code: int, dst: int = 0, src: int = 0, off: int = 0, imm: int = 0) -> b
 
 
 def divert_program(helper_ifindex: int) -> bytes:
-    """tc direct action: frames with the delay's mark go on (TC_ACT_OK), the rest to the helper's egress."""
+    """tc direct action: frames with the delay's mark go on (TC_ACT_OK) without it, the rest to the helper's
+    egress."""
     return b"".join([
         insn(0x61, dst=2, src=1, off=SKB_MARK),         # r2 = skb->mark
         insn(0x15, dst=2, off=4, imm=MARK),             # if r2 == MARK: goto ok
@@ -69,7 +70,8 @@ def divert_program(helper_ifindex: int) -> bytes:
         insn(0xb7, dst=2, imm=0),                       # r2 = 0: to its egress
         insn(0x85, imm=BPF_FUNC_REDIRECT),              # r0 = bpf_redirect(r1, r2): TC_ACT_REDIRECT
         insn(0x95),                                     # return r0
-        insn(0xb7, dst=0, imm=0),                       # ok: r0 = TC_ACT_OK
+        insn(0x62, dst=1, off=SKB_MARK, imm=0),         # ok: skb->mark = 0, so that no other divert sees it
+        insn(0xb7, dst=0, imm=0),                       # r0 = TC_ACT_OK
         insn(0x95)])                                    # return r0
 
 

@@ -42,22 +42,26 @@ def run_divert(program: bytes, mark: int):
             reg[dst] = mark
         elif code == 0x15:                      # jeq dst, imm, +off
             pc += off if reg[dst] == imm else 0
+        elif code == 0x62:                      # stw [dst + off], imm
+            assert reg[dst] == "skb" and off == 8
+            mark = imm
         elif code == 0xb7:                      # mov dst, imm
             reg[dst] = imm
         elif code == 0x85:                      # call
             assert imm == 23                    # bpf_redirect(ifindex, flags)
             reg[0] = ("redirect", reg[1], reg[2])
         elif code == 0x95:                      # exit
-            return reg[0]
+            return reg[0], mark
         else:
             raise AssertionError(f"instruction {code:#x}")
 
 
 def test_the_divert_sends_unmarked_frames_to_the_helpers_egress_and_lets_marked_ones_go():
     program = delayline.divert_program(42)
-    assert len(program) == 64
-    assert run_divert(program, 0) == run_divert(program, 7) == ("redirect", 42, 0)     # flags 0: egress
-    assert run_divert(program, MARK) == 0
+    assert len(program) == 72
+    assert run_divert(program, 0) == (("redirect", 42, 0), 0)          # flags 0: to the helper's egress
+    assert run_divert(program, 7) == (("redirect", 42, 0), 7)          # other marks are left alone
+    assert run_divert(program, MARK) == (0, 0)                         # on to the wire, unmarked
 
 
 def test_undivert_puts_the_rate_back_before_frames_go_straight_again():
