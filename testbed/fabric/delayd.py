@@ -115,8 +115,8 @@ class DelayProcess:
                 line = self.by_name.pop(name)
                 for frame in self.queue.release(line):
                     line.send(frame)
-                self.epoll.unregister(line.rx.fileno())
-                del self.lines[line.rx.fileno()]
+                if self.lines.pop(line.rx.fileno(), None):
+                    self.epoll.unregister(line.rx.fileno())
                 line.close()
             elif op == "stats":
                 self.reply(ok=True, lines={n: {"forwarded": l.forwarded, "send_errors": l.send_errors,
@@ -147,6 +147,10 @@ class DelayProcess:
             try:
                 n, anc, _, _ = line.rx.recvmsg_into([self.buf], 64)
             except BlockingIOError:
+                return
+            except OSError:         # its device is gone (a host's namespace went away): the other lines go on
+                self.epoll.unregister(line.rx.fileno())
+                del self.lines[line.rx.fileno()]
                 return
             now = time.monotonic_ns()
             self.queue.push(line, bytes(self.buf[:n]), arrival_ns(anc, now, mono_to_real), line.delay_ns)

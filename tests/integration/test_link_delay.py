@@ -32,11 +32,11 @@ class Pair:
     """Two namespaces tb-<tag>lnk-a and -b, one veth link between them (10.77.0.1 - 10.77.0.2); with root_b, b's
     end is in the root namespace, as a switch port is."""
 
-    def __init__(self, mtu: int = 1500, mbps: float | None = None, root_b: bool = False):
+    def __init__(self, mtu: int = 1500, mbps: float | None = None, root_b: bool = False, name: str = "lnk"):
         t = fabric_tag()
         self.tagged = f"{PREFIX}{t}"
-        self.ns = {s: f"{PREFIX}{t}lnk-{s}" for s in ("ab" if not root_b else "a")}
-        self.dev = {s: f"{PREFIX}{t}lnk{s}" for s in "ab"}
+        self.ns = {s: f"{PREFIX}{t}{name}-{s}" for s in ("ab" if not root_b else "a")}
+        self.dev = {s: f"{PREFIX}{t}{name}{s}" for s in "ab"}
         self.mbps, self.mtu = mbps, mtu
         for ns in self.ns.values():
             sh(f"ip netns add {ns}")
@@ -55,8 +55,8 @@ class Pair:
     def end(self, s: str) -> End:
         return End(self.dev[s], f"/run/netns/{self.ns[s]}" if s in self.ns else None, mbps=self.mbps, mtu=self.mtu)
 
-    def link(self, delay_us: float) -> LinkDelay:
-        return LinkDelay("1", self.end("a"), self.end("b"), delay_us)
+    def link(self, delay_us: float, key: str = "1") -> LinkDelay:
+        return LinkDelay(key, self.end("a"), self.end("b"), delay_us)
 
     def ping(self, count: int = 20, size: int = 56) -> list[float]:
         """Round trips in ms, after two pings that resolve the neighbour (ARP crosses the delay too)."""
@@ -207,3 +207,16 @@ def test_removing_the_delay_leaves_the_link_as_it_was(pair, mbps, root_b):
     assert after == before
     assert pid is None or not os.path.exists(f"/proc/{pid}")
     assert f"{PREFIX}{fabric_tag()}dl" not in sh("ip -o link show") + "".join(sh(p.at("a", "ip -o link show")))
+
+
+def test_an_end_that_goes_away_leaves_the_other_links_delayed(pair):
+    first, second = pair(), pair(name="lnk2")
+    with Delays() as delays:
+        delays.apply(first.link(5000))
+        delays.apply(second.link(5000, key="2"))
+        sh(f"ip netns delete {first.ns['b']}")         # a host crashed: its end, and the helpers there, vanish
+        first.ns.pop("b")
+        assert abs(statistics.median(second.ping(count=10)) - 10) <= 1 + CONSTANT_MS
+        assert delays.proc.poll() is None
+    left = "".join(sh(p.at(s, "ip -o link show")) for p in (first, second) for s in p.ns)
+    assert f"{PREFIX}{fabric_tag()}dl" not in left
