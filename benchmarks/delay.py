@@ -128,10 +128,11 @@ def measure(rate: float, size: int, seconds: float, reps: int) -> None:
                         delays.apply(link.delay())
                     pid = delays.state()["delay_pids"][0] if mode == "on" else None
                     runs.append(link.flow(rate, size, seconds, pid))
+                    runs[-1]["line_lost"] = sum(n["dropped"] + n["send_errors"] for n in delays.stats().values())
             finally:
                 link.close()
         col = {k: [r[k] for r in runs] for k in runs[0]}
-        lost = sum(r["sent"] - r["delivered"] for r in runs)
+        lost = f"{sum(r['sent'] - r['delivered'] for r in runs)} ({sum(r['line_lost'] for r in runs)} by the delay line)"
         line = (f"{rate:>7.0f} pps {size:>5} B  delay {mode:>3}: delivered {spread(col['pps'], '{:.0f}')} pps, "
                 f"lost {lost};  CPU s / 1000 pkts: ends {spread(col['ends'])}, machine {spread(col['machine'])}")
         if mode == "on":

@@ -37,7 +37,6 @@ SO_TIMESTAMPNS = 35         # SCM_TIMESTAMPNS: CLOCK_REALTIME receive time, stru
 SO_RCVBUFFORCE = 33
 ETH_P_ALL = 0x0003
 FRAME_MAX = 65536 + 64      # a GSO frame (the vnet header keeps its segmentation) and its headers
-BATCH = 64                  # frames read from one socket before due frames are sent again
 SLACK_NS = 20_000           # frames due this soon leave with the current batch: fewer wake-ups
 RCVBUF = 8 << 20
 
@@ -142,18 +141,19 @@ class DelayProcess:
         return True
 
     def receive(self, line: Line) -> None:
-        mono_to_real = time.time_ns() - time.monotonic_ns()
-        for _ in range(BATCH):
-            try:
-                n, anc, _, _ = line.rx.recvmsg_into([self.buf], 64)
-            except BlockingIOError:
-                return
-            except OSError:         # its device is gone (a host's namespace went away): the other lines go on
-                self.epoll.unregister(line.rx.fileno())
-                del self.lines[line.rx.fileno()]
-                return
-            now = time.monotonic_ns()
-            self.queue.push(line, bytes(self.buf[:n]), arrival_ns(anc, now, mono_to_real), line.delay_ns)
+        """One frame: epoll reports the socket again while it holds more, and due frames go out in between
+        (reading until the socket is empty measured no cheaper: one more system call, and an exception)."""
+        try:
+            n, anc, _, _ = line.rx.recvmsg_into([self.buf], 64)
+        except BlockingIOError:
+            return
+        except OSError:         # its device is gone (a host's namespace went away): the other lines go on
+            self.epoll.unregister(line.rx.fileno())
+            del self.lines[line.rx.fileno()]
+            return
+        now = time.monotonic_ns()
+        arrival = arrival_ns(anc, now, time.time_ns() - now)
+        self.queue.push(line, bytes(self.buf[:n]), arrival, line.delay_ns)
 
     def send_due(self) -> None:
         for line, frame in self.queue.due(time.monotonic_ns() + SLACK_NS):
