@@ -76,3 +76,9 @@ def test_the_command_line_turns_no_path_into_exit_status_2(monkeypatch, capsys):
     assert cli.main(["plan", "--table2"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["testbed plan: error: link delay: no way to delay a link on this machine: netem: unknown"]
+
+
+def test_asking_for_delays_where_no_path_works_raises_before_anything_is_made(monkeypatch):
+    monkeypatch.setattr(delay, "path_problems", lambda: {"netem": "unknown qdisc", "userspace": "no BPF"})
+    with pytest.raises(delay.DelayUnavailable, match="netem: unknown qdisc; userspace: no BPF"):
+        delay.Delays()
