@@ -48,11 +48,18 @@ class DelayError(RuntimeError):
 @dataclass(frozen=True)
 class End:
     """One end of a veth link. netns: /run/netns/NAME or /proc/PID/ns/net, None for the root namespace.
-    mbps: the end's outgoing rate (tbf), None if unshaped; mtu sizes its bursts."""
+    mbps: the end's outgoing rate (tbf), None if unshaped; mtu sizes its bursts; queue_bytes is its tbf's
+    limit (None: links.tbf_limit)."""
     dev: str
     netns: str | None = None
     mbps: float | None = None
     mtu: int = 1500
+    queue_bytes: int | None = None
+
+    @classmethod
+    def of(cls, link, dev: str, netns: str | None) -> "End":
+        """An end of a fabric's links.Link, shaped as the link is."""
+        return cls(dev, netns, link.mbps if link.shaped else None, link.mtu, link.queue_bytes)
 
 
 @dataclass(frozen=True)
@@ -86,6 +93,8 @@ def problems(link: LinkDelay) -> list[str]:
             found.append(f"end {side}: rate {end.mbps!r} Mbit/s must be positive")
         if not 68 <= end.mtu <= 65535:
             found.append(f"end {side}: MTU {end.mtu!r} out of 68-65535")
+        if end.queue_bytes is not None and not end.queue_bytes >= end.mtu:
+            found.append(f"end {side}: queue of {end.queue_bytes!r} bytes holds no frame")
     return found
 
 
@@ -176,7 +185,7 @@ class Delays:
         try:
             for side, end, us in link.directions():
                 if self.path == "netem":
-                    run(netem.apply(end.dev, us, end.mbps, end.mtu), end.netns)
+                    run(netem.apply(end.dev, us, end.mbps, end.mtu, end.queue_bytes), end.netns)
                 else:
                     self._line_on(link.key, side, end, us, made)
                 made[side] = True
@@ -186,7 +195,7 @@ class Delays:
 
     def _line_on(self, key: str, side: str, end: End, us: float, made: dict) -> None:
         made[side + "_clsact"] = not has_clsact(end)
-        run(delayline.setup(end.dev, key, side, end.mbps, end.mtu), end.netns)
+        run(delayline.setup(end.dev, key, side, end.mbps, end.mtu, end.queue_bytes), end.netns)
         self.ask(op="add", line=key + side, netns=end.netns, rx=delayline.helpers(key, side)[1], tx=end.dev,
                  delay_ns=int(us * 1000))
         if made[side + "_clsact"]:
@@ -200,9 +209,9 @@ class Delays:
         for side, end, _ in link.directions():
             if self.path == "netem":
                 if made.get(side):
-                    left += run(netem.remove(end.dev, end.mbps, end.mtu), end.netns, strict=False)
+                    left += run(netem.remove(end.dev, end.mbps, end.mtu, end.queue_bytes), end.netns, strict=False)
                 continue
-            left += run(delayline.undivert(end.dev, end.mbps, end.mtu), end.netns, strict=False)
+            left += run(delayline.undivert(end.dev, end.mbps, end.mtu, end.queue_bytes), end.netns, strict=False)
             if self.proc is not None and self.proc.poll() is None:
                 self.ask(op="remove", line=key + side, check=False)
             left += run(delayline.teardown(end.dev, key, side, made.get(side + "_clsact", False)), end.netns,

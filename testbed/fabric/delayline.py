@@ -45,14 +45,14 @@ def helpers(key: str, side: str) -> tuple[str, str]:
     return h, h + "p"
 
 
-def setup(end: str, key: str, side: str, mbps: float | None, mtu: int) -> list[str]:
+def setup(end: str, key: str, side: str, mbps: float | None, mtu: int, queue: int | None = None) -> list[str]:
     """Helpers and rate limiter, before the delay process binds H'; the divert comes after (divert)."""
     h, hp = helpers(key, side)
     cmds = [f"ip link add {h} mtu {HELPER_MTU} type veth peer name {hp} mtu {HELPER_MTU}"]
     for dev in (h, hp):     # no IPv6 link-local address: H must send nothing of its own into the link
         cmds += [f"ip link set {dev} addrgenmode none", f"ip link set {dev} up"]
     if mbps:
-        cmds += [tbf(h, mbps, mtu), f"-tc qdisc del dev {end} root"]     # "-": it may have none
+        cmds += [tbf(h, mbps, mtu, queue), f"-tc qdisc del dev {end} root"]     # "-": it may have none
     return cmds
 
 
@@ -87,9 +87,9 @@ def attach_divert(end: str, helper: str, netns_path: str | None) -> None:
             os.close(fd)        # the filter holds the program
 
 
-def undivert(end: str, mbps: float | None, mtu: int) -> list[str]:
+def undivert(end: str, mbps: float | None, mtu: int, queue: int | None = None) -> list[str]:
     """The end's rate back on the end, then frames straight to the wire again (the held ones follow)."""
-    return ([tbf(end, mbps, mtu)] if mbps else []) + [f"-tc filter del dev {end} egress pref {PREF}"]
+    return ([tbf(end, mbps, mtu, queue)] if mbps else []) + [f"-tc filter del dev {end} egress pref {PREF}"]
 
 
 def teardown(end: str, key: str, side: str, made_clsact: bool) -> list[str]:

@@ -12,29 +12,30 @@ from testbed.fabric.links import tbf, tbf_burst, tbf_limit
 NETEM_MIN_LIMIT = 1000      # packets; netem's own default
 
 
-def netem_limit(delay_us: float, mbps: float | None, mtu: int) -> int:
+def netem_limit(delay_us: float, mbps: float | None, mtu: int, queue: int | None = None) -> int:
     """Packets netem may hold: what a full tbf queue holds plus one delay's worth of traffic at the rate
     (without a rate, its default): a limit in packets, where tbf's is in bytes."""
     if not mbps:
         return NETEM_MIN_LIMIT
     in_flight = mbps * 1e6 / 8 * delay_us / 1e6
-    return max(NETEM_MIN_LIMIT, int((tbf_limit(mbps, mtu) + in_flight) / 64) + 1)   # small frames count too
+    queue = queue or tbf_limit(mbps, mtu)
+    return max(NETEM_MIN_LIMIT, int((queue + in_flight) / 64) + 1)     # small frames count too
 
 
-def apply(dev: str, delay_us: float, mbps: float | None = None, mtu: int = 1500) -> list[str]:
-    """Command lines that give the end dev a one-way delay (and its rate, if any)."""
-    netem = f"netem delay {delay_us:g}us limit {netem_limit(delay_us, mbps, mtu)}"
+def apply(dev: str, delay_us: float, mbps: float | None = None, mtu: int = 1500, queue: int | None = None) -> list[str]:
+    """Command lines that give the end dev a one-way delay (and its rate and queue, if any)."""
+    netem = f"netem delay {delay_us:g}us limit {netem_limit(delay_us, mbps, mtu, queue)}"
     if not mbps:
         return [f"tc qdisc replace dev {dev} root handle 1: {netem}"]
     return [f"tc qdisc replace dev {dev} root handle 1: tbf rate {mbps}mbit burst {tbf_burst(mbps, mtu)} "
-            f"limit {tbf_limit(mbps, mtu)}",
+            f"limit {queue or tbf_limit(mbps, mtu)}",
             f"tc qdisc replace dev {dev} parent 1:1 handle 10: {netem}"]
 
 
-def remove(dev: str, mbps: float | None = None, mtu: int = 1500) -> list[str]:
+def remove(dev: str, mbps: float | None = None, mtu: int = 1500, queue: int | None = None) -> list[str]:
     """Command lines that take the delay away and leave the end as it was: its tbf alone, or no qdisc."""
     gone = f"tc qdisc del dev {dev} root"
-    return [gone, tbf(dev, mbps, mtu)] if mbps else [gone]   # a replaced tbf would keep netem as its child
+    return [gone, tbf(dev, mbps, mtu, queue)] if mbps else [gone]   # a replaced tbf would keep netem as its child
 
 
 PROBE = "tc qdisc add dev {dev} root netem delay 1ms"

@@ -82,3 +82,12 @@ def test_asking_for_delays_where_no_path_works_raises_before_anything_is_made(mo
     monkeypatch.setattr(delay, "path_problems", lambda: {"netem": "unknown qdisc", "userspace": "no BPF"})
     with pytest.raises(delay.DelayUnavailable, match="netem: unknown qdisc; userspace: no BPF"):
         delay.Delays()
+
+
+def test_an_end_of_a_fabric_link_is_shaped_as_the_link_is():
+    from testbed.fabric.links import Link
+    shaped = Link("s0g0", "rail0", 20.0, 0, 1, "nic", mtu=9000, queue_bytes=500_000)
+    patch = Link("rail0", "spine0", 40.0, 9, 1, "uplink", shaped=False)
+    assert End.of(shaped, "eth0", "/proc/7/ns/net") == End("eth0", "/proc/7/ns/net", 20.0, 9000, 500_000)
+    assert End.of(patch, "tb-rail0-p9", None).mbps is None
+    assert any("queue of 100 bytes" in p for p in delay.problems(link(a=End("eth0", mtu=1500, queue_bytes=100))))

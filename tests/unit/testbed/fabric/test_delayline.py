@@ -72,3 +72,8 @@ def test_undivert_puts_the_rate_back_before_frames_go_straight_again():
 def test_teardown_removes_the_helpers_and_only_a_clsact_it_made():
     assert delayline.teardown("eth0", "7", "a", True) == ["-tc qdisc del dev eth0 clsact", "-ip link del tb-ddl7a"]
     assert delayline.teardown("eth0", "7", "a", False) == ["-ip link del tb-ddl7a"]
+
+
+def test_the_links_queue_moves_with_its_rate():
+    assert delayline.setup("eth0", "7", "a", 10, 9000, 300_000)[-2] == tbf("tb-ddl7a", 10, 9000, 300_000)
+    assert delayline.undivert("eth0", 10, 9000, 300_000)[0] == tbf("eth0", 10, 9000, 300_000)

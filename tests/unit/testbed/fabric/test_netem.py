@@ -26,3 +26,9 @@ def test_netem_holds_a_full_tbf_queue_plus_a_delay_of_traffic():
 
 def test_fractional_microseconds_are_kept():
     assert "delay 1.5us" in netem.apply("eth0", 1.5)[0]
+
+
+def test_a_links_own_queue_is_kept_under_netem_and_after_it():
+    cmds = netem.apply("eth0", 1000, mbps=10, mtu=9000, queue=200_000)
+    assert cmds[0].endswith("limit 200000") and f"limit {netem.netem_limit(1000, 10, 9000, 200_000)}" in cmds[1]
+    assert netem.remove("eth0", 10, 9000, 200_000)[1] == tbf("eth0", 10, 9000, 200_000)
