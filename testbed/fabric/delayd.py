@@ -32,7 +32,7 @@ from testbed.fabric.timerqueue import TimerQueue
 
 MARK = 0x7462646c           # "tbdl": the divert filter lets frames with this mark through
 SOL_PACKET = 263
-PACKET_VNET_HDR, PACKET_QDISC_BYPASS, PACKET_IGNORE_OUTGOING = 15, 20, 23
+PACKET_VNET_HDR, PACKET_IGNORE_OUTGOING = 15, 23
 SO_TIMESTAMPNS = 35         # SCM_TIMESTAMPNS: CLOCK_REALTIME receive time, struct timespec
 SO_RCVBUFFORCE = 33
 ETH_P_ALL = 0x0003
@@ -50,6 +50,13 @@ class Line:
         with netns(netns_path):
             self.rx = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
             self.tx = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)   # protocol 0: sends only
+        try:
+            self.bind(rx, tx)
+        except OSError:
+            self.close()
+            raise
+
+    def bind(self, rx: str, tx: str) -> None:
         for s in (self.rx, self.tx):
             s.setsockopt(SOL_PACKET, PACKET_VNET_HDR, 1)     # checksum offload and GSO survive the trip
             s.setblocking(False)
