@@ -2,19 +2,10 @@
 
     python -m hosts.agents.collective_rank SPEC.json
 
-SPEC: {"rank": r, "peers": [{"rank", "name", "ip", "hb_ip", "server", "local_rank"}], "store": DIR,
-       "op": "allreduce", "algo": "ring", "bytes": N, "dtype": "float32", "reduce": "sum",
-       "iterations": 5, "warmup": 1, "check": true, "timeout_s": 60, "chunk": 65536,
-       "rate_limit_bps": {"nic": 9.7e6, "hb": 87e6},   (pace each queue pair below its link's rate)
-       "sport_mode": "qp" | "packet", "split": 1,      (spraying: a source port per packet; split:K lanes)
-       "multicast_scope": "fabric" | "rail",           (algo multicast: where the switches replicate)
-       "recovery": "abort" | "shrink" | "spare" | "migrate",
-       "heartbeat": {"period_s": 0.15, "timeout_s": 1.0, "stall_s": 2.0} | false,
-       "join": {"epoch": E, "me": {peer}},             (a spare taking over a failed rank from epoch E)
-       "admit": true,                                  (ranks that come back rejoin at a step boundary)
-       "rejoin": {"me": {peer}},                        (this rank came back: a restarted GPU, a mended NIC)
-       "state": true,                                  (allreduce: keep the shared state, shared_state.py)
-       "until": T}                                     (run steps until wall time T instead of iterations)
+SPEC: a CollectiveRankSpec as JSON (hosts/spec/rank.py: its fields, their meaning and defaults): the peers and
+the job's store, the operation, algorithm and size, the transport (pacing, spraying, multicast scope), the
+recovery policy and heartbeats, and, for a rank the job manager starts later, whom it replaces (join) or that it
+came back (rejoin).
 Inputs are integer-valued, drawn from a seed per rank, so every rank can compute the exact expected
 result with numpy. Prints {"rank", "host", "times": [s per measured step], "phases": [per measured step
 [(phase, s), ...] of hierarchical algorithms, else None], "correct", "counters",
@@ -55,6 +46,7 @@ from hosts.collectives.membership import Membership, admit, decide, epoch_dir
 from hosts.collectives.rank import build_comm, finish, start_heartbeat
 from hosts.collectives.shared_state import SharedState
 from hosts.collectives.store import FileStore, StoreTimeout
+from hosts.spec.rank import CollectiveRankSpec
 
 
 MAX_RETRIES = 2       # re-formations in a row with every rank alive
@@ -71,7 +63,7 @@ class Grow(Exception):
         self.joining = joining
 
 
-def agree(spec: dict, job: Membership, hb, epoch: int, members: list[dict], me: str, step: int,
+def agree(spec: CollectiveRankSpec, job: Membership, hb, epoch: int, members: list[dict], me: str, step: int,
           in_op: bool, links_down: list[str], joining: dict | None = None) -> dict:
     """Survivors of a failure agree on who failed and where the job resumes; returns the new epoch's
     membership {"members", "step", "failed", "lost_steps", ...} or {"error"}.
@@ -89,8 +81,8 @@ def agree(spec: dict, job: Membership, hb, epoch: int, members: list[dict], me: 
     job.announce(epoch, me, {"at": time.time(), "step": step, "in_op": in_op, "links_down": links_down,
                              "server": server, "suspects": hb.suspects() if hb is not None else {},
                              "hears": hb.hears() if hb is not None else []})
-    grace = spec.get("timeout_s", 60) + 2.0
-    wait = grace + spec.get("timeout_s", 60) + 30
+    grace = spec.timeout_s + 2.0
+    wait = grace + spec.timeout_s + 30
     deadline = time.monotonic() + wait
     while not job.has_members(epoch):
         if not job.has_verdict(epoch):
@@ -103,12 +95,12 @@ def agree(spec: dict, job: Membership, hb, epoch: int, members: list[dict], me: 
                 gone = set(names) - set(announced) if time.time() > min(
                     a["at"] for a in announced.values()) + grace else set()
             if all(n in announced or n in gone for n in names) and me == next(n for n in names if n in announced):
-                verdict = {**decide(names, announced, spec.get("recovery", "abort")), "joined": list(joining or {}),
+                verdict = {**decide(names, announced, spec.recovery), "joined": list(joining or {}),
                            "joining": joining or {}}
                 job.set_verdict(epoch, verdict)
-                if spec.get("recovery") == "shrink" or not verdict["failed"]:
+                if spec.recovery == "shrink" or not verdict["failed"]:
                     kept = [m for m in members if m["name"] not in verdict["failed"]]
-                    order = [p["name"] for p in spec["peers"]]
+                    order = [p.name for p in spec.peers]
                     job.set_members(epoch, {**verdict, "members": admit(kept, list(verdict["joining"].values()), order)})
                     for name in verdict["joined"]:
                         job.answer_join(name, {"epoch": epoch})
@@ -129,37 +121,38 @@ def declared_failed(hb) -> None:
 class CollectiveRank:
     """One rank's run of the benchmark across epochs: its measured steps, and re-forming the job after a failure."""
 
-    def __init__(self, spec: dict):
+    def __init__(self, spec: CollectiveRankSpec):
         self.spec = spec
-        self.policy, self.timeout = spec.get("recovery", "abort"), spec.get("timeout_s", 60)
-        self.job = Membership(FileStore(spec["store"], timeout=self.timeout))   # the job's rendezvous, across epochs
-        join = spec.get("join") or spec.get("rejoin")
-        self.entry = join["me"] if join else {k: v for k, v in spec["peers"][spec["rank"]].items() if k != "rank"}
+        self.policy, self.timeout = spec.recovery, spec.timeout_s
+        self.job = Membership(FileStore(spec.store, timeout=self.timeout))   # the job's rendezvous, across epochs
+        join = spec.join or spec.rejoin
+        self.entry = join.me.to_dict() if join else spec.peers[spec.rank].entry()
         self.me = self.entry["name"]
         self.hb = start_heartbeat(spec, self.entry)
         self.stalled = False
         signal.signal(signal.SIGUSR1, lambda *_: declared_failed(self.hb))
         signal.signal(signal.SIGUSR2, lambda *_: setattr(self, "stalled", True))
         signal.signal(signal.SIGCONT, lambda *_: setattr(self, "stalled", False))
-        self.dtype = np.dtype(spec.get("dtype", "float32"))
-        self.warmup = spec.get("warmup", 1)
-        measured = 0 if "until" in spec else spec.get("iterations", 5)      # until: steps until the leader stops
-        self.steps = 10 ** 9 if "until" in spec else self.warmup + measured
+        self.dtype = np.dtype(spec.dtype)
+        self.warmup = spec.warmup
+        measured = 0 if spec.until is not None else spec.iterations      # until: steps until the leader stops
+        self.steps = 10 ** 9 if spec.until is not None else self.warmup + measured
         self.times: list[float | None] = [None] * measured
         self.phases: list[list | None] = [None] * measured
-        self.admits = bool(spec.get("admit"))
+        self.admits = spec.admit
         self.state: SharedState | None = None
-        self.result = {"rank": spec["rank"], "host": self.me, "recoveries": [], "lost_steps": 0}
+        self.result = {"rank": spec.rank, "host": self.me, "recoveries": [], "lost_steps": 0}
         self.correct, self.retries, self.in_op = True, 0, False
 
     def start(self) -> bool:
         """Where this rank begins: epoch 0 with the spec's peers or, for a spare taking over a failed rank, the
         epoch it joins, where and from which step the manager's membership says. False: not needed."""
-        join = self.spec.get("join")
-        if self.spec.get("rejoin"):
+        join = {"epoch": self.spec.join.epoch} if self.spec.join else None
+        if self.spec.rejoin:
             self.job.request_join(self.me, self.entry)
+            wait = self.spec.rejoin_wait_s if self.spec.rejoin_wait_s is not None else self.timeout + 30
             try:
-                join = self.job.joined(self.me, timeout=self.spec.get("rejoin_wait_s", self.timeout + 30))
+                join = self.job.joined(self.me, timeout=wait)
             except StoreTimeout as exc:
                 join = {"error": str(exc)}
             if "error" in join:
@@ -167,7 +160,7 @@ class CollectiveRank:
                 return False
         if not join:
             self.epoch, self.step, self.forming = 0, 0, None
-            self.members = [{k: v for k, v in p.items() if k != "rank"} for p in self.spec["peers"]]
+            self.members = [p.entry() for p in self.spec.peers]
             return True
         self.epoch = join["epoch"]
         decision = self.job.members(self.epoch, timeout=self.timeout + 30, what="the job's new membership")
@@ -176,7 +169,7 @@ class CollectiveRank:
             return False
         self.members, self.step = decision["members"], decision["step"]
         self.forming = self.result["joined"] = {"epoch": self.epoch, "at": time.time(),
-                                                "rejoined": bool(self.spec.get("rejoin"))}
+                                                "rejoined": self.spec.rejoin is not None}
         return True
 
     def run_epoch(self) -> bool:
@@ -185,18 +178,18 @@ class CollectiveRank:
         spec = self.spec
         peers = [Peer(rank=k, **m) for k, m in enumerate(self.members)]
         rank, world = next(p.rank for p in peers if p.name == self.me), len(peers)
-        store = FileStore(epoch_dir(spec["store"], self.epoch), timeout=self.timeout)
-        count = elements(spec["op"], spec["bytes"], self.dtype.itemsize, world)
+        store = FileStore(epoch_dir(spec.store, self.epoch), timeout=self.timeout)
+        count = elements(spec.op, spec.bytes, self.dtype.itemsize, world)
         if self.hb is not None:
             self.hb.meet(self.members)            # where each member's beats come from
         comm = build_comm(spec, peers, peers[rank], store, self.hb)
         store.interrupt = comm.peer_failure
         self.in_op = False
         try:
-            want = expected(spec, world, rank, count, self.dtype) if spec.get("check", True) else None
-            if spec.get("state"):
+            want = expected(spec, world, rank, count, self.dtype) if spec.check else None
+            if spec.state:
                 if self.state is None:     # a spare or a rank that came back must be sent the state
-                    self.state = SharedState(count, fresh=not (spec.get("join") or spec.get("rejoin")))
+                    self.state = SharedState(count, fresh=spec.join is None and spec.rejoin is None)
                 if self.epoch > 0:
                     fresh = not self.state.held
                     past = self.state.sync(comm, store, rank, [m["name"] for m in self.members],
@@ -258,7 +251,7 @@ class CollectiveRank:
     def _plan(self) -> dict:
         """The leader's plan for this step boundary: stop (the run's time is up), or admit the ranks that
         came back (asked to rejoin and are not members)."""
-        if "until" in self.spec and time.time() >= self.spec["until"]:
+        if self.spec.until is not None and time.time() >= self.spec.until:
             return {"stop": True}
         members = {m["name"] for m in self.members}
         return {"grow": {n: r["me"] for n, r in self.job.join_requests().items() if n not in members}}
@@ -330,9 +323,7 @@ class CollectiveRank:
 
 
 def main() -> None:
-    with open(sys.argv[1]) as f:
-        spec = json.load(f)
-    rank = CollectiveRank(spec)
+    rank = CollectiveRank(CollectiveRankSpec.load(sys.argv[1]))
     if rank.start():
         while rank.run_epoch():
             pass

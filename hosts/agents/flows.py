@@ -2,10 +2,9 @@
 
     python -m hosts.agents.flows SPEC.json
 
-SPEC: {"start_at": epoch, "deadline": epoch,
-       "listen": [{"flow": 3, "proto": "udp", "port": 6001, "bytes": N}],
-       "send":   [{"flow": 3, "proto": "udp", "dst": "10.11.1.1", "dport": 6001, "sport": 5001,
-                   "bytes": N, "rate_mbps": 4.5}]}
+SPEC: a FlowsSpec as JSON (hosts/spec/flows.py): when the flows start, when receivers give up, and the flows
+this host receives (listen: flow, proto, port, bytes) and sends (send: flow, proto, dst, dport, sport, bytes,
+rate_mbps, sport_mode, split).
 UDP senders pace themselves (unpaced bursts overflow switch queues and measure the emulator, not
 the fabric); each datagram carries (flow, sequence) so receivers count loss. TCP senders are
 limited by the shaped NICs. Prints {"received": [...], "sent": [...]} as JSON on stdout.
@@ -19,6 +18,8 @@ import struct
 import sys
 import threading
 import time
+
+from hosts.spec.flows import FlowsSpec, Listen, Send
 
 DATAGRAM = 1024
 HEADER = struct.Struct("!IQ")       # flow id, sequence number
@@ -40,87 +41,87 @@ def udp_socket(port: int) -> socket.socket:
     return sock
 
 
-def udp_send(f: dict, start_at: float) -> dict:
+def udp_send(f: Send, start_at: float) -> dict:
     """Paced datagrams. Entropy for the switches' hash: one source port (default), a random one of
     SPRAY_PORTS per datagram (sport_mode "packet"), or `split` ports in round robin."""
-    spray = f.get("sport_mode") == "packet"
+    spray = f.sport_mode == "packet"
     if spray:
         return udp_spray(f, start_at)
-    socks = [udp_socket(f["sport"])]
-    if f.get("split", 1) > 1:
-        socks += [udp_socket(0) for _ in range(f["split"] - 1)]
-    packets = -(-f["bytes"] // DATAGRAM)
-    gap = DATAGRAM * 8 / (f["rate_mbps"] * 1e6)
+    socks = [udp_socket(f.sport)]
+    if f.split > 1:
+        socks += [udp_socket(0) for _ in range(f.split - 1)]
+    packets = -(-f.bytes // DATAGRAM)
+    gap = DATAGRAM * 8 / (f.rate_mbps * 1e6)
     payload = bytearray(DATAGRAM)
     wait_until(start_at)
     t0 = next_at = time.time()
     for seq in range(packets):
-        HEADER.pack_into(payload, 0, f["flow"], seq)
-        socks[seq % len(socks)].sendto(payload, (f["dst"], f["dport"]))
+        HEADER.pack_into(payload, 0, f.flow, seq)
+        socks[seq % len(socks)].sendto(payload, (f.dst, f.dport))
         next_at += gap
         delay = next_at - time.time()
         if delay > 0:
             time.sleep(delay)
     for sock in socks:
         sock.close()
-    return {"flow": f["flow"], "bytes": packets * DATAGRAM, "seconds": time.time() - t0}
+    return {"flow": f.flow, "bytes": packets * DATAGRAM, "seconds": time.time() - t0}
 
 
-def tcp_send(f: dict, start_at: float) -> dict:
+def tcp_send(f: Send, start_at: float) -> dict:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("0.0.0.0", f["sport"]))
+    sock.bind(("0.0.0.0", f.sport))
     wait_until(start_at)
     t0 = time.time()
     for _ in range(50):           # the receiver may still be starting
         try:
-            sock.connect((f["dst"], f["dport"]))
+            sock.connect((f.dst, f.dport))
             break
         except ConnectionRefusedError:
             time.sleep(0.1)
-    chunk, left = bytes(65536), f["bytes"]
+    chunk, left = bytes(65536), f.bytes
     while left > 0:
         left -= sock.send(chunk[:min(left, len(chunk))])
     sock.shutdown(socket.SHUT_WR)
     sock.recv(1)                  # wait for the receiver's close: all bytes delivered
     sock.close()
-    return {"flow": f["flow"], "bytes": f["bytes"], "seconds": time.time() - t0}
+    return {"flow": f.flow, "bytes": f.bytes, "seconds": time.time() - t0}
 
 
-def udp_spray(f: dict, start_at: float) -> dict:
+def udp_spray(f: Send, start_at: float) -> dict:
     """Like udp_send, with a random UDP source port on every datagram, as spraying RoCEv2 NICs do:
     a raw socket carries our own UDP header (checksum 0, which IPv4 allows)."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_UDP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SOCK_BUF)
-    packets = -(-f["bytes"] // DATAGRAM)
-    gap = DATAGRAM * 8 / (f["rate_mbps"] * 1e6)
+    packets = -(-f.bytes // DATAGRAM)
+    gap = DATAGRAM * 8 / (f.rate_mbps * 1e6)
     datagram = bytearray(UDP_HEADER.size + DATAGRAM)
     wait_until(start_at)
     t0 = next_at = time.time()
     for seq in range(packets):
-        UDP_HEADER.pack_into(datagram, 0, random.randint(49152, 65535), f["dport"], len(datagram), 0)
-        HEADER.pack_into(datagram, UDP_HEADER.size, f["flow"], seq)
-        sock.sendto(datagram, (f["dst"], 0))
+        UDP_HEADER.pack_into(datagram, 0, random.randint(49152, 65535), f.dport, len(datagram), 0)
+        HEADER.pack_into(datagram, UDP_HEADER.size, f.flow, seq)
+        sock.sendto(datagram, (f.dst, 0))
         next_at += gap
         delay = next_at - time.time()
         if delay > 0:
             time.sleep(delay)
     sock.close()
-    return {"flow": f["flow"], "bytes": packets * DATAGRAM, "seconds": time.time() - t0}
+    return {"flow": f.flow, "bytes": packets * DATAGRAM, "seconds": time.time() - t0}
 
 
-def udp_receive(f: dict, start_at: float, deadline: float, ready: threading.Event) -> dict:
+def udp_receive(f: Listen, start_at: float, deadline: float, ready: threading.Event) -> dict:
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SOCK_BUF)
-    sock.bind(("0.0.0.0", f["port"]))
+    sock.bind(("0.0.0.0", f.port))
     ready.set()
-    expected = -(-f["bytes"] // DATAGRAM)
+    expected = -(-f.bytes // DATAGRAM)
     seen: set[int] = set()
     size = 0
     last = None
     gap, gap_at = 0.0, None      # longest silence between two arrivals: how long a failure cut the flow
     silences = []                # every silence of over 1.5 packet times: [start, seconds], to match with faults
-    spacing = DATAGRAM * 8 / (f["rate_mbps"] * 1e6) if f.get("rate_mbps") else None
+    spacing = DATAGRAM * 8 / (f.rate_mbps * 1e6) if f.rate_mbps else None
     top, reordered = -1, 0
     # a paced sender is done by `ends`: a receiver still short of packets then stops after QUIET_S of silence
     # (what was lost stays lost) instead of waiting for the deadline
@@ -136,7 +137,7 @@ def udp_receive(f: dict, start_at: float, deadline: float, ready: threading.Even
                 break
             continue
         flow, seq = HEADER.unpack_from(data)
-        if flow == f["flow"] and seq not in seen:
+        if flow == f.flow and seq not in seen:
             now = time.time()
             if last is not None and now - last > gap:
                 gap, gap_at = now - last, last
@@ -152,10 +153,10 @@ def udp_receive(f: dict, start_at: float, deadline: float, ready: threading.Even
             "silences": silences, "reordered": reordered}
 
 
-def tcp_receive(f: dict, start_at: float, deadline: float, ready: threading.Event) -> dict:
+def tcp_receive(f: Listen, start_at: float, deadline: float, ready: threading.Event) -> dict:
     srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    srv.bind(("0.0.0.0", f["port"]))
+    srv.bind(("0.0.0.0", f.port))
     srv.listen(1)
     ready.set()
     srv.settimeout(max(0.1, deadline - time.time()))
@@ -176,16 +177,16 @@ def tcp_receive(f: dict, start_at: float, deadline: float, ready: threading.Even
     return result(f, size, None, None, start_at, last)
 
 
-def result(f, size, packets, expected, start_at, last) -> dict:
+def result(f: Listen, size, packets, expected, start_at, last) -> dict:
     seconds = (last - start_at) if last else None
-    out = {"flow": f["flow"], "proto": f["proto"], "bytes": size, "expected_bytes": f["bytes"],
+    out = {"flow": f.flow, "proto": f.proto, "bytes": size, "expected_bytes": f.bytes,
            "seconds": seconds, "mbps": size * 8 / seconds / 1e6 if seconds else 0.0}
     if packets is not None:
         out.update(packets=packets, lost_packets=expected - packets)
     return out
 
 
-def run(spec: dict) -> dict:
+def run(spec: FlowsSpec) -> dict:
     out = {"received": [], "sent": []}
     lock = threading.Lock()
 
@@ -193,21 +194,21 @@ def run(spec: dict) -> dict:
         try:
             r = fn(*args)
         except OSError as exc:
-            r = {"flow": args[0]["flow"], "error": f"{type(exc).__name__}: {exc}"}
+            r = {"flow": args[0].flow, "error": f"{type(exc).__name__}: {exc}"}
         with lock:
             out[kind].append(r)
 
     threads = []
-    for f in spec.get("listen", []):
+    for f in spec.listen:
         ready = threading.Event()
-        fn = udp_receive if f["proto"] == "udp" else tcp_receive
-        threads.append(threading.Thread(target=keep, args=("received", fn, f, spec["start_at"],
-                                                            spec["deadline"], ready)))
+        fn = udp_receive if f.proto == "udp" else tcp_receive
+        threads.append(threading.Thread(target=keep, args=("received", fn, f, spec.start_at,
+                                                            spec.deadline, ready)))
         threads[-1].start()
         ready.wait(5)
-    for f in spec.get("send", []):
-        fn = udp_send if f["proto"] == "udp" else tcp_send
-        threads.append(threading.Thread(target=keep, args=("sent", fn, f, spec["start_at"])))
+    for f in spec.send:
+        fn = udp_send if f.proto == "udp" else tcp_send
+        threads.append(threading.Thread(target=keep, args=("sent", fn, f, spec.start_at)))
         threads[-1].start()
     for t in threads:
         t.join()
@@ -215,9 +216,7 @@ def run(spec: dict) -> dict:
 
 
 def main() -> None:
-    with open(sys.argv[1]) as fh:
-        spec = json.load(fh)
-    print(json.dumps(run(spec)), flush=True)
+    print(json.dumps(run(FlowsSpec.load(sys.argv[1]))), flush=True)
 
 
 if __name__ == "__main__":

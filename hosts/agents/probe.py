@@ -15,10 +15,11 @@ whose PONG was lost asks again within RETRY_S).
 """
 from __future__ import annotations
 
-import argparse
 import json
 import socket
 import time
+
+from hosts.spec.flows import ProbeSpec
 
 RETRY_S = 0.2
 LINGER_S = 0.6      # three retry rounds
@@ -60,20 +61,10 @@ def probe(targets: list[str], until: float, port: int, expected: set[str] | None
     return {"reached": sorted(reached), "unreached": sorted(set(targets) - reached)}
 
 
-def addresses(text: str) -> list[str]:
-    return [t for t in text.split(",") if t]
-
-
 def main() -> None:
-    ap = argparse.ArgumentParser(description="UDP reachability probe")
-    ap.add_argument("--targets", default="")
-    ap.add_argument("--until", type=float, required=True, help="wall-clock deadline (epoch seconds)")
-    ap.add_argument("--expected", default=None, help="the targets that should answer (default: unknown)")
-    ap.add_argument("--not-before", type=float, default=0.0, help="no early stop before (epoch seconds)")
-    ap.add_argument("--port", type=int, default=7000)
-    args = ap.parse_args()
-    expected = None if args.expected is None else set(addresses(args.expected))
-    print(json.dumps(probe(addresses(args.targets), args.until, args.port, expected, args.not_before)), flush=True)
+    spec = ProbeSpec.from_argv()
+    expected = None if spec.expected is None else set(spec.expected)
+    print(json.dumps(probe(list(spec.targets), spec.until, spec.port, expected, spec.not_before)), flush=True)
 
 
 if __name__ == "__main__":

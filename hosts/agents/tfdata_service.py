@@ -10,19 +10,14 @@ is for).
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import sys
+
+from hosts.spec.tfdata import ServiceSpec
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("role", choices=["dispatcher", "worker"])
-    ap.add_argument("--port", type=int, required=True)
-    ap.add_argument("--ip", help="this host's address (worker)")
-    ap.add_argument("--dispatcher", help="IP:PORT (worker)")
-    a = ap.parse_args(argv)
+    a = ServiceSpec.from_argv(argv)         # a worker without --ip and --dispatcher exits here
     import tensorflow as tf
     svc = tf.data.experimental.service
     if a.role == "dispatcher":
@@ -31,8 +26,6 @@ def main(argv=None) -> None:
         server = svc.DispatchServer(svc.DispatcherConfig(port=a.port, job_gc_check_interval_ms=500,
                                                          job_gc_timeout_ms=500))
     else:
-        if not (a.ip and a.dispatcher):
-            sys.exit("worker needs --ip and --dispatcher")
         server = svc.WorkerServer(svc.WorkerConfig(dispatcher_address=a.dispatcher, worker_address=f"{a.ip}:{a.port}",
                                                    port=a.port))
     print(json.dumps({"role": a.role, "pid": os.getpid(), "port": a.port}), flush=True)

@@ -3,6 +3,8 @@
     python -m hosts.agents.tfdata_trainer '{"pipeline": "compute", "policy": "fastflow", "service": "grpc://IP:PORT",
                                       "gpu_steps_per_s": 20, "seconds": 8}'
 
+The argument is a TrainerSpec as JSON (hosts/spec/tfdata.py: its fields and defaults).
+
 policy "profile" profiles Gthp, Lthp/Pcycle and Rthp/Ocycle of each candidate pipeline and decides with
 Algorithm 1 (no training: the launcher restarts the servers, then trains with the decision); "fastflow"
 does both in one process; "fixed" trains with `ratio` of the batches from candidate `candidate`
@@ -23,6 +25,7 @@ from hosts.tfdata import budget
 from hosts.tfdata.gpu import EmulatedGPU
 from hosts.tfdata.mix import Mixer
 from hosts.tfdata.policy import Candidate, Profile, decide
+from hosts.spec.tfdata import TrainerSpec
 
 
 def measure(local_ds, remote_ds, ratio: float, gpu: EmulatedGPU, seconds: float, warmup_s: float) -> dict:
@@ -58,52 +61,52 @@ def gpu_alone(first_batch, gpu: EmulatedGPU, seconds: float) -> float:
     return steps / (time.monotonic() - t0)
 
 
-def fastflow(spec: dict, pipelines, cfg: dict, gpu: EmulatedGPU) -> tuple[dict, dict]:
+def fastflow(spec: TrainerSpec, pipelines, cfg: dict, gpu: EmulatedGPU) -> tuple[dict, dict]:
     """Profile and decide; the profile's `wall_s` is what profiling cost, which FastFlow's own time must include."""
     start = time.monotonic()
-    kind, svc, t = spec["pipeline"], spec["service"], spec.get("profile_s", 3.0)
-    warm = spec.get("warmup_s", 1.5)
+    kind, svc, t = spec.pipeline, spec.service, spec.profile_s
+    warm = spec.warmup_s
     local_ds = pipelines.local(kind, cfg)
     gthp = gpu_alone(next(iter(local_ds)), gpu, min(t, 1.5))
     loc = measure(local_ds, None, 0.0, gpu, t, warm)
     prof = {"Gthp": gthp, "Lthp": loc["steps_per_s"], "Pcycle": loc["cpu_per_step"], "local": loc, "candidates": {}}
     cands = {}
-    for name in spec.get("candidates", ["p'2", "p'3"]):
+    for name in spec.candidates:
         r = measure(None, pipelines.remote(kind, cfg, name, svc), 1.0, gpu, t, warm)
         prof["candidates"][name] = {"Rthp": r["steps_per_s"], "Ocycle": r["cpu_per_step"], "run": r}
         cands[name] = Candidate(rthp=r["steps_per_s"], ocycle=r["cpu_per_step"])
-    decision = decide(Profile(gthp, loc["steps_per_s"], loc["cpu_per_step"], cands), spec.get("threshold", 1.1))
+    decision = decide(Profile(gthp, loc["steps_per_s"], loc["cpu_per_step"], cands), spec.threshold)
     prof["wall_s"] = round(time.monotonic() - start, 3)
     return prof, decision
 
 
 def main(argv=None) -> None:
-    spec = json.loads((argv or sys.argv[1:])[0])
+    spec = TrainerSpec.from_json((argv or sys.argv[1:])[0])
     import tensorflow as tf
     from hosts.tfdata import pipelines
-    if spec.get("start_signal"):
+    if spec.start_signal:
         print(json.dumps({"ready": True}), flush=True)
         sys.stdin.readline()
-    tf.random.set_seed(spec.get("seed", 0))
-    kind = spec["pipeline"]
-    cfg = pipelines.config(kind, spec.get("pipeline_cfg"))
-    gpu = EmulatedGPU(spec["gpu_steps_per_s"])
-    out = {"policy": spec["policy"], "pipeline": kind, "config": cfg}
-    if spec["policy"] in ("fastflow", "profile"):
+    tf.random.set_seed(spec.seed)
+    kind = spec.pipeline
+    cfg = pipelines.config(kind, spec.pipeline_cfg)
+    gpu = EmulatedGPU(spec.gpu_steps_per_s)
+    out = {"policy": spec.policy, "pipeline": kind, "config": cfg}
+    if spec.policy in ("fastflow", "profile"):
         prof, decision = fastflow(spec, pipelines, cfg, gpu)
         out |= {"profile": prof, "decision": decision}
-        if spec["policy"] == "profile":
+        if spec.policy == "profile":
             print(json.dumps(out), flush=True)
             os._exit(0)
         ratio, cand = decision["off_ratio"], decision["pipeline"] or "p'3"
     else:
-        ratio, cand = spec.get("ratio", 0.0), spec.get("candidate", "p'3")
+        ratio, cand = spec.ratio, spec.candidate
     r = measure(pipelines.local(kind, cfg) if ratio < 1 else None,
-                pipelines.remote(kind, cfg, cand, spec["service"]) if ratio > 0 else None,
-                ratio, gpu, spec.get("seconds", 8.0), spec.get("warmup_s", 1.5))
+                pipelines.remote(kind, cfg, cand, spec.service) if ratio > 0 else None,
+                ratio, gpu, spec.seconds, spec.warmup_s)
     out |= {"off_ratio": ratio, "candidate": cand if ratio > 0 else None, **r,
             "throughput_eps": r["steps_per_s"] * cfg["batch"],
-            "epoch_seconds": spec.get("epoch_batches", 1000) / max(1e-9, r["steps_per_s"])}
+            "epoch_seconds": spec.epoch_batches / max(1e-9, r["steps_per_s"])}
     print(json.dumps(out), flush=True)
     os._exit(0)                          # skip TF's slow teardown of lingering service iterators
 

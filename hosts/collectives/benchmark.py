@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from hosts.collectives import algorithms
+from hosts.spec.rank import CollectiveRankSpec
 
 
 def elements(op: str, nbytes: int, itemsize: int, world: int) -> int:
@@ -21,29 +22,29 @@ def make_input(rank: int, count: int, dtype) -> np.ndarray:
     return np.random.default_rng(1000 + rank).integers(-8, 8, count).astype(dtype)
 
 
-def run_op(comm, spec: dict, x: np.ndarray) -> np.ndarray:
-    op, algo = spec["op"], spec["algo"]
+def run_op(comm, spec: CollectiveRankSpec, x: np.ndarray) -> np.ndarray:
+    op, algo = spec.op, spec.algo
     if op == "allreduce":
-        return algorithms.allreduce(comm, x, spec.get("reduce", "sum"), algo)
+        return algorithms.allreduce(comm, x, spec.reduce, algo)
     if op == "allgather":
         return algorithms.allgather(comm, x, algo)
     if op == "reduce_scatter":
-        return algorithms.reduce_scatter(comm, x, spec.get("reduce", "sum"), algo)
+        return algorithms.reduce_scatter(comm, x, spec.reduce, algo)
     if op == "broadcast":
-        return algorithms.broadcast(comm, x, spec.get("root", 0), algo)
+        return algorithms.broadcast(comm, x, spec.root, algo)
     if op == "alltoall":
         return algorithms.alltoall(comm, x, algo)
     raise ValueError(f"unknown operation {op!r}")
 
 
-def expected(spec: dict, world: int, rank: int, count: int, dtype) -> np.ndarray:
+def expected(spec: CollectiveRankSpec, world: int, rank: int, count: int, dtype) -> np.ndarray:
     """What rank `rank` must hold after the operation, from every rank's input made one at a time (memory of
     one input and the result, whatever the world size)."""
-    op = spec["op"]
+    op = spec.op
     if op in ("allreduce", "reduce_scatter"):
         # the inputs are small integers: a wide accumulator gives the exact sum numpy's own would, in any order
         wide = np.int64 if np.issubdtype(np.dtype(dtype), np.integer) else np.float64
-        combine = np.maximum if spec.get("reduce") == "max" else np.add
+        combine = np.maximum if spec.reduce == "max" else np.add
         total = make_input(0, count, dtype).astype(wide)
         for r in range(1, world):
             combine(total, make_input(r, count, dtype), out=total, casting="unsafe")
@@ -55,6 +56,6 @@ def expected(spec: dict, world: int, rank: int, count: int, dtype) -> np.ndarray
     if op == "allgather":
         return np.concatenate([make_input(r, count, dtype) for r in range(world)])
     if op == "broadcast":
-        return make_input(spec.get("root", 0), count, dtype)
+        return make_input(spec.root, count, dtype)
     m = count // world
     return np.concatenate([make_input(src, count, dtype)[rank * m:(rank + 1) * m] for src in range(world)])

@@ -17,12 +17,12 @@ from __future__ import annotations
 import queue
 import threading
 from collections import deque
-from dataclasses import dataclass
 
 import numpy as np
 
 from hosts.collectives.store import StoreTimeout
 from hosts.rdma import Access, QPInfo, QPType, RecvWR, SendWR, WROpcode
+from hosts.spec.peers import Peer      # a rank's place in the job, as the testbed's spec tells it
 
 CHUNK = 64 * 1024
 SLOTS = 16
@@ -31,16 +31,6 @@ WINDOW = 256          # packets in flight per queue pair
 
 class CollectiveError(RuntimeError):
     """A collective failed; the message names the rank, the operation and the peer."""
-
-
-@dataclass(frozen=True)
-class Peer:
-    rank: int
-    name: str
-    ip: str
-    hb_ip: str | None = None
-    server: int | None = None
-    local_rank: int | None = None
 
 
 def rail_order(places: list[tuple]) -> list[int] | None:

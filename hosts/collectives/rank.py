@@ -11,37 +11,32 @@ from hosts.collectives.comm import Communicator, Peer
 from hosts.collectives.heartbeat import Heartbeat
 from hosts.collectives.store import FileStore, StoreTimeout
 from hosts.rdma import open_device
-from hosts.rdma.mtu import DEFAULT_ROCE_MTU
+from hosts.spec.rank import CollectiveRankSpec, RankSpec
 
 
-def build_comm(spec: dict, peers: list[Peer], me: Peer, store: FileStore, heartbeat=None) -> Communicator:
-    # the RoCE MTU each port's link carries (the testbed derives it from the link MTUs, as rxe from its netdev's)
-    roce_mtu = spec.get("roce_mtu", DEFAULT_ROCE_MTU)
-    mtu = {me.ip: roce_mtu["nic"], me.hb_ip: roce_mtu["hb"]}
-    # multicast needs uroce (pyverbs does not expose multicast attach); everything else takes rxe where it exists
-    backend = "uroce" if spec.get("algo") == "multicast" else "auto"
-    comm = Communicator(me, peers, store, lambda ip: open_device(ip, backend=backend, mtu=mtu.get(ip, 1024)),
-                        timeout=spec.get("timeout_s", 60), chunk=spec.get("chunk", 64 * 1024),
-                        rate_limit_bps=spec.get("rate_limit_bps"), sport_mode=spec.get("sport_mode", "qp"),
-                        split=spec.get("split", 1),
-                        ring=list(range(len(peers))) if spec.get("ring") == "rank" else None,
-                        rc_timeout=spec.get("rc_timeout", 0.05), heartbeat=heartbeat)
-    comm.multicast_scope = spec.get("multicast_scope", "fabric")
-    comm.trees_confirmed = spec.get("multicast_trees_confirmed", False)    # the testbed reports installed trees
-    comm.group_hold_s = spec.get("multicast_hold_s", 0)       # how long to stay in multicast groups after the job
-    comm.congestion = spec.get("congestion")
-    comm.pieces = spec.get("pieces")            # hierarchical-pipelined: how many pieces (pipeline.py)
+def build_comm(spec: RankSpec, peers: list[Peer], me: Peer, store: FileStore, heartbeat=None) -> Communicator:
+    mtu = {me.ip: spec.roce_mtu.nic, me.hb_ip: spec.roce_mtu.hb}
+    comm = Communicator(me, peers, store, lambda ip: open_device(ip, backend=spec.backend, mtu=mtu.get(ip, 1024)),
+                        timeout=spec.timeout_s, chunk=spec.chunk,
+                        rate_limit_bps=spec.rate_limit_bps.to_dict() if spec.rate_limit_bps else None,
+                        sport_mode=spec.sport_mode, split=spec.split,
+                        ring=list(range(len(peers))) if spec.ring == "rank" else None,
+                        rc_timeout=spec.rc_timeout, heartbeat=heartbeat)
+    comm.multicast_scope = spec.multicast_scope
+    comm.trees_confirmed = spec.multicast_trees_confirmed
+    comm.group_hold_s = spec.multicast_hold_s
+    comm.congestion = spec.congestion
+    comm.pieces = spec.pieces
     return comm
 
 
-def start_heartbeat(spec: dict, me: dict):
+def start_heartbeat(spec: CollectiveRankSpec, me: dict):
     """This rank's heartbeats over the network (None if the spec turns them off); me: its member entry."""
-    options = spec.get("heartbeat", {})
-    if options is False:
+    beat = spec.heartbeat
+    if beat is False:
         return None
-    return Heartbeat(os.path.join(spec["store"], "heartbeats"), me, period=options.get("period_s", 0.15),
-                     timeout=options.get("timeout_s", 1.0), join_grace=spec.get("timeout_s", 60),
-                     stall=options.get("stall_s", 2.0)).start()
+    return Heartbeat(os.path.join(spec.store, "heartbeats"), me, period=beat.period_s, timeout=beat.timeout_s,
+                     join_grace=spec.timeout_s, stall=beat.stall_s).start()
 
 
 def finish(comm: Communicator, store: FileStore, rank: int, world: int) -> None:

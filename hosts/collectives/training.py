@@ -26,6 +26,7 @@ from hosts.collectives.layout import Layout
 from hosts.collectives.schedule import SCHEDULES
 from hosts.collectives.store import FileStore
 from hosts.collectives.subcomm import SubComm
+from hosts.spec.rank import TrainingRankSpec
 
 SPREAD = 4096          # payloads are windows into one random array, at offsets derived from their key
 
@@ -42,23 +43,23 @@ class Payloads:
 
 
 class TrainingRank:
-    def __init__(self, spec: dict, comm):
+    def __init__(self, spec: TrainingRankSpec, comm):
         self.spec, self.comm = spec, comm
-        self.layout = Layout(**spec["plan"])
+        self.layout = Layout(tp=spec.plan.tp, pp=spec.plan.pp, dp=spec.plan.dp)
         me = comm.rank
         self.stage = self.layout.coords(me)[2]
         self.sent = {"tp": {}, "pp": {}, "dp": {}}
         self.tp = SubComm(comm, self.layout.tp_group(me), "tp", self.sent["tp"])
         self.dp = SubComm(comm, self.layout.dp_group(me), "dp", self.sent["dp"])
         self.prev, self.next = self.layout.prev_stage(me), self.layout.next_stage(me)
-        self.m = spec["micro_batches"]
-        self.steps = SCHEDULES[spec.get("schedule", "1f1b")](self.stage, self.layout.pp, self.m)
-        self.recompute = spec.get("recompute", True)
-        self.unit_s = spec["compute_s"] / (spec["layers"] * (6 + 2 * self.recompute))
-        self.act_n, self.grad_n = spec["activation_count"], spec["gradient_count"]
-        self.dtype = np.dtype(spec.get("dtype", "float16"))
+        self.m = spec.micro_batches
+        self.steps = SCHEDULES[spec.schedule](self.stage, self.layout.pp, self.m)
+        self.recompute = spec.recompute
+        self.unit_s = spec.compute_s / (spec.layers * (6 + 2 * self.recompute))
+        self.act_n, self.grad_n = spec.activation_count, spec.gradient_count
+        self.dtype = np.dtype(spec.dtype)
         self.data = Payloads(max(self.act_n, self.grad_n), self.dtype)
-        self.check = spec.get("check", True)
+        self.check = spec.check
         self.correct = {"tp": None, "pp": None, "dp": None}
 
     # -- bookkeeping --------------------------------------------------------------------------
@@ -84,7 +85,7 @@ class TrainingRank:
         k, self.tp_ops = self.tp_ops, self.tp_ops + 1
         x = self.data.get(self.act_n, "tp", self.it, k, self.comm.rank).copy()
         t0 = time.monotonic()
-        algorithms.allreduce(self.tp, x, "sum", self.spec.get("tp_algo", "ring"))
+        algorithms.allreduce(self.tp, x, "sum", self.spec.tp_algo)
         t1 = time.monotonic()
         self.t["tp_s"] += t1 - t0
         if self.check:
@@ -117,7 +118,7 @@ class TrainingRank:
     def forward(self, mb: int) -> None:
         if self.prev is not None:
             self.receive(self.prev, "activation", mb)
-        for _ in range(self.spec["layers"]):
+        for _ in range(self.spec.layers):
             for _block in ("attention", "mlp"):
                 self.compute(1)
                 self.tp_allreduce()
@@ -127,7 +128,7 @@ class TrainingRank:
     def backward(self, mb: int) -> None:
         if self.next is not None:
             self.receive(self.next, "gradient", mb)
-        for _ in range(self.spec["layers"]):
+        for _ in range(self.spec.layers):
             if self.recompute:                        # the forward again, its activations were not kept
                 for _block in ("attention", "mlp"):
                     self.compute(1)
@@ -143,7 +144,7 @@ class TrainingRank:
             return
         x = self.data.get(self.grad_n, "dp", self.it, self.comm.rank).copy()
         t0 = time.monotonic()
-        algorithms.allreduce(self.dp, x, "sum", self.spec.get("dp_algo", "ring"))
+        algorithms.allreduce(self.dp, x, "sum", self.spec.dp_algo)
         t1 = time.monotonic()
         self.t["dp_s"] += t1 - t0
         if self.check:
@@ -167,12 +168,12 @@ class TrainingRank:
         return {q: sum(qp.counters.get("tx_bytes", 0) for qp in ch.qps) for q, ch in self.comm.channels.items()}
 
 
-def run_rank(spec: dict, comm, store: FileStore) -> dict:
+def run_rank(spec: TrainingRankSpec, comm, store: FileStore) -> dict:
     """Connect, then run the iterations between barriers; returns this rank's measurements."""
     rank = TrainingRank(spec, comm)
     rank.connect()
     out = []
-    for it in range(spec.get("iterations", 1)):
+    for it in range(spec.iterations):
         store.barrier(f"it{it}", comm.rank, comm.world)
         out.append(rank.iteration(it))
     return {"rank": comm.rank, "stage": rank.stage, "iterations": out, "correct": rank.correct,

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Literal
 
+from hosts.rdma.mtu import DEFAULT_ROCE_MTU
 from hosts.spec.base import Spec
 from hosts.spec.peers import Member, Peer
 
@@ -25,9 +26,10 @@ class PortRates(Spec):
 
 @dataclasses.dataclass(frozen=True)
 class PortMtus(Spec):
-    """The RoCE MTU of each port (the testbed derives it from the link MTUs, as rxe from its netdev's)."""
-    nic: int = 1024
-    hb: int = 4096
+    """The RoCE MTU of each port (the testbed derives it from the link MTUs, as rxe from its netdev's); by
+    default what the default links carry (hosts/rdma/mtu.py)."""
+    nic: int = DEFAULT_ROCE_MTU["nic"]
+    hb: int = DEFAULT_ROCE_MTU["hb"]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -21,7 +21,7 @@ the network are parked again (ports disabled) when the job ends.
 """
 from __future__ import annotations
 
-import json
+import dataclasses
 import os
 import signal
 import threading
@@ -29,6 +29,8 @@ import time
 
 from hosts.collectives.membership import Membership, admit, member_entry, spare_spec_path
 from hosts.collectives.store import FileStore
+from hosts.spec.peers import Member
+from hosts.spec.rank import CollectiveRankSpec, Join, Rejoin
 from testbed.fabric import spares
 from testbed.runtime import faults
 from testbed.runtime.launch import run_on_hosts
@@ -51,11 +53,11 @@ def member(host, local_rank: int) -> dict:
 
 
 class JobManager:
-    def __init__(self, net, base_spec: dict, store: str, members: list[dict], budget: float):
+    def __init__(self, net, base_spec: CollectiveRankSpec, store: str, members: list[dict], budget: float):
         self.net, self.fabric = net, net.fabric
-        self.policy = base_spec["recovery"]
+        self.policy = base_spec.recovery
         self.base_spec, self.store = base_spec, store
-        self.job = Membership(FileStore(store, timeout=base_spec.get("timeout_s", 60)))
+        self.job = Membership(FileStore(store, timeout=base_spec.timeout_s))
         self.members = [dict(m) for m in members]
         self.deadline = time.monotonic() + budget
         self.used = {m["name"] for m in members}            # hosts that run, or ran, a rank of this job
@@ -72,7 +74,7 @@ class JobManager:
         self._thread = threading.Thread(target=self._run, daemon=True, name="tb-recovery")
 
     def start(self) -> "JobManager":
-        if self.base_spec.get("admit"):
+        if self.base_spec.admit:
             faults.restart_hooks.append(self.rejoin)
         self._thread.start()
         return self
@@ -120,9 +122,10 @@ class JobManager:
             r["launched_at"] = time.time()
             entry = self.entries[r["host"]]
             path = os.path.join(self.store, f"rejoin-{r['host']}-{len(self.restarts)}.json")
-            order = [m["name"] for m in self.base_spec["peers"]]
+            order = [p.name for p in self.base_spec.peers]
             slot = order.index(r["host"]) if r["host"] in order else len(order)
-            self._start_rank(r["host"], path, {**self.base_spec, "rank": slot, "rejoin": {"me": entry}})
+            self._start_rank(r["host"], path, dataclasses.replace(self.base_spec, rank=slot,
+                                                                  rejoin=Rejoin(me=Member(**entry))))
 
     # -- the watcher ----------------------------------------------------------------------------
     def _run(self) -> None:
@@ -192,7 +195,7 @@ class JobManager:
             spares.activate(self.net, host.name, spares.leaf_of(self.fabric, host.server, members[slot]["local_rank"]))
             self.activated.append(host.name)
         event.update(replaced=replaced, activation_s=round(time.monotonic() - t0, 4))
-        members = admit(members, list(verdict.get("joining", {}).values()), [m["name"] for m in self.base_spec["peers"]])
+        members = admit(members, list(verdict.get("joining", {}).values()), [p.name for p in self.base_spec.peers])
         return {"members": members, "replaced": replaced, "moved": moved}
 
     def _idle_spare_gpu(self, failed: dict, taken: set):
@@ -213,12 +216,11 @@ class JobManager:
 
     def _launch(self, host: str, me: dict, slot: int, epoch: int) -> None:
         self._start_rank(host, spare_spec_path(self.store, host, epoch),
-                         {**self.base_spec, "rank": slot, "join": {"epoch": epoch, "me": me}})
+                         dataclasses.replace(self.base_spec, rank=slot, join=Join(epoch=epoch, me=Member(**me))))
 
-    def _start_rank(self, host: str, path: str, spec: dict) -> None:
+    def _start_rank(self, host: str, path: str, spec: CollectiveRankSpec) -> None:
         """A rank process on `host` with this spec, by the launcher, in a thread (its output: self.outputs)."""
-        with open(path, "w") as f:
-            json.dump(spec, f)
+        spec.save(path)
 
         def run() -> None:
             out, errors = run_on_hosts(self.net, {host: [RANK_MODULE, path]},

@@ -10,15 +10,15 @@ none).
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import time
 
-from hosts.collectives.membership import peer_entry
 from testbed.runtime import fault_outcomes, faults, recovery
 from testbed.runtime.launch import run_on_hosts
 from testbed.schema import NAME, SIZE, ScenarioError, parse_size
-from testbed.workloads import churn_plan, collective, collective_fabric, state_parity
+from testbed.workloads import churn_plan, collective, collective_fabric, rank_setup, state_parity
 
 SCHEMA = {
     "type": "object", "additionalProperties": False, "required": ["type", "duration_s"],
@@ -90,22 +90,22 @@ def run(net, spec: dict) -> dict:
     fabric = net.fabric
     validate(fabric, spec)
     hosts = collective_fabric.ranks(fabric)
-    peers = [peer_entry(r, h.name, h.ip, h.hb_ip, h.server, h.rank) for r, h in enumerate(hosts)]
+    peers = rank_setup.peers(hosts)
     store = os.path.join(net.run_dir, "store", f"churn-{time.monotonic_ns()}")
     os.makedirs(store)
     size = parse_size(spec.get("size", "64KiB"))
-    base = {**collective._base_spec(net, _collective(spec), peers, store, size), "until": time.time() + spec["duration_s"]}
+    base = dataclasses.replace(collective._base_spec(net, _collective(spec), peers, store, size),
+                               until=time.time() + spec["duration_s"])
     commands = collective.rank_commands(store, base, hosts)
     budget = spec["duration_s"] + spec.get("timeout_s", 20) + 60
-    manager = recovery.JobManager(net, base, store, [{k: v for k, v in p.items() if k != "rank"} for p in peers],
-                                  budget).start()
+    manager = recovery.JobManager(net, base, store, [p.entry() for p in peers], budget).start()
     plan = faults.Schedule(net, schedule(fabric, spec))
     plan.start()
     try:
         out, failed = run_on_hosts(net, commands, timeout=budget, partial=True)
         # Every first rank may have failed by now and come back as a rank the manager started: the job, and
         # its faults, go on until it ends.
-        while time.time() < base["until"] and manager.running():
+        while time.time() < base.until and manager.running():
             time.sleep(0.2)
     finally:
         plan.stop()

@@ -6,20 +6,19 @@ launch, so each row's `fabric_bytes` is the switch counters' sum over that size 
 """
 from __future__ import annotations
 
-import json
+import dataclasses
 import os
 import shutil
 import time
 
 from hosts.collectives.algorithms import ALGOS
-from hosts.collectives.membership import peer_entry
+from hosts.spec.rank import CollectiveRankSpec, HeartbeatSpec
 from testbed.fabric import hb_counters
-from testbed.fabric.links import rank_transport
 from testbed.results import models
 from testbed.runtime import multicast_ready, progress, recovery
 from testbed.runtime.launch import run_on_hosts
 from testbed.schema import NAME, SIZE, ScenarioError
-from testbed.workloads import collective_phases, collective_rows, state_parity
+from testbed.workloads import collective_phases, collective_rows, rank_setup, state_parity
 from testbed.workloads.collective_fabric import HIERARCHICAL, check_paths, cluster, itemsize, model_algo, \
     multicast_scope, ran_bytes, ranks, sizes
 from testbed.workloads.collective_rows import row, summarize, table_header, table_row
@@ -176,7 +175,7 @@ def run(net, spec: dict) -> dict:
 
 def _run(net, spec: dict, hosts: list) -> dict:
     fabric = net.fabric
-    peers = [peer_entry(r, h.name, h.ip, h.hb_ip, h.server, h.rank) for r, h in enumerate(hosts)]
+    peers = rank_setup.peers(hosts)
     policy = spec.get("recovery", "abort")
     rows, errors, error_times, recoveries, beats = [], [], [], [], []
     sweep = _Sweep(fabric, spec, len(hosts))
@@ -190,10 +189,10 @@ def _run(net, spec: dict, hosts: list) -> dict:
         # Worst case: every iteration at 1/4 of the bound, plus start-up and the collective's own timeout.
         budget = (spec.get("iterations", 3) + spec.get("warmup", 1)) * \
             4 * models.time_model(spec["op"], model_algo(fabric, spec), size, cluster(fabric)) + spec.get("timeout_s", 60) + 30
-        manager = recovery.JobManager(net, base, store, [{k: v for k, v in p.items() if k != "rank"} for p in peers],
+        manager = recovery.JobManager(net, base, store, [p.entry() for p in peers],
                                       budget).start() if policy != "abort" else None
         before, hb_before = net.counters(), hb_counters.read(fabric)
-        trees = multicast_ready.TreesReady(net, store).start() if base["multicast_trees_confirmed"] else None
+        trees = multicast_ready.TreesReady(net, store).start() if base.multicast_trees_confirmed else None
         try:
             out, failed = run_on_hosts(net, commands, timeout=budget, partial=True)
         finally:
@@ -253,34 +252,34 @@ class _Sweep:
                          frac=sum(self.weights[:self.done]) / sum(self.weights))
 
 
-def rank_commands(store: str, base: dict, hosts) -> dict[str, list[str]]:
+def rank_commands(store: str, base: CollectiveRankSpec, hosts) -> dict[str, list[str]]:
     """Every rank's spec file in the job's store (the base spec and its rank), and the command that runs it."""
     commands = {}
     for r, h in enumerate(hosts):
         path = os.path.join(store, f"rank{r}.json")
-        with open(path, "w") as f:
-            json.dump({**base, "rank": r}, f)
+        dataclasses.replace(base, rank=r).save(path)
         commands[h.name] = ["hosts.agents.collective_rank", path]
     return commands
 
 
-def _base_spec(net, spec: dict, peers: list[dict], store: str, size: int) -> dict:
-    """What every rank of one size's launch is told (its own rank added per host)."""
+def _base_spec(net, spec: dict, peers: tuple, store: str, size: int) -> CollectiveRankSpec:
+    """What every rank of one size's launch is told (rank 0's spec: rank_commands numbers each host's)."""
     fabric = net.fabric
-    return {"peers": peers, "store": store, "op": spec["op"], "algo": spec["algo"],
-            "bytes": size, "dtype": spec.get("dtype", "float32"), "reduce": spec.get("reduce", "sum"),
-            "root": spec.get("root", 0), "iterations": spec.get("iterations", 3),
-            "warmup": spec.get("warmup", 1), "check": spec.get("check", True), "recovery": spec.get("recovery", "abort"),
-            "heartbeat": spec.get("heartbeat", {}),
-            "admit": spec.get("recovery", "abort") != "abort", "state": bool(spec.get("state")),
-            "timeout_s": spec.get("timeout_s", 60), **rank_transport(fabric, net.routing),
-            "ring": "rank" if spec.get("ring") == "rank" else "rail",
-            "multicast_scope": multicast_scope(fabric, spec),
-            "multicast_trees_confirmed": spec["algo"] == "multicast",     # testbed/runtime/multicast_ready.py
-            "multicast_hold_s": multicast_ready.HOLD_S if spec["algo"] == "multicast" else 0,
-            # opt-in delay-based congestion control (hosts/rdma/cc.py)
-            "congestion": "delay" if spec.get("congestion", "none") == "delay" else None,
-            **collective_phases.rank_options(spec, size, cluster(fabric))}
+    beat = spec.get("heartbeat", {})
+    return CollectiveRankSpec(
+        rank=0, peers=tuple(peers), store=store, op=spec["op"], algo=spec["algo"], bytes=size,
+        dtype=spec.get("dtype", "float32"), reduce=spec.get("reduce", "sum"), root=spec.get("root", 0),
+        iterations=spec.get("iterations", 3), warmup=spec.get("warmup", 1), check=spec.get("check", True),
+        recovery=spec.get("recovery", "abort"), heartbeat=HeartbeatSpec(**beat) if beat is not False else False,
+        admit=spec.get("recovery", "abort") != "abort", state=bool(spec.get("state")),
+        timeout_s=spec.get("timeout_s", 60), **rank_setup.transport(fabric, net.routing),
+        ring="rank" if spec.get("ring") == "rank" else "rail",
+        multicast_scope=multicast_scope(fabric, spec),
+        multicast_trees_confirmed=spec["algo"] == "multicast",     # testbed/runtime/multicast_ready.py
+        multicast_hold_s=multicast_ready.HOLD_S if spec["algo"] == "multicast" else 0,
+        # opt-in delay-based congestion control (hosts/rdma/cc.py)
+        congestion="delay" if spec.get("congestion", "none") == "delay" else None,
+        **collective_phases.rank_options(spec, size, cluster(fabric)))
 
 
 def _summarize_run(spec: dict, world: int, rows: list, errors: list, error_times: list, recoveries: list,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 
+from hosts.spec.flows import ProbeSpec
 from testbed.runtime.launch import run_on_hosts
 from testbed.schema import NAME
 
@@ -46,10 +47,10 @@ def run(net, spec: dict) -> dict:
     targets: dict[str, list[str]] = {h: [] for h in fabric.hosts}
     for (src, ip) in pairs:
         targets[src].append(ip)
-    out = run_on_hosts(net, {h: ["hosts.agents.probe", "--targets", ",".join(ips),
-                                 "--expected", ",".join(ip for ip in ips if pairs[(h, ip)]),
-                                 "--not-before", f"{started:.3f}", "--until", f"{started + timeout:.3f}"]
-                             for h, ips in targets.items()}, timeout=started + timeout - time.time() + 15)
+    probes = {h: ProbeSpec(targets=tuple(ips), expected=tuple(ip for ip in ips if pairs[(h, ip)]),
+                           not_before=started, until=started + timeout) for h, ips in targets.items()}
+    out = run_on_hosts(net, {h: ["hosts.agents.probe", *p.to_argv()] for h, p in probes.items()},
+                       timeout=started + timeout - time.time() + 15)
     missing, unexpected = [], []
     for (src, ip), should in sorted(pairs.items()):
         reached = ip in out[src]["reached"]

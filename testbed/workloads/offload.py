@@ -11,6 +11,7 @@ between FastFlow's profiling and its training.
 """
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import os
@@ -21,6 +22,7 @@ import tempfile
 import time
 
 from hosts.cgroups import CgroupError
+from hosts.spec.tfdata import ServiceSpec, TrainerSpec
 from hosts.tfdata import budget
 from testbed import PROJECT_ROOT
 from testbed.fabric.hosts import backend_class
@@ -125,11 +127,11 @@ class Servers:
                                                     cwd=PROJECT_ROOT, stdout=subprocess.PIPE, stderr=err)
 
     def __enter__(self) -> "Servers":
-        self._start("dispatcher", self.hosts[0], ["dispatcher", "--port", str(DISPATCHER_PORT)])
+        self._start("dispatcher", self.hosts[0], ServiceSpec(role="dispatcher", port=DISPATCHER_PORT).to_argv())
         for h in self.hosts:
-            ip = self.net.fabric.hosts[h].ip
-            self._start(f"worker-{h}", h, ["worker", "--port", str(WORKER_PORT), "--ip", ip, "--dispatcher",
-                                          f"{self.ip}:{DISPATCHER_PORT}"])
+            worker = ServiceSpec(role="worker", port=WORKER_PORT, ip=self.net.fabric.hosts[h].ip,
+                                 dispatcher=f"{self.ip}:{DISPATCHER_PORT}")
+            self._start(f"worker-{h}", h, worker.to_argv())
         deadline = time.monotonic() + self.start_timeout
         for key, proc in self.procs.items():          # each prints one line when serving
             ready, _, _ = select.select([proc.stdout], [], [], max(0.1, deadline - time.monotonic()))
@@ -185,12 +187,12 @@ def rx_bytes(net, host: str) -> int:
     return total
 
 
-def run_trainer(net, host: str, spec: dict, cores: float, timeout: float) -> dict:
+def run_trainer(net, host: str, spec: TrainerSpec, cores: float, timeout: float) -> dict:
     """The trainer process, its local CPU budget applied by PID once TensorFlow is imported (before any
     preprocessing: the trainer waits for the go on its stdin)."""
     group = f"{os.getpid()}-trainer-{host}"          # unique: other runs may be up at the same time
     proc = net.host(host).popen([sys.executable, "-m", "hosts.agents.tfdata_trainer",
-                                 json.dumps(spec | {"start_signal": True})], cwd=PROJECT_ROOT,
+                                 dataclasses.replace(spec, start_signal=True).to_json()], cwd=PROJECT_ROOT,
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + timeout
     try:
@@ -223,12 +225,12 @@ def run_trainer(net, host: str, spec: dict, cores: float, timeout: float) -> dic
         budget.remove(group)
 
 
-def with_servers(net, s: dict, trainer: dict) -> tuple[dict, dict]:
+def with_servers(net, s: dict, trainer: TrainerSpec) -> tuple[dict, dict]:
     """One trainer run against freshly started servers; returns its output and what was measured around it."""
     cpus = sorted((h for h in net.fabric.hosts if h.startswith("cpu")), key=lambda h: int(h[3:]))
     # TensorFlow takes ~10 s to start here, minutes under software emulation: its start shares the run's budget
     with Servers(net, cpus, s["worker_cores"], start_timeout=max(60.0, s["timeout_s"] / 3)) as servers:
-        trainer = trainer | {"service": servers.service}
+        trainer = dataclasses.replace(trainer, service=servers.service)
         rx0, w0 = rx_bytes(net, s["trainer"]), servers.worker_cpu_s()
         with CpuSampler() as idle:        # the trainer's run, not the servers' start-up
             out = run_trainer(net, s["trainer"], trainer, s["local_cores"], s["timeout_s"])
@@ -248,17 +250,20 @@ def plan(s: dict) -> list[tuple[str, float | None, str | None]]:
 def one_run(net, s: dict, pipeline: str, policy: str, ratio: float | None, candidate: str | None = None,
             seed: int = 0) -> dict:
     """A fixed-ratio run, or FastFlow: profile and decide, restart the servers, train with the decision."""
-    trainer = {k: s[k] for k in ("gpu_steps_per_s", "seconds", "profile_s", "warmup_s", "threshold", "candidates")}
-    trainer |= {"pipeline": pipeline, "pipeline_cfg": s.get("pipeline_cfg", {}).get(pipeline), "seed": seed,
-                "candidate": candidate or compare.baseline_candidate(s["candidates"])}
+    trainer = TrainerSpec(pipeline=pipeline, policy="fixed", gpu_steps_per_s=s["gpu_steps_per_s"],
+                          seconds=s["seconds"], profile_s=s["profile_s"], warmup_s=s["warmup_s"],
+                          threshold=s["threshold"], candidates=tuple(s["candidates"]),
+                          pipeline_cfg=s.get("pipeline_cfg", {}).get(pipeline), seed=seed,
+                          candidate=candidate or compare.baseline_candidate(s["candidates"]))
     extra, profile_s = {}, 0.0
     if policy == "fastflow":
-        prof, _ = with_servers(net, s, trainer | {"policy": "profile"})
+        prof, _ = with_servers(net, s, dataclasses.replace(trainer, policy="profile"))
         d = prof["decision"]
-        ratio, trainer["candidate"] = d["off_ratio"], d["pipeline"] or trainer["candidate"]
+        ratio = d["off_ratio"]
+        trainer = dataclasses.replace(trainer, candidate=d["pipeline"] or trainer.candidate)
         profile_s = prof["profile"]["wall_s"]
         extra = {"profile": _profile_summary(prof["profile"]), "decision": d}
-    out, fid = with_servers(net, s, trainer | {"policy": "fixed", "ratio": ratio})
+    out, fid = with_servers(net, s, dataclasses.replace(trainer, ratio=ratio))
     epoch_s = profile_s + s["epoch_steps"] / max(1e-9, out["steps_per_s"])
     return {"type": "offload", "policy": policy, "pipeline": pipeline, "throughput_eps": round(out["throughput_eps"], 2),
             "steps_per_s": round(out["steps_per_s"], 3), "profile_s": profile_s,

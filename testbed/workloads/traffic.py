@@ -9,9 +9,10 @@ Patterns (GPU hosts only):
 """
 from __future__ import annotations
 
-import json
 import os
 import time
+
+from hosts.spec.flows import FlowsSpec, Listen, Send
 
 from testbed.fabric import ovs
 from testbed.fabric.links import transport_options
@@ -113,20 +114,20 @@ def run(net, spec: dict) -> dict:
     start_at = time.time() + 1.0 + 0.06 * len(hosts)
     longest = max(f["bytes"] * 8 / (f["rate_mbps"] * 1e6) for f in flows)
     deadline = start_at + 3 * longest + 10
-    specs = {h: {"start_at": start_at, "deadline": deadline, "listen": [], "send": []} for h in hosts}
+    listen: dict[str, list[Listen]] = {h: [] for h in hosts}
+    send: dict[str, list[Send]] = {h: [] for h in hosts}
     for f in flows:
-        port = LISTEN_BASE + len(specs[f["dst"]]["listen"])
-        sport = SOURCE_BASE + len(specs[f["src"]]["send"])
-        specs[f["dst"]]["listen"].append({"flow": f["flow"], "proto": f["proto"], "port": port,
-                                          "bytes": f["bytes"], "rate_mbps": f["rate_mbps"]})  # silences vs spacing
-        specs[f["src"]]["send"].append({"flow": f["flow"], "proto": f["proto"], "dst": fabric.hosts[f["dst"]].ip,
-                                        "dport": port, "sport": sport, "bytes": f["bytes"],
-                                        "rate_mbps": f["rate_mbps"], **transport_options(net.routing)})
+        port = LISTEN_BASE + len(listen[f["dst"]])
+        sport = SOURCE_BASE + len(send[f["src"]])
+        listen[f["dst"]].append(Listen(flow=f["flow"], proto=f["proto"], port=port, bytes=f["bytes"],
+                                       rate_mbps=f["rate_mbps"]))          # silences are measured against it
+        send[f["src"]].append(Send(flow=f["flow"], proto=f["proto"], dst=fabric.hosts[f["dst"]].ip, dport=port,
+                                   sport=sport, bytes=f["bytes"], rate_mbps=f["rate_mbps"],
+                                   **transport_options(net.routing)))
     commands = {}
-    for h, s in specs.items():
+    for h in hosts:
         path = os.path.join(net.run_dir, f"flows-{h}.json")
-        with open(path, "w") as fh:
-            json.dump(s, fh)
+        FlowsSpec(start_at=start_at, deadline=deadline, listen=tuple(listen[h]), send=tuple(send[h])).save(path)
         commands[h] = ["hosts.agents.flows", path]
 
     before = net.counters()

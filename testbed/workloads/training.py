@@ -20,17 +20,16 @@ send completes without the receiver, so its duration is the transfer); the bubbl
 """
 from __future__ import annotations
 
-import json
+import dataclasses
 import os
 import shutil
 import time
-from hosts.collectives.membership import peer_entry
+from hosts.spec.rank import Parallelism, TrainingRankSpec
 from testbed.fabric import ovs
-from testbed.fabric.links import rank_transport
 from testbed.planning.prediction import Prediction
 from testbed.runtime.launch import run_on_hosts
 from testbed.schema import NAME, POSITIVE_INT, RATE
-from testbed.workloads import collective_fabric, collective_rows, traffic
+from testbed.workloads import collective_fabric, collective_rows, rank_setup, traffic
 from testbed.workloads.training_plan import Plan, make_plan, settings
 from testbed.workloads.training_report import report_plots, report_section  # noqa: F401 (its part of the report)
 
@@ -105,15 +104,16 @@ def phases(pred: Prediction) -> dict:
             "iteration": pred.iteration}
 
 
-def rank_spec(plan: Plan, s: dict, fabric, routing: str) -> dict:
-    """What every rank of hosts.agents.training_rank is told (besides its rank, the peers and the store)."""
-    return {"plan": s["plan"], "micro_batches": plan.m, "schedule": s["schedule"],
-            "layers": s["model"]["layers"] // plan.layout.pp, "recompute": s["model"]["recompute"],
-            "activation_count": plan.activation_count, "gradient_count": plan.gradient_count,
-            "dtype": DTYPES[s["model"]["bytes_per_param"]], "compute_s": plan.emulated.comp / plan.m,
-            "tp_algo": plan.emulated.algorithms["tp_allreduce"], "dp_algo": plan.emulated.algorithms["dp_allreduce"],
-            "iterations": s["iterations"], "check": s["check"], "timeout_s": s["timeout_s"],
-            **rank_transport(fabric, routing)}
+def rank_spec(plan: Plan, s: dict, fabric, routing: str, peers: tuple, store: str) -> TrainingRankSpec:
+    """What every rank of hosts.agents.training_rank is told (rank 0's spec: run() numbers each host's)."""
+    return TrainingRankSpec(
+        rank=0, peers=tuple(peers), store=store, plan=Parallelism(**s["plan"]), micro_batches=plan.m,
+        schedule=s["schedule"], layers=s["model"]["layers"] // plan.layout.pp, recompute=s["model"]["recompute"],
+        activation_count=plan.activation_count, gradient_count=plan.gradient_count,
+        dtype=DTYPES[s["model"]["bytes_per_param"]], compute_s=plan.emulated.comp / plan.m,
+        tp_algo=plan.emulated.algorithms["tp_allreduce"], dp_algo=plan.emulated.algorithms["dp_allreduce"],
+        iterations=s["iterations"], check=s["check"], timeout_s=s["timeout_s"],
+        **rank_setup.transport(fabric, routing))
 
 
 def run(net, spec: dict) -> dict:
@@ -121,15 +121,13 @@ def run(net, spec: dict) -> dict:
     plan = make_plan(fabric, spec)
     s = settings(spec)
     hosts = collective_fabric.ranks(fabric)
-    peers = [peer_entry(r, h.name, h.ip, h.hb_ip, h.server, h.rank) for r, h in enumerate(hosts)]
     store = os.path.join(net.run_dir, "store", f"training-{time.monotonic_ns()}")
     os.makedirs(store)
     commands = {}
-    common = rank_spec(plan, s, fabric, net.routing)
+    common = rank_spec(plan, s, fabric, net.routing, rank_setup.peers(hosts), store)
     for r, h in enumerate(hosts):
         path = os.path.join(store, f"rank{r}.json")
-        with open(path, "w") as f:
-            json.dump({"rank": r, "peers": peers, "store": store, **common}, f)
+        dataclasses.replace(common, rank=r).save(path)
         commands[h.name] = ["hosts.agents.training_rank", path]
     budget = 4 * plan.emulated.iteration * s["iterations"] + s["timeout_s"] + 30
     before = net.counters()

@@ -2,6 +2,7 @@
 import inspect
 from types import SimpleNamespace
 
+from hosts.spec import CollectiveRankSpec
 from testbed import runner, scenario
 from testbed.fabric.hosts import dockerhost
 from testbed.schema import parse_size
@@ -29,12 +30,13 @@ def test_docker_host_limit_defaults():
 def test_collective_defaults_are_what_every_rank_is_told():
     fabric = runner.fabric_of({"fabric": {"kind": "rail-optimized"}})
     spec = {"type": "collective", "op": "allreduce", "algo": "ring"}
-    told = collective._base_spec(SimpleNamespace(fabric=fabric, routing="ecmp"), spec, [], "store", 4096)
+    told = collective._base_spec(SimpleNamespace(fabric=fabric, routing="ecmp"), spec, [], "store", 4096).to_dict()
     shown = defaults(collective.SCHEMA)
-    for key in ("dtype", "reduce", "root", "iterations", "warmup", "check", "timeout_s", "recovery", "heartbeat",
+    for key in ("dtype", "reduce", "root", "iterations", "warmup", "check", "timeout_s", "recovery",
                 "ring", "multicast_scope"):
         assert told[key] == shown[key], key
     assert told["congestion"] is None and shown["congestion"] == "none"
+    assert told["heartbeat"] == {**shown["heartbeat"], **defaults(collective.SCHEMA["properties"]["heartbeat"]["anyOf"][1])}
     assert collective_fabric.sizes(spec) == [parse_size(s) for s in ["1MiB"]]       # "Default: the sweep, else 1MiB"
     sweep = collective.SCHEMA["properties"]["sweep"]
     assert collective_fabric.sizes({**spec, "sweep": {"min": 1024, "max": 4096}}) == [1024, 2048, 4096] and \
@@ -45,7 +47,8 @@ def test_heartbeat_defaults_are_the_ranks(monkeypatch):
     from hosts.collectives import rank
     got = {}
     monkeypatch.setattr(rank, "Heartbeat", lambda *a, **kw: SimpleNamespace(start=lambda: got.update(kw)))
-    rank.start_heartbeat({"store": "s", "heartbeat": {}}, {"rank": 0})
+    rank.start_heartbeat(CollectiveRankSpec.from_dict({"rank": 0, "peers": [], "store": "s", "op": "allreduce",
+                                                       "algo": "ring", "bytes": 1, "heartbeat": {}}), {"rank": 0})
     beat = collective.SCHEMA["properties"]["heartbeat"]["anyOf"][1]
     assert defaults(beat) == {"period_s": got["period"], "timeout_s": got["timeout"], "stall_s": got["stall"]}
 

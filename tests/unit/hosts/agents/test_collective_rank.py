@@ -11,6 +11,7 @@ from hosts.collectives.membership import Membership
 from hosts.collectives.store import FileStore
 from hosts.rdma import open_device
 from hosts.rdma.transport import MemoryFabric
+from hosts.spec import CollectiveRankSpec
 
 
 def peer_specs(n):
@@ -25,7 +26,7 @@ def in_memory(monkeypatch):
 
     def build_comm(spec, peers, me, store, heartbeat=None):
         return Communicator(me, peers, store, lambda ip: open_device(ip, backend="uroce", transport=fabric.attach(ip)),
-                            timeout=spec["timeout_s"], chunk=8192, heartbeat=heartbeat)
+                            timeout=spec.timeout_s, chunk=8192, heartbeat=heartbeat)
 
     monkeypatch.setattr(collective_rank, "build_comm", build_comm)
     monkeypatch.setattr(collective_rank.signal, "signal", lambda *a: None)
@@ -35,7 +36,7 @@ def run(specs: list[dict]) -> list[dict]:
     out: list = [None] * len(specs)
 
     def one(i):
-        rank = collective_rank.CollectiveRank(specs[i])
+        rank = collective_rank.CollectiveRank(CollectiveRankSpec.from_dict(specs[i]))
         if rank.start():
             while rank.run_epoch():
                 pass

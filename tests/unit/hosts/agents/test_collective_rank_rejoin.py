@@ -11,6 +11,7 @@ from hosts.collectives import Communicator
 from hosts.collectives.membership import member_entry
 from hosts.rdma import open_device
 from hosts.rdma.transport import MemoryFabric
+from hosts.spec import CollectiveRankSpec
 from testbed.workloads import state_parity
 
 NAMES = ["s0g0", "s0g1", "s1g0", "s1g1"]
@@ -27,16 +28,17 @@ def memory_comms(monkeypatch):
     def build_comm(spec, peers, me, store, heartbeat=None):
         return Communicator(me, peers, store, lambda ip: open_device(ip, backend="uroce",
                                                                      transport=fabric.attach(ip)),
-                            timeout=spec["timeout_s"], chunk=8192)
+                            timeout=spec.timeout_s, chunk=8192)
     monkeypatch.setattr(collective_rank, "build_comm", build_comm)
 
 
 def spec_for(tmp_path, rank, **extra):
     peers = [{**entry(n), "rank": i} for i, n in enumerate(NAMES[:3])]      # s1g0... s1g1 starts without s1g0
     peers[2] = {**entry("s1g1"), "rank": 2}
-    return {"rank": rank, "peers": peers, "store": str(tmp_path), "op": "allreduce", "algo": "ring",
-            "bytes": 4096, "dtype": "float32", "iterations": 200, "warmup": 0, "timeout_s": 20,
-            "recovery": "shrink", "heartbeat": False, "admit": True, "state": True, **extra}
+    return CollectiveRankSpec.from_dict({
+        "rank": rank, "peers": peers, "store": str(tmp_path), "op": "allreduce", "algo": "ring",
+        "bytes": 4096, "dtype": "float32", "iterations": 200, "warmup": 0, "timeout_s": 20,
+        "recovery": "shrink", "heartbeat": False, "admit": True, "state": True, **extra})
 
 
 def run(ranks, pause=0.3):

@@ -7,6 +7,7 @@ import time
 import pytest
 
 from hosts.agents import flows
+from hosts.spec import Listen
 
 
 @pytest.fixture(autouse=True)
@@ -24,7 +25,7 @@ def receive_while_sending(seqs, rate_mbps: float, deadline_s: float) -> tuple[di
     """Send the datagrams `seqs` of a 64-datagram flow, paced, to a receiver on loopback; (its result, how
     long it ran)."""
     port, start_at = free_udp_port(), time.time() + 0.2
-    spec = {"flow": 7, "proto": "udp", "port": port, "bytes": 64 * flows.DATAGRAM, "rate_mbps": rate_mbps}
+    spec = Listen(flow=7, proto="udp", port=port, bytes=64 * flows.DATAGRAM, rate_mbps=rate_mbps)
     ready, out = threading.Event(), {}
 
     def receive():

@@ -9,6 +9,7 @@ from hosts.collectives.benchmark import make_input
 from hosts.collectives.membership import Membership, admit, member_entry
 from hosts.collectives.shared_state import SharedState, digest, expected_digests, past_records, steps_worlds
 from hosts.collectives.store import FileStore
+from hosts.spec import CollectiveRankSpec, Peer
 from testbed.workloads import state_parity
 
 
@@ -51,7 +52,8 @@ def test_join_requests_answers_and_plans_in_the_store(tmp_path):
 def test_growth_is_an_epoch_agreed_like_a_recovery_with_no_step_lost(tmp_path):
     job = Membership(FileStore(str(tmp_path), timeout=5))
     members = [m("s0g0"), m("s0g1"), m("s1g1")]
-    spec = {"recovery": "shrink", "timeout_s": 5, "peers": [{**m(n), "rank": i} for i, n in enumerate(ORDER)]}
+    spec = CollectiveRankSpec(rank=0, peers=tuple(Peer(**m(n), rank=i) for i, n in enumerate(ORDER)), store="",
+                              op="allreduce", algo="ring", bytes=0, recovery="shrink", timeout_s=5)
     job.request_join("s1g0", m("s1g0"))
     joining = {"s1g0": m("s1g0")}
     out = {}

@@ -7,6 +7,7 @@ from hosts.collectives import training
 from hosts.collectives.layout import Layout, gpu_of
 from hosts.collectives.schedule import SCHEDULES, in_flight, simulate
 from hosts.collectives.subcomm import SubComm
+from hosts.spec import TrainingRankSpec
 from tests.unit.hosts.collectives.test_algorithms import peers_grid, run_ranks
 
 PLANS = [(1, 1, 1), (2, 2, 2), (4, 2, 1), (2, 1, 4), (1, 4, 2), (2, 3, 2), (3, 2, 2)]
@@ -87,9 +88,12 @@ def run_training(servers, per, spec, timeout=30.0):
 
 
 def spec_for(t, p, d, m=3, schedule="1f1b", layers=2, dp_algo="ring", **extra):
-    return {"plan": {"tp": t, "pp": p, "dp": d}, "micro_batches": m, "schedule": schedule, "layers": layers,
-            "recompute": True, "activation_count": 1500 + 7, "gradient_count": 5000 + 3, "dtype": "float16",
-            "compute_s": 0.002, "tp_algo": "ring", "dp_algo": dp_algo, "iterations": 1, "check": True, **extra}
+    # rank, peers and store are the communicator's here (run_ranks)
+    return TrainingRankSpec.from_dict({
+        "rank": 0, "peers": [], "store": "", "plan": {"tp": t, "pp": p, "dp": d}, "micro_batches": m,
+        "schedule": schedule, "layers": layers, "recompute": True, "activation_count": 1500 + 7,
+        "gradient_count": 5000 + 3, "dtype": "float16", "compute_s": 0.002, "tp_algo": "ring", "dp_algo": dp_algo,
+        "iterations": 1, "check": True, **extra})
 
 
 @pytest.mark.parametrize("servers,per,t,p,d,schedule,dp_algo", [
@@ -102,9 +106,9 @@ def spec_for(t, p, d, m=3, schedule="1f1b", layers=2, dp_algo="ring", **extra):
 def test_an_iteration_is_exact_and_sends_what_the_plan_says(servers, per, t, p, d, schedule, dp_algo):
     spec = spec_for(t, p, d, schedule=schedule, dp_algo=dp_algo)
     out = run_training(servers, per, spec)
-    lay, m, act, grad = Layout(tp=t, pp=p, dp=d), spec["micro_batches"], 2 * spec["activation_count"], \
-        2 * spec["gradient_count"]
-    ars = m * spec["layers"] * 6                          # 2 forward, 2 recomputation, 2 backward per layer
+    lay, m, act, grad = Layout(tp=t, pp=p, dp=d), spec.micro_batches, 2 * spec.activation_count, \
+        2 * spec.gradient_count
+    ars = m * spec.layers * 6                          # 2 forward, 2 recomputation, 2 backward per layer
     for r, o in out.items():
         want = {"tp": True if t > 1 else None, "pp": True if p > 1 else None, "dp": True if d > 1 else None}
         assert o["correct"] == want, (r, o["correct"])

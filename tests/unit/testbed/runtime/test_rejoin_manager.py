@@ -4,6 +4,7 @@ from types import SimpleNamespace
 
 from hosts.collectives.membership import Membership
 from hosts.collectives.store import FileStore
+from hosts.spec import CollectiveRankSpec, Member, Peer, Rejoin
 from testbed.fabric.topo import build
 from testbed.runtime import fault_outcomes, faults, recovery
 
@@ -11,8 +12,8 @@ from testbed.runtime import fault_outcomes, faults, recovery
 def manager(tmp_path):
     fabric = build("rail-optimized", 2, 2)
     members = [recovery.member(h, h.rank) for h in fabric.gpus()]
-    spec = {"recovery": "shrink", "admit": True, "timeout_s": 5,
-            "peers": [{**m, "rank": i} for i, m in enumerate(members)]}
+    spec = CollectiveRankSpec(rank=0, peers=tuple(Peer(**m, rank=i) for i, m in enumerate(members)), store="",
+                              op="allreduce", algo="ring", bytes=4096, recovery="shrink", admit=True, timeout_s=5)
     job = recovery.JobManager(SimpleNamespace(fabric=fabric), spec, str(tmp_path), members, budget=30)
     started = []
     job._start_rank = lambda host, path, spec: started.append((host, spec))
@@ -30,7 +31,7 @@ def test_a_restart_waits_until_the_job_has_dropped_the_old_rank(tmp_path):
     job._restart_dropped()
     job._restart_dropped()                              # once
     (host, spec), = started
-    assert host == "s1g1" and spec["rejoin"] == {"me": job.entries["s1g1"]} and spec["rank"] == 3
+    assert host == "s1g1" and spec.rejoin == Rejoin(me=Member(**job.entries["s1g1"])) and spec.rank == 3
     assert job.restarts[0]["launched_at"] is not None
 
 

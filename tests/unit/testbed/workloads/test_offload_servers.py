@@ -7,7 +7,10 @@ from types import SimpleNamespace
 
 import pytest
 
+from hosts.spec import TrainerSpec
 from testbed.workloads import offload
+
+TRAINER = TrainerSpec(pipeline="compute", policy="fixed", gpu_steps_per_s=10)
 
 
 class FakeHost:
@@ -90,7 +93,7 @@ def test_the_trainer_gets_its_budget_at_its_ready_line_then_the_go(monkeypatch):
     calls = budget_recorder(monkeypatch)
     net = fake_net("import json, sys; print(json.dumps({'ready': True}), flush=True); "
                    "go = sys.stdin.readline(); print(json.dumps({'steps_per_s': 5.0, 'go': go}))")
-    out = offload.run_trainer(net, "s0g0", {}, 0.3, timeout=20)
+    out = offload.run_trainer(net, "s0g0", TRAINER, 0.3, timeout=20)
     assert out["steps_per_s"] == 5.0 and out["go"] == "go\n" and out["cgroup"] == "v2" and len(calls) == 1
 
 
@@ -100,12 +103,12 @@ def test_a_trainer_that_dies_after_its_ready_line_is_reported_not_a_budget_error
     net = fake_net("import json, sys; print(json.dumps({'ready': True}), flush=True); "
                    "sys.stderr.write('ImportError: no pipelines\\n'); sys.exit(3)")
     with pytest.raises(RuntimeError, match=r"trainer on s0g0 exited 3: ImportError: no pipelines"):
-        offload.run_trainer(net, "s0g0", {}, 0.3, timeout=20)
+        offload.run_trainer(net, "s0g0", TRAINER, 0.3, timeout=20)
 
 
 def test_a_trainer_that_never_gets_ready_is_reported_with_its_last_error_line(monkeypatch):
     calls = budget_recorder(monkeypatch)
     net = fake_net("import sys; sys.stderr.write('tensorflow: illegal instruction\\n'); sys.exit(4)")
     with pytest.raises(RuntimeError, match=r"trainer on s0g0 exited 4: tensorflow: illegal instruction"):
-        offload.run_trainer(net, "s0g0", {}, 0.3, timeout=20)
+        offload.run_trainer(net, "s0g0", TRAINER, 0.3, timeout=20)
     assert calls == []

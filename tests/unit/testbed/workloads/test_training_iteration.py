@@ -2,6 +2,7 @@
 against hand-computed formulas), the rank placement on GPUs, and the analysis of real rank outputs (ranks run
 in-process over the transport's in-memory fabric)."""
 import copy
+import dataclasses
 
 import pytest
 
@@ -96,7 +97,7 @@ def run_ranks_in_process(fabric, plan, s):
     hosts = collective_fabric.ranks(fabric)
     peers = [Peer(rank=r, name=h.name, ip=h.ip, hb_ip=h.hb_ip, server=h.server, local_rank=h.rank)
              for r, h in enumerate(hosts)]
-    spec = {**training.rank_spec(plan, s, fabric, "ecmp"), "compute_s": 0.001}
+    spec = dataclasses.replace(training.rank_spec(plan, s, fabric, "ecmp", tuple(peers), ""), compute_s=0.001)
     outs = run_ranks(peers, lambda c: rank_program.run_rank(spec, c, c.store), timeout=30)
     return hosts, [outs[r] for r in sorted(outs)]
 
