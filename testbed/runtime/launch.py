@@ -1,6 +1,7 @@
 """Run one Python process of the `hosts` package in each of several emulated hosts, concurrently.
 
-Each process prints one JSON document on stdout; a process that fails, prints nothing usable,
+Each process prints one JSON document on stdout, checked against its program's result schema
+(agent_results.py); a process that fails, prints nothing usable or a result its schema rejects,
 outlives the timeout or stays stopped after the others ended becomes an error naming its host (the process
 is killed by PID).
 """
@@ -15,7 +16,7 @@ import threading
 import time
 
 from testbed import PROJECT_ROOT
-from testbed.runtime import hostlogs, progress
+from testbed.runtime import agent_results, hostlogs, progress
 
 
 class LaunchError(RuntimeError):
@@ -85,9 +86,15 @@ def run_on_hosts(net, commands: dict[str, list[str]], timeout: float, partial: b
                 errors.append(f"{host}: `{' '.join(commands[host][:1])}` {cut_short[host]}")
                 continue
             try:
-                results[host] = json.loads(out.strip().splitlines()[-1])
+                doc = json.loads(out.strip().splitlines()[-1])
             except (ValueError, IndexError):
                 errors.append(f"{host}: {commands[host][0]} {why(proc.returncode, err)}")
+                continue
+            bad = agent_results.problem(commands[host][0], doc)
+            if bad:
+                errors.append(f"{host}: {commands[host][0]} printed a result its schema rejects: {bad}")
+            else:
+                results[host] = doc
         if partial:
             return results, errors
         if errors:

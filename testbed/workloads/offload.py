@@ -27,7 +27,7 @@ from hosts.tfdata import budget
 from testbed import PROJECT_ROOT
 from testbed.fabric.hosts import backend_class
 from testbed.monitor.fidelity import CpuSampler
-from testbed.runtime import hostlogs
+from testbed.runtime import agent_results, hostlogs
 from testbed.schema import NAME, RATE, ScenarioError
 from testbed.workloads import offload_compare as compare
 
@@ -215,6 +215,9 @@ def run_trainer(net, host: str, spec: TrainerSpec, cores: float, timeout: float)
         except (ValueError, IndexError):
             raise RuntimeError(f"trainer on {host} exited {proc.returncode}: "
                                f"{(err.strip().splitlines() or ['no output'])[-1]}") from None
+        bad = agent_results.problem("hosts.agents.tfdata_trainer", result)
+        if bad:
+            raise RuntimeError(f"trainer on {host} printed a result its schema rejects: {bad}")
         return result | {"throttled_s": round(budget.throttled_s(group), 3), "cgroup": applied.get("cgroup")}
     except subprocess.TimeoutExpired:
         raise RuntimeError(f"trainer on {host} still running after {timeout:.0f} s") from None

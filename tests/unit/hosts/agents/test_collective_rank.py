@@ -1,8 +1,10 @@
 """The collective rank program's run across epochs, in-process: ranks are threads, their devices joined by the
 transport's in-memory fabric (as in the collectives' test_algorithms.py), heartbeats off. The integration tests
 run it for real in emulated hosts (test_collective_fabric.py, test_recovery.py)."""
+import json
 import threading
 
+import jsonschema
 import pytest
 
 from hosts.agents import collective_rank
@@ -12,6 +14,7 @@ from hosts.collectives.store import FileStore
 from hosts.rdma import open_device
 from hosts.rdma.transport import MemoryFabric
 from hosts.spec import CollectiveRankSpec
+from hosts.spec.results import COLLECTIVE_RANK
 
 
 def peer_specs(n):
@@ -48,6 +51,8 @@ def run(specs: list[dict]) -> list[dict]:
         t.start()
     for t in threads:
         t.join(60)
+    for res in out:                      # as the rank prints it, which the launcher checks
+        jsonschema.validate(json.loads(json.dumps(res)), COLLECTIVE_RANK)
     return out
 
 

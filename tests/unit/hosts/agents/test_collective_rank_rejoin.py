@@ -1,9 +1,11 @@
 """A rank that comes back joins a running job in-process: ranks are threads over the transport's in-memory
 fabric (real RoCEv2 packets, no namespaces, no heartbeats). The job grows at a step boundary, the newcomer is
 sent the shared state by a live member, and every rank's state after every step is numpy's."""
+import json
 import threading
 import time
 
+import jsonschema
 import pytest
 
 from hosts.agents import collective_rank
@@ -12,6 +14,7 @@ from hosts.collectives.membership import member_entry
 from hosts.rdma import open_device
 from hosts.rdma.transport import MemoryFabric
 from hosts.spec import CollectiveRankSpec
+from hosts.spec.results import COLLECTIVE_RANK
 from testbed.workloads import state_parity
 
 NAMES = ["s0g0", "s0g1", "s1g0", "s1g1"]
@@ -55,6 +58,8 @@ def run(ranks, pause=0.3):
         time.sleep(pause)          # the last ones (newcomers) ask while the job runs
     for t in threads:
         t.join(60)
+    for res in outputs.values():         # as the rank prints it, which the launcher checks
+        jsonschema.validate(json.loads(json.dumps(res)), COLLECTIVE_RANK)
     return outputs
 
 

@@ -1,5 +1,8 @@
 """The training-iteration rank program: the rank layout, the pipeline schedules, and whole iterations run
 in-process (ranks are threads over the transport's in-memory fabric: real RoCEv2 packets, no namespaces)."""
+import json
+
+import jsonschema
 import numpy as np
 import pytest
 
@@ -8,6 +11,7 @@ from hosts.collectives.layout import Layout, gpu_of
 from hosts.collectives.schedule import SCHEDULES, in_flight, simulate
 from hosts.collectives.subcomm import SubComm
 from hosts.spec import TrainingRankSpec
+from hosts.spec.results import TRAINING_RANK
 from tests.unit.hosts.collectives.test_algorithms import peers_grid, run_ranks
 
 PLANS = [(1, 1, 1), (2, 2, 2), (4, 2, 1), (2, 1, 4), (1, 4, 2), (2, 3, 2), (3, 2, 2)]
@@ -84,7 +88,10 @@ def test_simulate_detects_a_schedule_that_deadlocks(monkeypatch):
 # -- whole iterations, in-process ---------------------------------------------------------------
 
 def run_training(servers, per, spec, timeout=30.0):
-    return run_ranks(peers_grid(servers, per), lambda c: training.run_rank(spec, c, c.store), timeout=timeout)
+    out = run_ranks(peers_grid(servers, per), lambda c: training.run_rank(spec, c, c.store), timeout=timeout)
+    for o in out.values():               # as the rank prints it, which the launcher checks
+        jsonschema.validate(json.loads(json.dumps(o)), TRAINING_RANK)
+    return out
 
 
 def spec_for(t, p, d, m=3, schedule="1f1b", layers=2, dp_algo="ring", **extra):

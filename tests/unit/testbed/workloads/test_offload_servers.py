@@ -92,9 +92,18 @@ def budget_recorder(monkeypatch, fail=None):
 def test_the_trainer_gets_its_budget_at_its_ready_line_then_the_go(monkeypatch):
     calls = budget_recorder(monkeypatch)
     net = fake_net("import json, sys; print(json.dumps({'ready': True}), flush=True); "
-                   "go = sys.stdin.readline(); print(json.dumps({'steps_per_s': 5.0, 'go': go}))")
+                   "go = sys.stdin.readline(); print(json.dumps({'policy': 'fixed', 'pipeline': 'compute', "
+                   "'config': {'go': go}, 'steps_per_s': 5.0}))")
     out = offload.run_trainer(net, "s0g0", TRAINER, 0.3, timeout=20)
-    assert out["steps_per_s"] == 5.0 and out["go"] == "go\n" and out["cgroup"] == "v2" and len(calls) == 1
+    assert out["steps_per_s"] == 5.0 and out["config"]["go"] == "go\n" and out["cgroup"] == "v2" and len(calls) == 1
+
+
+def test_a_trainer_result_its_schema_rejects_is_an_error_naming_the_key(monkeypatch):
+    budget_recorder(monkeypatch)
+    net = fake_net("import json, sys; print(json.dumps({'ready': True}), flush=True); sys.stdin.readline(); "
+                   "print(json.dumps({'policy': 'fixed', 'pipeline': 'compute', 'config': {}, 'steps_per_s': '5'}))")
+    with pytest.raises(RuntimeError, match=r"trainer on s0g0 printed a result its schema rejects: steps_per_s: "):
+        offload.run_trainer(net, "s0g0", TRAINER, 0.3, timeout=20)
 
 
 def test_a_trainer_that_dies_after_its_ready_line_is_reported_not_a_budget_error(monkeypatch):
