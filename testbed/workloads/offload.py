@@ -110,6 +110,15 @@ def validate(fabric, spec: dict, scenario: dict | None = None) -> dict:
     return s
 
 
+def service_line_problem(line: bytes) -> str | None:
+    """What is wrong with a server's serving line (hosts/spec/results.py), or None."""
+    try:
+        doc = json.loads(line)
+    except ValueError:
+        return f"not JSON: {line[:80]!r}"
+    return agent_results.problem("hosts.agents.tfdata_service", doc)
+
+
 class Servers:
     """A dispatcher on the first CPU host and a worker on every CPU host, killed by PID on exit."""
 
@@ -135,7 +144,11 @@ class Servers:
         deadline = time.monotonic() + self.start_timeout
         for key, proc in self.procs.items():          # each prints one line when serving
             ready, _, _ = select.select([proc.stdout], [], [], max(0.1, deadline - time.monotonic()))
-            if not ready or not proc.stdout.readline():
+            line = proc.stdout.readline() if ready else b""
+            if line and (bad := service_line_problem(line)):
+                self.__exit__()
+                raise RuntimeError(f"tf.data.service {key} printed a line its schema rejects: {bad}")
+            if not line:
                 if ready:                                # its stdout closed: it is exiting
                     try:
                         proc.wait(timeout=5)

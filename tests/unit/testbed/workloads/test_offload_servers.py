@@ -50,14 +50,22 @@ def test_a_server_too_slow_to_start_is_reported_with_the_time_it_was_given(no_cp
 
 
 def test_the_servers_logs_are_kept_in_the_results_folder(no_cpu_budgets, tmp_path):
-    net = fake_net("import sys, time; sys.stderr.write('I serving on 5050\\n'); print('ready', flush=True); "
-                   "time.sleep(30)")
+    net = fake_net("import json, os, sys, time; sys.stderr.write('I serving on 5050\\n'); "
+                   "print(json.dumps({'role': 'worker', 'pid': os.getpid(), 'port': 5051}), flush=True); time.sleep(30)")
     net.out_dir = str(tmp_path)
     with offload.Servers(net, ["cpu0"], 0.5, start_timeout=20):
         pass
     kept = (tmp_path / "hosts" / "cpu0" / "tfdata_service.stderr").read_text()
     assert kept.count("== hosts.agents.tfdata_service (exit -9)") == 2       # the dispatcher and the worker
     assert kept.count("I serving on 5050") == 2
+
+
+def test_a_server_line_its_schema_rejects_is_an_error_naming_the_key(no_cpu_budgets):
+    net = fake_net("import json, time; print(json.dumps({'role': 'worker', 'pid': 1, 'port': '5051'}), flush=True); "
+                   "time.sleep(30)")
+    with pytest.raises(RuntimeError, match=r"dispatcher printed a line its schema rejects: port: "):
+        with offload.Servers(net, ["cpu0"], 0.5, start_timeout=20):
+            pass
 
 
 # -- the trainer: its budget is set at its ready line, before any preprocessing -----------------------------
