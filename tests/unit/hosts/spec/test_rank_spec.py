@@ -80,6 +80,11 @@ def test_training_spec_rejects_naming_the_key():
         TrainingRankSpec.from_dict({k: v for k, v in training().to_dict().items() if k != "compute_s"})
 
 
+def test_a_rank_told_no_roce_mtu_takes_what_the_default_links_carry():
+    from hosts.rdma.mtu import DEFAULT_ROCE_MTU
+    assert collective().roce_mtu.to_dict() == DEFAULT_ROCE_MTU
+
+
 def test_backends():
     assert collective().backend == "auto" and collective(algo="multicast").backend == "uroce"
     assert training().backend == "auto"
