@@ -21,7 +21,8 @@ import time
 from testbed.fabric.links import NIC_MTU
 from testbed.fabric.network import Network
 from testbed.fabric.topo import build
-from testbed.runtime import fault_outcomes, faults
+from testbed.faults import outcomes
+from testbed.faults.schedule import Schedule
 from testbed.workloads import collective
 
 TARGET = {"gpu-crash": "s1g1", "gpu-hang": "s1g1", "gpu-stall": "s1g1", "nic-down": "s1g1", "partition": "s1",
@@ -34,14 +35,14 @@ def case(net, kind: str, policy: str, at: float, size: str, heartbeat=None) -> d
     if heartbeat is not None:
         spec["heartbeat"] = heartbeat
     fault = {"at": at, "kind": kind, "target": TARGET[kind], "duration": 10}     # a hang or cut ends after 10 s
-    schedule = faults.Schedule(net, [fault])
+    schedule = Schedule(net, [fault])
     schedule.start()
     try:
         result = collective.run(net, spec)
     finally:
         schedule.stop()
     record, = schedule.results([])
-    fault_outcomes.gpu_outcomes([record], [result], schedule.t0, net.fabric)
+    outcomes.fill([record], [result], schedule.t0, net.fabric)
     return {"result": result, "fault": record}
 
 

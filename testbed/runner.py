@@ -23,8 +23,10 @@ from testbed.monitor import capture
 from testbed.monitor.fidelity import CpuSampler
 from testbed.monitor.timeline import Timeline
 from testbed.results import results_schema, runs
-from testbed.runtime import fault_outcomes, fault_timing, faults, program_outcomes, progress
-from testbed.runtime.fault_echo import FaultEcho
+from testbed.faults import FaultError, outcomes, timing
+from testbed.faults.echo import FaultEcho
+from testbed.faults.schedule import Schedule, check_target
+from testbed.runtime import progress
 from testbed.scenario import ScenarioError, host_limits
 from testbed.workloads import REGISTRY
 
@@ -46,8 +48,8 @@ def check(scenario: dict, fabric: topo.Fabric) -> None:
     labels = [spec.get("name", f"{spec['type']}#{i}") for i, spec in enumerate(scenario["workloads"])]
     for i, fault in enumerate(scenario.get("faults", [])):
         try:
-            faults.check_target(fabric, fault)
-        except faults.FaultError as exc:
+            check_target(fabric, fault)
+        except FaultError as exc:
             raise ScenarioError(f"faults.{i}: {exc}") from None
         if "workload" in fault and fault["workload"] not in labels:
             raise ScenarioError(f"faults.{i}.workload: no workload named {fault['workload']!r}; "
@@ -180,7 +182,7 @@ def _run_workloads(net: Network, scenario: dict, results: dict, live: _Live, rep
     live.captures.start()
     start = net.counters()
     live.timeline = Timeline(net).start()
-    live.schedule = schedule = faults.Schedule(net, scenario.get("faults", []))
+    live.schedule = schedule = Schedule(net, scenario.get("faults", []))
     schedule.start()
     live.echo = FaultEcho(schedule, net, report).start()
     results["timings"]["workloads_start"] = schedule.t0
@@ -200,11 +202,9 @@ def _run_workloads(net: Network, scenario: dict, results: dict, live: _Live, rep
     report.stage("results")
     live.timeline.stop()
     results["faults"] = schedule.results(net.controller_view().get("port_events", []))
-    fault_outcomes.gpu_outcomes(results["faults"], results["workloads"], schedule.t0, net.fabric)
-    fault_outcomes.traffic_outcomes(results["faults"], results["workloads"], schedule.t0)
-    program_outcomes.attach(results["faults"], results["workloads"], schedule.t0)
-    results["checks"] += fault_outcomes.checks(results["faults"])
-    results["checks"] += fault_timing.late_checks(scenario.get("faults", []), results["faults"], results["workloads"])
+    outcomes.fill(results["faults"], results["workloads"], schedule.t0, net.fabric)
+    results["checks"] += outcomes.checks(results["faults"])
+    results["checks"] += timing.late_checks(scenario.get("faults", []), results["faults"], results["workloads"])
     end = net.counters()
     results["captures"] = live.captures.stop()
     results["checks"] += [{"name": f"capture {c['point']}", "ok": False, "detail": c["ended_early"]}
@@ -248,17 +248,7 @@ def summary_table(results: dict) -> str:
         rows.append(f"{w['name']:<22} {'yes' if w['ok'] else 'NO':<4} {w['wall_s']:>7.2f} "
                     f"{w['cpu_idle_mean_pct'] if w['cpu_idle_mean_pct'] is not None else '-':>7}  {what}")
     rows += [""] + [line for t in tables for line in (t, "")]
-    for f in results.get("faults", []):
-        if f["kind"] in faults.GPU_FAULTS:
-            rows.append(fault_outcomes.describe_gpu_outcome(f)
-                        + (": it hit no process (no rank ran on the target)" if f.get("processes") == 0 else "")
-                        + program_outcomes.describe(f))
-            continue
-        rows.append(f"fault {f['kind']} {f['target']}: at {f['at_s']} s, controller saw it at {f['detected_s']} s, "
-                    f"rules installed (every switch acknowledged) at {f.get('installed_s')} s"
-                    + (f", traffic resumed at {f['resumed_s']} s ({f['flows_cut']} flows cut)"
-                       if f.get("resumed_s") is not None else "")
-                    + f", restored at {f['restored_s']} s" + program_outcomes.describe(f))
+    rows += [outcomes.describe(f) for f in results.get("faults", [])]
     if results.get("faults"):
         rows.append("")
     for c in results["checks"]:

@@ -16,37 +16,13 @@ import yaml
 from testbed import __version__
 from testbed.fabric import params as fabric_params
 from testbed.fabric.placement import MACHINE_NAME
+from testbed.faults import SCHEMA as FAULT       # generated from the fault kinds
 from testbed.scenario_marks import Marks, parse
 from testbed.schema import RATE, SIZE, ScenarioError, parse_size
 from testbed.workloads import REGISTRY
 
 FABRIC = fabric_params.scenario_schema()
 
-FAULT = {"type": "object", "additionalProperties": False, "required": ["at", "kind", "target"],
-         "description": "One failure, injected while the workloads run.",
-         "properties": {
-             "at": {"type": "number", "minimum": 0,
-                    "description": "When, in seconds after the workloads start (or after `workload` starts)."},
-             "kind": {"enum": ["link-down", "link-up", "link-flap", "switch-down", "port-disable", "gpu-crash",
-                               "gpu-hang", "gpu-stall", "gpu-declared", "server-down", "nic-down", "partition",
-                               "gpu-restart", "nic-up"],
-                      "description": "What fails. link-down, switch-down: cables cut (carrier lost); link-up: "
-                      "mended; link-flap: down and up `count` times; port-disable: the switch port set down by "
-                      "OpenFlow; gpu-crash: the GPU's ranks killed; gpu-hang: stopped; gpu-stall: the GPU hangs, "
-                      "its host alive; gpu-declared: declared failed; server-down: a server's GPUs crash; "
-                      "nic-down: a GPU's NIC cable cut; partition: a server's NIC cables cut at the switches; "
-                      "gpu-restart: a failed GPU's rank started again, rejoining the job at a step boundary; "
-                      "nic-up: a cut NIC cable mended and its GPU's rank rejoining the same way."},
-             "target": {"type": "string",
-                        "description": "A link (rail0-spine1, HOST/nic, HOST/hb, path:SRC>DST) or a switch; for GPU "
-                        "faults a GPU host (s1g2); for server-down and partition a server (s1)."},
-             "workload": {"type": "string", "description": "The name of the workload whose start `at` counts from. "
-                          "Default: none (`at` counts from the start of the first workload)."},
-             "duration": {"type": "number", "exclusiveMinimum": 0,
-                          "description": "Seconds until it is mended (cable restored, GPU resumed); link-flap: "
-                          "each way. Default: never mended (link-flap: 0.5)."},
-             "count": {"type": "integer", "minimum": 1, "maximum": 100, "default": 3,
-                       "description": "link-flap: the number of down-up cycles."}}}
 CAPTURE = {"type": "object", "additionalProperties": False, "required": ["point"],
            "description": "One packet capture (tcpdump), written to the results' pcaps/.",
            "properties": {

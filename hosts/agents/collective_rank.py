@@ -289,7 +289,7 @@ class CollectiveRank:
         self.epoch += 1
         self.forming = {"epoch": self.epoch, "policy": self.policy, "error": str(exc), "detected_at": detected,
                         "detected_by": by}
-        if growing:            # not a failure: no detection (fault_outcomes matches failures by it)
+        if growing:            # not a failure: no detection (the testbed matches failures by it)
             self.forming = {"epoch": self.epoch, "policy": "rejoin", "requested_at": time.time()}
         result["recoveries"].append(self.forming)
         decision = agree(self.spec, self.job, hb, self.epoch, self.members, self.me, self.step, self.in_op,

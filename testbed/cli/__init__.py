@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     from testbed.fabric.delay import DelayUnavailable
     from testbed.results.pcap import PcapError
     from testbed.results.runs import RunsError
-    from testbed.runtime.handfaults import HandFaultError
+    from testbed.faults.running import HandFaultError
     from testbed.scenario import ScenarioError
     args = parser().parse_args(argv)
     try:

@@ -160,14 +160,14 @@ class Console(cmd.Cmd):
 
     def do_link(self, arg: str) -> bool:
         """link A B down|up: cut or mend the cable between nodes A and B (as `testbed fault` does)."""
-        from testbed.runtime import faults
+        from testbed.faults import FaultError, cut
         args = arg.split()
         if len(args) != 3 or args[2] not in ("down", "up"):
             raise UsageError("usage: link A B down|up")
         target = link_target(self.fabric, args[0], args[1])
         try:
-            rec = faults.inject(self.live.net, target, up=args[2] == "up")
-        except faults.FaultError as exc:
+            rec = cut.inject(self.live.net, target, up=args[2] == "up")
+        except FaultError as exc:
             raise UsageError(str(exc)) from None
         self.say(f"{args[0]} - {args[1]}: {args[2]} ({rec['links']} link{'s' if rec['links'] != 1 else ''})")
         return False

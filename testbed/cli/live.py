@@ -1,7 +1,7 @@
 """The fabric up on this machine, reached from any process: what `status`, `exec`, `shell`, `cli` and `down` share.
 
 The fabric is found through its run's state file (testbed.fabric.runstate) and rebuilt as the reattach path
-`testbed fault` uses (testbed.runtime.handfaults.RunningFabric). Programs run in its hosts through the host
+`testbed fault` uses (testbed.faults.running.RunningFabric). Programs run in its hosts through the host
 backend's own way in (`enter`: a container for Docker hosts), or as the machine's tools in the host's network
 namespace (what the console uses, like Mininet's node shells); nothing here asks which backend it is.
 """
@@ -31,9 +31,9 @@ class LiveFabric:
 
     def __init__(self, run_dir: str, state: dict):
         from testbed.fabric.hosts import backend_class
-        from testbed.runtime.handfaults import RunningFabric
+        from testbed.faults.running import RunningFabric
         self.run_dir, self.state = run_dir, state
-        self.net = RunningFabric(state, run_dir)         # what testbed.runtime.faults takes
+        self.net = RunningFabric(state, run_dir)         # what the fault kinds take
         self.fabric = self.net.fabric
         self.backend = backend_class(state.get("hosts", "netns"))(run_dir)
 

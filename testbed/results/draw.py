@@ -74,16 +74,15 @@ def link_bytes(fabric, counters: dict) -> dict:
 
 def fault_marks(fabric, faults: list[dict]) -> tuple[set, set]:
     """(links, hosts) that the run's faults hit."""
-    from testbed.runtime import faults as fault_kinds
+    from testbed.faults import REGISTRY, FaultError
     links, hosts = set(), set()
     for f in faults:
         try:
-            if f["kind"] in fault_kinds.GPU_FAULTS:
-                hosts.update(fault_kinds.gpu_hosts(fabric, f["kind"], f["target"]))
-            else:
-                links.update(fault_kinds.resolve(fabric, f["target"]))
-        except fault_kinds.FaultError:
+            hit_links, hit_hosts = REGISTRY[f["kind"]].hit(fabric, f)
+        except FaultError:
             continue                           # a target of another fabric: nothing to mark
+        links.update(hit_links)
+        hosts.update(hit_hosts)
     return links, hosts
 
 

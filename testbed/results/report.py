@@ -13,7 +13,7 @@ import os
 from testbed.monitor.fidelity import CPU_BOUND_IDLE_PCT
 from testbed.results import draw, heatmap, htmlreport
 from testbed.results.figures import plt
-from testbed.runtime.faults import GPU_FAULTS
+from testbed.faults import REGISTRY as FAULT_KINDS
 from testbed.workloads import REGISTRY
 
 
@@ -46,7 +46,7 @@ def plot_utilisation(fabric, timeline, results: dict, path: str) -> bool:
             ax.annotate(f"{f['kind']} {f['target']}", (x, ax.get_ylim()[1] * 0.95), color="red", fontsize=8)
             # a GPU failure's recovery timeline: noticed by the peers, communicator re-formed
             for key, style in (("detected_s", ":"), ("recovered_s", "--")):
-                if f["kind"] in GPU_FAULTS and f.get(key) is not None:
+                if FAULT_KINDS[f["kind"]].by_job and f.get(key) is not None:
                     ax.axvline(x - f["at_s"] + f[key], color="red", linewidth=1, linestyle=style)
     ax.set_xlabel("time since the fabric came up (s)")
     ax.set_ylabel("traffic out of the switch (Mbit/s)")
@@ -78,7 +78,7 @@ def summary_markdown(results: dict, table: str) -> str:
                   "lost steps | restored s | recovery |", "|---|---|---|---|---|---|---|---|---|"]
         lines += [f"| {x['kind']} | {x['target']} | {x['at_s']} | {x['detected_s']} | {x['recovered_s']} | "
                   f"{x.get('first_success_s', x.get('resumed_s'))} | {x.get('lost_steps')} | {x['restored_s']} | "
-                  f"{x.get('recovery') or ('-' if x['kind'] in GPU_FAULTS else 'reroute')} |" for x in results["faults"]]
+                  f"{x.get('recovery') or FAULT_KINDS[x['kind']].recovery} |" for x in results["faults"]]
         lines.append("")
     used = [f"{w['name']} {w['capacity_used']:.2f}" for w in results["workloads"] if w.get("capacity_used") is not None]
     if used:

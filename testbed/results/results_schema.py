@@ -117,7 +117,7 @@ FAULT = obj({
                      "resumed_s": rel("when the job's traffic resumed (null: never)."),
                      "longest_silence_s": dur("the job's longest silence over its run.")},
                     ["workload", "ended"], closed=False),
-                "Program jobs running when it struck: how each took it (testbed/runtime/program_outcomes.py)."),
+                "Program jobs running when it struck: how each took it (testbed/faults/program_jobs.py)."),
 }, ["kind", "target", "at_s", "detected_s", "recovered_s", "restored_s"])
 
 CAPTURE = obj({

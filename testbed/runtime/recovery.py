@@ -13,7 +13,7 @@ This manager, a thread in the testbed, watches for that verdict and then
   - `migrate`: moves every rank of a server that lost a GPU to an idle spare server (GPU j to GPU j,
     their rail ports enabled) and starts the rank processes there; the server's surviving ranks leave;
 and for `spare` / `migrate` writes epoch E's new membership, which the ranks wait for.
-A GPU that comes back (the faults gpu-restart and nic-up, through faults.restart_hooks) gets its rank process
+A GPU that comes back (the faults gpu-restart and nic-up, through testbed.faults.returns.restart_hooks) gets its rank process
 started again once the job has dropped it (fenced, no longer a member); the rank asks to rejoin and the job
 admits it at its next step boundary (hosts/agents/collective_rank.py).
 When no spare is left, the membership carries an error and the ranks fail with it. Spares brought onto
@@ -32,11 +32,12 @@ from hosts.collectives.store import FileStore
 from hosts.spec.peers import Member
 from hosts.spec.rank import CollectiveRankSpec, Join, Rejoin
 from testbed.fabric import spares
-from testbed.runtime import faults
+from testbed.faults import signals
+from testbed.faults.returns import restart_hooks
 from testbed.runtime.launch import run_on_hosts
 
-RANK_MODULE = faults.RANK_PROGRAM
-rank_processes = faults.rank_processes
+RANK_MODULE = signals.RANK_PROGRAM
+rank_processes = signals.rank_processes
 
 
 def fence(net, host: str) -> int:
@@ -75,7 +76,7 @@ class JobManager:
 
     def start(self) -> "JobManager":
         if self.base_spec.admit:
-            faults.restart_hooks.append(self.rejoin)
+            restart_hooks.append(self.rejoin)
         self._thread.start()
         return self
 
@@ -90,8 +91,8 @@ class JobManager:
         """Stop watching; wait for the spares' rank processes; park the spares again."""
         self._stop.set()
         self._thread.join()
-        if self.rejoin in faults.restart_hooks:
-            faults.restart_hooks.remove(self.rejoin)
+        if self.rejoin in restart_hooks:
+            restart_hooks.remove(self.rejoin)
         for name in self.job.join_requests():       # the job has ended: no one is admitted any more
             self.job.answer_join(name, {"error": "the job had ended"})
         for t in self._threads:

@@ -15,7 +15,9 @@ import os
 import shutil
 import time
 
-from testbed.runtime import fault_outcomes, faults, recovery
+from testbed.faults import outcomes
+from testbed.faults.schedule import Schedule
+from testbed.runtime import recovery
 from testbed.runtime.launch import run_on_hosts
 from testbed.schema import NAME, SIZE, ScenarioError, parse_size
 from testbed.workloads import churn_plan, collective, collective_fabric, rank_setup, state_parity
@@ -99,7 +101,7 @@ def run(net, spec: dict) -> dict:
     commands = collective.rank_commands(store, base, hosts)
     budget = spec["duration_s"] + spec.get("timeout_s", 20) + 60
     manager = recovery.JobManager(net, base, store, [p.entry() for p in peers], budget).start()
-    plan = faults.Schedule(net, schedule(fabric, spec))
+    plan = Schedule(net, schedule(fabric, spec))
     plan.start()
     try:
         out, failed = run_on_hosts(net, commands, timeout=budget, partial=True)
@@ -123,7 +125,7 @@ def report(spec: dict, world: int, out: dict, failed: list[str], manager, plan, 
     done = [o for o in out.values() if "steps" in o]
     epochs = collective.recovery_records(out.values(), "shrink", manager)
     events = plan.results([])
-    fault_outcomes.gpu_outcomes(events, [{"recoveries": epochs}], plan.t0, fabric)
+    outcomes.fill(events, [{"recoveries": epochs}], plan.t0, fabric)
     failures = [r for r in epochs if r["policy"] != "rejoin"]
     parity = state_parity.check(done, done[0]["count"]) if done else None
     result = {

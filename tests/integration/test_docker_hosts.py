@@ -176,9 +176,9 @@ def test_collective_is_correct_and_a_killed_container_is_detected(client, host_i
         assert ok["ok"], ok["checks"]
         assert ok["rows"][0]["correct"] and ok["rows"][0]["ranks"] == 4
 
-        from testbed.runtime import faults
+        from testbed.faults.signals import signal_gpus
         hit = []
-        killer = threading.Timer(2.5, lambda: hit.append(faults.signal_gpus(net, ["s1g1"], signal.SIGKILL)))
+        killer = threading.Timer(2.5, lambda: hit.append(signal_gpus(net, ["s1g1"], signal.SIGKILL)))
         killer.start()
         t0 = time.monotonic()
         failed = collective.run(net, {"op": "allreduce", "algo": "ring", "sizes": ["4MiB"], "iterations": 3,

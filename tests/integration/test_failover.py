@@ -10,7 +10,7 @@ import pytest
 from testbed.fabric.links import sysname
 from testbed.fabric.network import Network
 from testbed.fabric.topo import build
-from testbed.runtime import faults
+from testbed.faults import FaultError, cut, targets
 from testbed.workloads import connectivity
 
 pytestmark = [pytest.mark.root, pytest.mark.alone]     # gaps and detection times in milliseconds: no neighbour
@@ -20,10 +20,10 @@ from tests.paths import ROOT
 def test_cut_uplinks_reroute_and_restore():
     fabric = build("rail-optimized", 2, 2, spines=2)
     with Network(fabric, routing="ecmp") as net:
-        faults.inject(net, "rail0-spine0")
+        cut.inject(net, "rail0-spine0")
         time.sleep(0.3)
         assert connectivity.run(net, {"timeout_s": 2})["ok"]          # around the cut through spine1
-        faults.inject(net, "rail0-spine1")
+        cut.inject(net, "rail0-spine1")
         time.sleep(0.3)
         cut_off = connectivity.run(net, {"timeout_s": 2})
         # rail0 has no uplink left: its GPUs reach each other and their HB peers, nothing across rails
@@ -33,8 +33,8 @@ def test_cut_uplinks_reroute_and_restore():
         assert all(not (m.startswith("s0g0->") and m.endswith(".1")) for m in cut_off["missing"])
         view = net.controller_view()
         assert ["rail0", 3] in view["down"] and ["rail0", 4] in view["down"]
-        faults.inject(net, "rail0-spine0", up=True)
-        faults.inject(net, "rail0-spine1", up=True)
+        cut.inject(net, "rail0-spine0", up=True)
+        cut.inject(net, "rail0-spine1", up=True)
         time.sleep(0.3)
         assert connectivity.run(net, {"timeout_s": 2})["ok"]
         assert net.controller_view()["down"] == []
@@ -91,9 +91,9 @@ def test_unknown_fault_targets_are_named():
     for target, message in (("rail0-spine0", "unknown fault target 'rail0-spine0'"),
                             ("s9g9/nic", "unknown fault target"), ("s0g0/pcie", "expected HOST/nic or HOST/hb"),
                             ("path:s0g0>s1g1", "no route from s0g0 to s1g1")):
-        with pytest.raises(faults.FaultError, match=message):
-            faults.resolve(fabric, target)
-    assert len(faults.resolve(fabric, "rail1")) == 2 and faults.resolve(fabric, "s1g0/hb")[0].kind == "hb"
+        with pytest.raises(FaultError, match=message):
+            targets.resolve(fabric, target)
+    assert len(targets.resolve(fabric, "rail1")) == 2 and targets.resolve(fabric, "s1g0/hb")[0].kind == "hb"
 
 
 @pytest.mark.parametrize("kind", ["gpu-crash", "gpu-hang"])
@@ -189,20 +189,20 @@ def test_a_cut_cable_is_noticed_by_the_switch_from_carrier_loss():
         seen = {}
         for kind, disable in (("link-down", False), ("port-disable", True)):
             t0 = time.time()
-            faults.inject(net, "s0g0/nic", disable=disable)
+            cut.inject(net, "s0g0/nic", disable=disable)
             assert wait_until(lambda: [sw, port] in net.controller_view()["down"]), kind
             seen[kind] = next(e["at"] for e in net.controller_view()["port_events"]
                               if (e["switch"], e["port"], e["up"]) == (sw, port, False) and e["at"] >= t0) - t0
             config, state = port_config_and_state(sw, port)
             # cut: the port's config is untouched, only its link (carrier) is down; disabled: configured down
             assert "LINK_DOWN" in state and ("PORT_DOWN" in config) == disable, (kind, config, state)
-            faults.inject(net, "s0g0/nic", up=True, disable=disable)
+            cut.inject(net, "s0g0/nic", up=True, disable=disable)
             assert wait_until(lambda: [sw, port] not in net.controller_view()["down"]), kind
-        faults.inject(net, "rail0-spine0")
+        cut.inject(net, "rail0-spine0")
         assert wait_until(lambda: ["rail0", uplink.a_port if uplink.a == "rail0" else uplink.b_port]
                           in net.controller_view()["down"])
         assert connectivity.run(net, {"timeout_s": 2})["ok"]       # around the cut uplink through spine1
-        faults.inject(net, "rail0-spine0", up=True)
+        cut.inject(net, "rail0-spine0", up=True)
     print(f"controller saw the NIC cable cut after {1e3 * seen['link-down']:.1f} ms (carrier loss), "
           f"the port disabled after {1e3 * seen['port-disable']:.1f} ms")
 

@@ -8,7 +8,7 @@ from controllers import mcast_trees
 from controllers.multicast_app import igmp_changes
 from controllers.routes import Topology
 from testbed.fabric.topo import build
-from testbed.runtime import faults
+from testbed.faults import cut
 
 GROUP = "239.1.2.3"
 # A member: joins GROUP on its NIC, counts datagrams for 30 s, prints the count when terminated.
@@ -158,7 +158,7 @@ def test_a_link_failure_on_the_tree_reroutes_the_group():
         assert wait_for(lambda: set(net.multicast_groups().get(GROUP, {}).get("members", [])) == set(members))
         tree, = net.multicast_groups()[GROUP]["trees"]
         spine = next(sw for sw in tree if sw.startswith("spine"))
-        faults.inject(net, f"rail0-{spine}")
+        cut.inject(net, f"rail0-{spine}")
         assert wait_for(lambda: spine not in net.multicast_groups()[GROUP]["trees"][0] and net.multicast_installed())
         before = net.counters()
         sender = net.host("s0g0")
@@ -167,7 +167,7 @@ def test_a_link_failure_on_the_tree_reroutes_the_group():
         members["s1g1"].terminate()
         assert int(members["s1g1"].stdout.read().split()[-1]) == 30
         members["s0g0"].terminate()
-        faults.inject(net, f"rail0-{spine}", up=True)
+        cut.inject(net, f"rail0-{spine}", up=True)
 
 
 # -- the multicast collectives on the fabric (root) ---------------------------------------------

@@ -4,7 +4,7 @@ import pytest
 
 from testbed import runner
 from testbed.fabric import topo
-from testbed.runtime import fault_outcomes
+from testbed.faults import outcomes
 from testbed.workloads import collective, collective_fabric, collective_rows
 
 
@@ -49,7 +49,7 @@ def test_faults_that_did_not_happen_fail_the_checks():
                {"kind": "gpu-crash", "target": "s1g1", "at_s": 2.0, "processes": 0},
                {"kind": "gpu-crash", "target": "s1g0", "at_s": 2.0, "processes": 3},
                {"kind": "link-flap", "target": "rail1-spine0", "at_s": 1.0}]
-    checks = fault_outcomes.checks(records)
+    checks = outcomes.checks(records)
     assert [c["name"] for c in checks] == ["faults.0 link-down rail0-spine0", "faults.1 gpu-crash s1g1"]
     assert not any(c["ok"] for c in checks)
     assert "never injected" in checks[0]["detail"] and "hit no process" in checks[1]["detail"]
@@ -101,7 +101,7 @@ def test_the_summary_flags_a_size_that_ran_rounded():
 def test_a_gpu_fault_that_hit_no_process_says_so_in_the_summary():
     fault = {"kind": "gpu-crash", "target": "s1g1", "at_s": 2.0, "processes": 0, "detected_s": None,
              "recovered_s": None, "first_success_s": None, "lost_steps": None, "recovery": None}
-    results = {"workloads": [], "checks": fault_outcomes.checks([fault]), "faults": [fault]}
+    results = {"workloads": [], "checks": outcomes.checks([fault]), "faults": [fault]}
     table = runner.summary_table(results)
     assert "fault gpu-crash s1g1: at 2.0 s, detected at never: it hit no process" in table
     assert "[FAIL] faults.0 gpu-crash s1g1: hit no process" in table

@@ -1,4 +1,4 @@
-"""GPUs that come back (gpu-restart, nic-up): the fault reaches the running job through faults.restart_hooks,
+"""GPUs that come back (gpu-restart, nic-up): the fault reaches the running job through testbed.faults.returns.restart_hooks,
 and the job manager starts the rank again only once the job has dropped the old one (fenced, not a member)."""
 from types import SimpleNamespace
 
@@ -6,7 +6,9 @@ from hosts.collectives.membership import Membership
 from hosts.collectives.store import FileStore
 from hosts.spec import CollectiveRankSpec, Member, Peer, Rejoin
 from testbed.fabric.topo import build
-from testbed.runtime import fault_outcomes, faults, recovery
+from testbed.faults import outcomes
+from testbed.faults.returns import restart_hooks
+from testbed.runtime import recovery
 
 
 def manager(tmp_path):
@@ -39,12 +41,12 @@ def test_the_hook_reaches_the_running_jobs_and_an_ended_job_refuses_who_still_wa
     job, _ = manager(tmp_path)
     job.start()
     try:
-        assert job.rejoin in faults.restart_hooks
-        assert sum(hook("s0g1") for hook in faults.restart_hooks) == 1
+        assert job.rejoin in restart_hooks
+        assert sum(hook("s0g1") for hook in restart_hooks) == 1
         Membership(FileStore(str(tmp_path))).request_join("s0g1", job.entries["s0g1"])
     finally:
         job.stop()
-    assert job.rejoin not in faults.restart_hooks
+    assert job.rejoin not in restart_hooks
     assert Membership(FileStore(str(tmp_path))).joined("s0g1", timeout=0.1) == {"error": "the job had ended"}
 
 
@@ -54,13 +56,13 @@ def test_a_gpu_restart_is_reported_with_the_growth_that_took_it_back():
     recoveries = [{"policy": "shrink", "failed": ["s1g1"], "detected_at": 1005.0, "decided_at": 1005.2},
                   {"policy": "rejoin", "failed": [], "joined": ["s1g1"], "decided_at": 1010.0, "reformed_at": 1010.4,
                    "first_success_at": 1011.0, "lost_steps": 0}]
-    fault_outcomes.gpu_outcomes([fault], [{"recoveries": recoveries}], t0, build("rail-optimized", 2, 2))
+    outcomes.fill([fault], [{"recoveries": recoveries}], t0, build("rail-optimized", 2, 2))
     assert (fault["detected_s"], fault["recovered_s"], fault["first_success_s"], fault["recovery"]) == \
         (10.0, 10.4, 11.0, "rejoin")
     assert "admitted at 10.0 s (+1.00 s), in the grown communicator at 10.4 s" in \
-        fault_outcomes.describe_gpu_outcome(fault)
+        outcomes.describe(fault)
     nobody = {"kind": "nic-up", "target": "s1g1", "at_s": 9.0, "processes": 0}
-    assert fault_outcomes.checks([nobody])[0]["detail"].startswith("no running job")
+    assert outcomes.checks([nobody])[0]["detail"].startswith("no running job")
 
 
 def test_the_job_runs_on_in_the_ranks_the_manager_started(tmp_path):

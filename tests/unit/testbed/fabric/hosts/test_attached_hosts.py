@@ -10,7 +10,7 @@ import pytest
 from testbed.fabric.hosts import backend_class
 from testbed.fabric.hosts.base import AttachedHost
 from testbed.fabric.hosts.dockerhost import AttachedContainer, container_name
-from testbed.runtime import handfaults
+from testbed.faults import running
 
 
 def test_a_namespace_host_is_attached_by_its_shells_pid_and_fails_by_its_processes(tmp_path):
@@ -48,5 +48,5 @@ def test_a_running_fabric_attaches_its_hosts_through_the_runs_backend(hosts, kin
     state = {"fabric": {"kind": "rail-optimized", "servers": 2, "gpus_per_server": 2}, "host_pids": {"s0g1": 77}}
     if hosts:
         state["hosts"] = hosts
-    host = handfaults.RunningFabric(state, str(tmp_path)).host("s0g1")
+    host = running.RunningFabric(state, str(tmp_path)).host("s0g1")
     assert type(host) is kind and host.pid == 77

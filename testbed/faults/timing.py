@@ -1,7 +1,7 @@
 """When a fault happened, against the workload it was timed for: a fault that fell after its workload ended
 hit nothing the scenario measures, and the run must not pass as if it had been tested.
 
-A fault that was never injected at all, or that hit no process, is failed by fault_outcomes.checks; this adds the
+A fault that was never injected at all, or that hit no process, is failed by outcomes.checks; this adds the
 fault that was injected, but late: timed from a workload (`workload: NAME`) and due after that workload
 had ended (it then hits whatever runs next, or nothing).
 """

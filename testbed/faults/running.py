@@ -1,4 +1,4 @@
-"""`testbed fault TARGET down|up`: inject a fault by hand into a fabric that a run has up.
+"""The fabric a run has up, rebuilt from its state, for faults injected by hand (`testbed fault`, the console).
 
 The running fabric is found through its run directory's state file (the fabric's parameters and the
 PIDs of its host shells); its hosts are reached through the run's host backend (`attach`), or over ssh on
@@ -37,7 +37,7 @@ class _MachineHost:
 
 
 class RunningFabric:
-    """Just enough of a Network, rebuilt from a live run's state, for testbed.runtime.faults."""
+    """Just enough of a Network, rebuilt from a live run's state, for the fault kinds (testbed.faults)."""
 
     def __init__(self, state: dict, run_dir: str):
         self.run_dir = run_dir

@@ -1,7 +1,7 @@
 """What a fault did to the program jobs running when it struck: the job's stall, how it ended, the library's first
 error and how long after the fault, and the line the summary prints (no fabric: results as the runner has them)."""
 from testbed import runner
-from testbed.runtime import program_outcomes as po
+from testbed.faults import program_jobs as po
 
 T0 = 1000.0
 

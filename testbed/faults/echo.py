@@ -3,7 +3,7 @@ when the controller saw it and when every switch had acknowledged the new rules,
 state shows them; for a GPU fault (or a GPU's cable), when it was detected and the job re-formed, as soon as
 the workload that saw it reports (its ranks tell when their launch ends: there is no live view of them).
 
-The figures are those of results.json (testbed/runtime/faults.py Schedule.results, fault_outcomes.py): this
+The figures are those of results.json (testbed/faults/schedule.py Schedule.results, outcomes.py): this
 module only watches them appear.
 """
 from __future__ import annotations
@@ -11,8 +11,7 @@ from __future__ import annotations
 import threading
 import time
 
-from testbed.runtime import fault_outcomes
-from testbed.runtime.faults import GPU_FAULTS
+from testbed.faults import REGISTRY, outcomes
 
 
 class FaultEcho:
@@ -54,7 +53,7 @@ class FaultEcho:
                 self.report.fault(f["kind"], f["target"], "repaired" if rec["up"] else "injected", rec["at"] - t0)
             self.seen = len(log)
             now = time.time()
-            waiting = [i for i, f in enumerate(self.schedule.faults) if f["kind"] not in GPU_FAULTS
+            waiting = [i for i, f in enumerate(self.schedule.faults) if not REGISTRY[f["kind"]].by_job
                        and (i, "installed") not in self.echoed
                        and any(r["fault"] == i and not r["up"] and now - r["at"] < window for r in log)]
             if waiting:
@@ -70,9 +69,9 @@ class FaultEcho:
         """A workload ended: what its ranks reported about the GPU faults (detection, re-forming)."""
         with self.lock:
             records = self.schedule.results([])
-            fault_outcomes.gpu_outcomes(records, [result], self.schedule.t0, self.net.fabric)
+            outcomes.fill(records, [result], self.schedule.t0, self.net.fabric)
             for i, rec in enumerate(records):
-                if rec["kind"] in GPU_FAULTS and rec["at_s"] is not None:
+                if REGISTRY[rec["kind"]].by_job and rec["at_s"] is not None:
                     self._stages(i, rec, ("detected", "detected_s"), ("recovered", "recovered_s"))
 
     def _stages(self, i: int, rec: dict, *stages) -> None:

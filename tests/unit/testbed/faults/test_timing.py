@@ -1,5 +1,5 @@
 """A fault timed from a workload but injected after that workload ended fails the run's checks."""
-from testbed.runtime.fault_timing import late_checks
+from testbed.faults.timing import late_checks
 
 WORKLOADS = [{"name": "first", "started_s": 0.0, "wall_s": 5.0}, {"name": "second", "started_s": 5.5, "wall_s": 20.0}]
 

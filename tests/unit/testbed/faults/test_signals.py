@@ -5,7 +5,7 @@ import sys
 from types import SimpleNamespace
 
 from testbed.fabric.hosts.base import LocalProcesses
-from testbed.runtime.faults import host_processes
+from testbed.faults.signals import host_processes
 
 
 class FakeHost(LocalProcesses):

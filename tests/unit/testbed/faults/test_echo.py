@@ -1,8 +1,8 @@
 """Faults echoed as they happen: injections from the schedule's log, a link fault's stages once the controller's
 state shows them, a GPU fault's detection and re-forming once its workload reports; each event once."""
 from testbed.fabric import topo
-from testbed.runtime.fault_echo import FaultEcho
-from testbed.runtime.faults import Schedule
+from testbed.faults.echo import FaultEcho
+from testbed.faults.schedule import Schedule
 
 T0 = 1000.0
 

@@ -1,0 +1,93 @@
+"""Link and switch faults: cables cut, mended, flapped or their ports disabled. The controller sees them
+(PORT_STATUS) and reroutes; their outcome is its three stages (the schedule's results) and when the traffic
+they cut resumed, from the receivers' view.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from testbed.faults import cut
+from testbed.faults.kind import FaultKind
+from testbed.faults.targets import LINKS, resolve, switch_ports
+
+CUT_SILENCE_WITHIN_S = 0.25
+
+
+@dataclass(frozen=True)
+class LinkFault(FaultKind):
+    """Cables cut at `at` (carrier lost), mended after `duration` if given; disable: the switch port
+    configured down by OpenFlow instead (the switch knows at once)."""
+    target: object = LINKS
+    recovery: str = "reroute"
+    disable: bool = False
+
+    def check(self, fabric, fault: dict) -> None:
+        resolve(fabric, fault["target"])
+
+    def inject(self, net, fault: dict, up: bool) -> dict:
+        return cut.inject(net, fault["target"], up, disable=self.disable)
+
+    def restore(self, net, fault: dict) -> None:
+        self.inject(net, fault, True)
+
+    def ports(self, fabric, fault: dict) -> set:
+        return switch_ports(fabric, fault["target"])
+
+    def hit(self, fabric, fault: dict) -> tuple[set, set]:
+        return set(resolve(fabric, fault["target"])), set()
+
+    def outcome(self, record: dict, workloads: list[dict], t0: float, fabric) -> None:
+        """When traffic resumed, from the receivers' view. Each UDP flow lists its silences (over 1.5 packet
+        times). A flow was cut by the fault if one of its silences ended after the fault and began at most
+        CUT_SILENCE_WITHIN_S after it: the packets already past the cut (in downstream queues) still arrive, so
+        the silence begins a little later than the cut (measured: 3 ms; more on a loaded machine). Its longest
+        such silence is the cut's; the traffic resumed when the last cut flow got a packet again (seconds after
+        the workloads started; None if no flow was silent across it: nothing the receivers could see)."""
+        flows = [f.get("silences") or [] for w in workloads if w.get("type") == "traffic"
+                 for f in w.get("per_flow", [])]
+        at = t0 + record["at_s"]
+        ends = []
+        for silences in flows:
+            cut_by = [(length, start + length) for start, length in silences
+                      if start <= at + CUT_SILENCE_WITHIN_S and start + length >= at]
+            if cut_by:
+                ends.append(max(cut_by)[1])
+        record["resumed_s"] = round(max(ends) - t0, 4) if ends else None
+        record["flows_cut"] = len(ends)
+
+    def describe(self, f: dict) -> str:
+        return (f"fault {f['kind']} {f['target']}: at {f['at_s']} s, controller saw it at {f['detected_s']} s, "
+                f"rules installed (every switch acknowledged) at {f.get('installed_s')} s"
+                + (f", traffic resumed at {f['resumed_s']} s ({f['flows_cut']} flows cut)"
+                   if f.get("resumed_s") is not None else "")
+                + f", restored at {f['restored_s']} s")
+
+
+@dataclass(frozen=True)
+class LinkUp(LinkFault):
+    """Mended at `at`."""
+
+    def steps(self, fault: dict) -> list[tuple[float, bool]]:
+        return [(fault["at"], True)]
+
+
+@dataclass(frozen=True)
+class LinkFlap(LinkFault):
+    """Down and up `count` times (default 3), `duration` (default 0.5 s) each way."""
+
+    def steps(self, fault: dict) -> list[tuple[float, bool]]:
+        period, steps = fault.get("duration", 0.5), []
+        for k in range(fault.get("count", 3)):
+            steps += [(fault["at"] + 2 * k * period, False), (fault["at"] + (2 * k + 1) * period, True)]
+        return steps
+
+
+KINDS = (
+    LinkFault("link-down", "cables cut (carrier lost)", hand={"down": False}),
+    LinkUp("link-up", "mended", hand={"up": True}),
+    LinkFlap("link-flap", "down and up `count` times",
+             properties={"count": {"type": "integer", "minimum": 1, "maximum": 100, "default": 3,
+                                   "description": "link-flap: the number of down-up cycles."}}),
+    LinkFault("switch-down", "cables cut (carrier lost)"),
+    LinkFault("port-disable", "the switch port set down by OpenFlow", disable=True),
+)
