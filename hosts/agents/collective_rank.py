@@ -11,7 +11,7 @@ result with numpy. Prints {"rank", "host", "times": [s per measured step], "phas
 [(phase, s), ...] of hierarchical algorithms, else None], "correct", "counters",
 "recoveries", "heartbeat"}, or {"rank", "host", "error"}, or {"rank", "host", "left"} (a rank moved away).
 
-A failed peer fails the collective: found by the heartbeats over the network (hosts/collectives/heartbeat.py:
+A failed peer fails the collective: found by the heartbeats over the network (hosts/recovery/heartbeat.py:
 a crash, a hang, a dead NIC or cable, a partition), by the progress watchdog (watchdog.py: a rank that beats on
 but stalled), or by the transport. With `abort` the rank reports the error. Otherwise the survivors agree on who failed and where to resume (agree()), and the job
 re-forms as a new epoch with its own rendezvous; the step in progress is run again. `shrink`: the
@@ -39,14 +39,15 @@ import time
 
 import numpy as np
 
-from hosts.collectives import beats, mcast_allgather
+from hosts.collectives import mcast_allgather
 from hosts.collectives.benchmark import elements, expected, make_input, run_op
 from hosts.collectives.comm import CollectiveError, Peer
-from hosts.collectives.membership import Membership, admit, decide, epoch_dir
 from hosts.collectives.rank import build_comm, finish, start_heartbeat
-from hosts.collectives.shared_state import SharedState
 from hosts.collectives.store import FileStore, StoreTimeout
 from hosts.spec.rank import CollectiveRankSpec
+from hosts.recovery import beats
+from hosts.recovery.membership import Membership, admit, decide, epoch_dir
+from hosts.recovery.shared_state import SharedState
 
 
 MAX_RETRIES = 2       # re-formations in a row with every rank alive

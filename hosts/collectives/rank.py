@@ -8,9 +8,9 @@ import os
 import time
 
 from hosts.collectives.comm import Communicator, Peer
-from hosts.collectives.heartbeat import Heartbeat
 from hosts.collectives.store import FileStore, StoreTimeout
 from hosts.rdma import open_device
+from hosts.recovery.heartbeat import Heartbeat
 from hosts.spec.rank import CollectiveRankSpec, RankSpec
 
 

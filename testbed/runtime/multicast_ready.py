@@ -18,8 +18,8 @@ from __future__ import annotations
 import threading
 
 from hosts.collectives.mcast_allgather import installed_key
-from hosts.collectives.membership import epoch_dirs
 from hosts.collectives.store import FileStore
+from hosts.recovery.membership import epoch_dirs
 
 POLL_S = 0.02
 HOLD_S = 1.0            # two revalidator rounds

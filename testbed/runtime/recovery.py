@@ -2,7 +2,7 @@
 
 The ranks detect a failed peer (heartbeats over the network, the progress watchdog, or the transport) and agree among themselves on who failed
 and on the step to resume from: the ranks write epoch E's verdict in the job's store (the keys:
-hosts/collectives/membership.py).
+hosts/recovery/membership.py).
 This manager, a thread in the testbed, watches for that verdict and then
   - fences the failed ranks: whatever is left of their processes is killed, so that a hung or stalled rank,
     or one cut off the network, cannot come back into a job that has moved on;
@@ -27,10 +27,10 @@ import signal
 import threading
 import time
 
-from hosts.collectives.membership import Membership, admit, member_entry, spare_spec_path
 from hosts.collectives.store import FileStore
 from hosts.spec.peers import Member
 from hosts.spec.rank import CollectiveRankSpec, Join, Rejoin
+from hosts.recovery.membership import Membership, admit, member_entry, spare_spec_path
 from testbed.fabric import spares
 from testbed.faults import signals
 from testbed.faults.returns import restart_hooks

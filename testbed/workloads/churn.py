@@ -1,7 +1,7 @@
 """Workload `churn`: one AllReduce job with a shared state runs for `duration_s` while GPUs fail and come back
 at seeded random times (churn_plan.py): crashes, hangs, stalls and NIC cuts, each followed by the GPU's
 return (gpu-restart, nic-up). The job shrinks on each failure and grows again when the GPU is back, its
-state copied to it from a live peer (hosts/collectives/shared_state.py), as PCCL's churn tests do.
+state copied to it from a live peer (hosts/recovery/shared_state.py), as PCCL's churn tests do.
 
 Reports the steps completed, the steps lost (started, then run again after a failure), the time spent in
 recovery (from a failure to the first step completed after the job re-formed without it) and in growing, and

@@ -1,10 +1,10 @@
-"""Bit-parity of the shared state (hosts/collectives/shared_state.py) across a job's ranks: every digest a rank
+"""Bit-parity of the shared state (hosts/recovery/shared_state.py) across a job's ranks: every digest a rank
 reported after a step must equal numpy's state after that step, computed here from the worlds the steps ran
 with, and the ranks must agree on those worlds. Any difference is divergence.
 """
 from __future__ import annotations
 
-from hosts.collectives.shared_state import expected_digests, steps_worlds
+from hosts.recovery.shared_state import expected_digests, steps_worlds
 
 
 def check(outputs: list[dict], count: int) -> dict:

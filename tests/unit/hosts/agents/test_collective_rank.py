@@ -9,12 +9,12 @@ import pytest
 
 from hosts.agents import collective_rank
 from hosts.collectives import Communicator
-from hosts.collectives.membership import Membership
 from hosts.collectives.store import FileStore
 from hosts.rdma import open_device
 from hosts.rdma.transport import MemoryFabric
 from hosts.spec import CollectiveRankSpec
 from hosts.spec.results import COLLECTIVE_RANK
+from hosts.recovery.membership import Membership
 
 
 def peer_specs(n):

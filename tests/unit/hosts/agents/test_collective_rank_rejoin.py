@@ -10,11 +10,11 @@ import pytest
 
 from hosts.agents import collective_rank
 from hosts.collectives import Communicator
-from hosts.collectives.membership import member_entry
 from hosts.rdma import open_device
 from hosts.rdma.transport import MemoryFabric
 from hosts.spec import CollectiveRankSpec
 from hosts.spec.results import COLLECTIVE_RANK
+from hosts.recovery.membership import member_entry
 from testbed.workloads import state_parity
 
 NAMES = ["s0g0", "s0g1", "s1g0", "s1g1"]

@@ -7,8 +7,8 @@ from types import SimpleNamespace
 import pytest
 
 from hosts.collectives.mcast_allgather import Multicast, installed_key
-from hosts.collectives.membership import epoch_dir
 from hosts.collectives.store import FileStore, StoreTimeout
+from hosts.recovery.membership import epoch_dir
 from testbed.runtime.multicast_ready import TreesReady
 
 GROUP = "239.1.2.3"

@@ -2,9 +2,9 @@
 and the job manager starts the rank again only once the job has dropped the old one (fenced, not a member)."""
 from types import SimpleNamespace
 
-from hosts.collectives.membership import Membership
 from hosts.collectives.store import FileStore
 from hosts.spec import CollectiveRankSpec, Member, Peer, Rejoin
+from hosts.recovery.membership import Membership
 from testbed.fabric.topo import build
 from testbed.faults import outcomes
 from testbed.faults.returns import restart_hooks

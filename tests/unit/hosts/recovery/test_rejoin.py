@@ -6,10 +6,10 @@ import numpy as np
 
 from hosts.agents.collective_rank import agree
 from hosts.collectives.benchmark import make_input
-from hosts.collectives.membership import Membership, admit, member_entry
-from hosts.collectives.shared_state import SharedState, digest, expected_digests, past_records, steps_worlds
 from hosts.collectives.store import FileStore
 from hosts.spec import CollectiveRankSpec, Peer
+from hosts.recovery.membership import Membership, admit, member_entry
+from hosts.recovery.shared_state import SharedState, digest, expected_digests, past_records, steps_worlds
 from testbed.workloads import state_parity
 
 

@@ -1,12 +1,12 @@
-"""The recovery membership keys (hosts/collectives/membership.py), over a FileStore in a temporary directory:
+"""The recovery membership keys (hosts/recovery/membership.py), over a FileStore in a temporary directory:
 what the ranks write and the testbed's job manager reads, and the other way round."""
 import os
 
 import pytest
 
 from hosts.collectives.comm import Peer
-from hosts.collectives.membership import Membership, decide, epoch_dir, member_entry, peer_entry, spare_spec_path
 from hosts.collectives.store import FileStore, StoreTimeout
+from hosts.recovery.membership import Membership, decide, epoch_dir, member_entry, peer_entry, spare_spec_path
 
 
 def test_announcements_verdict_and_members_per_epoch(tmp_path):

@@ -29,8 +29,8 @@ import threading
 import time
 from typing import Callable
 
-from hosts.collectives import beats
-from hosts.collectives.watchdog import Watchdog
+from hosts.recovery import beats
+from hosts.recovery.watchdog import Watchdog
 
 NEWS = "news-{name}.json"
 

@@ -17,15 +17,15 @@ import numpy as np
 import pytest
 
 from hosts.collectives import CollectiveError, Communicator, FileStore, Peer, algorithms
-from hosts.collectives.beats import paths_to
-from hosts.collectives.heartbeat import Heartbeat
 from hosts.rdma import open_device
 from hosts.rdma.transport import MemoryFabric
+from hosts.recovery.beats import paths_to
+from hosts.recovery.heartbeat import Heartbeat
 from tests.paths import ROOT
 
 PEER = """
 import json, os, sys, time
-from hosts.collectives.heartbeat import Heartbeat
+from hosts.recovery.heartbeat import Heartbeat
 me, other = json.loads(sys.argv[2]), json.loads(sys.argv[3])
 hb = Heartbeat(sys.argv[1], me, period=0.05, timeout=0.5).start()
 hb.meet([other])
