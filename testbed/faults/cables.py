@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from testbed.faults import cut
-from testbed.faults.kind import record
+from testbed.faults.kind import Target, log_entry
 from testbed.faults.recovered import JobFault
 from testbed.faults.targets import SERVER
 
@@ -16,7 +16,7 @@ from testbed.faults.targets import SERVER
 @dataclass(frozen=True)
 class NicDown(JobFault):
     def inject(self, net, fault: dict, up: bool) -> dict:
-        rec = record(fault, up)             # the time it struck: before the cable goes
+        rec = log_entry(fault, up)        # the time it struck: before the cable goes
         return {**cut.inject(net, f"{fault['target']}/nic", up), **rec}
 
     def restore(self, net, fault: dict) -> None:
@@ -25,11 +25,11 @@ class NicDown(JobFault):
 
 @dataclass(frozen=True)
 class Partition(JobFault):
-    target: object = SERVER
+    target: Target = SERVER
     server: bool = True
 
     def inject(self, net, fault: dict, up: bool) -> dict:
-        rec = record(fault, up)
+        rec = log_entry(fault, up)
         return {**rec, "links": cut.cut_at_switches(net, self.hosts(net.fabric, fault), up)}
 
     def restore(self, net, fault: dict) -> None:

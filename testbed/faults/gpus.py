@@ -6,7 +6,7 @@ from __future__ import annotations
 import signal
 from dataclasses import dataclass
 
-from testbed.faults.kind import record
+from testbed.faults.kind import log_entry
 from testbed.faults.recovered import JobFault
 from testbed.faults.signals import signal_gpus
 from testbed.faults.targets import SERVER
@@ -21,7 +21,7 @@ class GpuFault(JobFault):
 
     def inject(self, net, fault: dict, up: bool) -> dict:
         hosts = self.hosts(net.fabric, fault)
-        rec = record(fault, up)             # the time it struck: before the signals go out
+        rec = log_entry(fault, up)        # the time it struck: before the signals go out
         return {**rec, "processes": signal_gpus(net, hosts, signal.SIGCONT if up else self.sig)}
 
     def restore(self, net, fault: dict) -> None:

@@ -73,6 +73,6 @@ class FaultKind:
         raise NotImplementedError
 
 
-def record(fault: dict, up: bool, at: float | None = None, **counts) -> dict:
-    """The schedule's log entry of one step: {"target", "up", "at"} and what it reached (links, processes)."""
-    return {"target": fault["target"], "up": up, "at": time.time() if at is None else at, **counts}
+def log_entry(fault: dict, up: bool) -> dict:
+    """The schedule's log entry of one step, timed now: {"target", "up", "at"}; the kind adds what it reached."""
+    return {"target": fault["target"], "up": up, "at": time.time()}

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from testbed.faults import cut
-from testbed.faults.kind import FaultKind
+from testbed.faults.kind import FaultKind, Target
 from testbed.faults.targets import LINKS, resolve, switch_ports
 
 CUT_SILENCE_WITHIN_S = 0.25
@@ -17,7 +17,7 @@ CUT_SILENCE_WITHIN_S = 0.25
 class LinkFault(FaultKind):
     """Cables cut at `at` (carrier lost), mended after `duration` if given; disable: the switch port
     configured down by OpenFlow instead (the switch knows at once)."""
-    target: object = LINKS
+    target: Target = LINKS
     recovery: str = "reroute"
     disable: bool = False
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from testbed.faults.kind import FaultKind
+from testbed.faults.kind import FaultKind, Target
 from testbed.faults.targets import GPU_HOST, gpu_host, server_hosts
 
 
@@ -22,7 +22,7 @@ def since(f: dict, t) -> str:
 @dataclass(frozen=True)
 class JobFault(FaultKind):
     """A fault of GPU hosts: target a GPU host, or (server=True) a server and its spares."""
-    target: object = GPU_HOST
+    target: Target = GPU_HOST
     by_job: bool = True
     server: bool = False
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from testbed.faults import cut
-from testbed.faults.kind import record
+from testbed.faults.kind import log_entry
 from testbed.faults.recovered import JobFault, rel, since
 
 # The running jobs that take GPUs back (testbed/runtime/recovery.JobManager.rejoin registers itself): each
@@ -25,7 +25,7 @@ class Return(JobFault):
         return [(fault["at"], True)]
 
     def inject(self, net, fault: dict, up: bool) -> dict:
-        rec = record(fault, True)
+        rec = log_entry(fault, True)
         if self.mend:
             cut.inject(net, f"{fault['target']}/nic", up=True)
         return {**rec, "processes": sum(hook(fault["target"]) for hook in list(restart_hooks))}
