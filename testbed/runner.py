@@ -19,13 +19,13 @@ from testbed.fabric.machines import machines_from
 from testbed.fabric.params import FabricParams, ignored_params
 from testbed.fabric.placement import PlacementError, place
 from testbed.fabric.network import Network
+from testbed.faults import FaultError, outcomes, timing
+from testbed.faults.echo import FaultEcho
+from testbed.faults.schedule import Schedule, check_target
 from testbed.monitor import capture
 from testbed.monitor.fidelity import CpuSampler
 from testbed.monitor.timeline import Timeline
 from testbed.results import results_schema, runs
-from testbed.faults import FaultError, outcomes, timing
-from testbed.faults.echo import FaultEcho
-from testbed.faults.schedule import Schedule, check_target
 from testbed.runtime import progress
 from testbed.scenario import ScenarioError, host_limits
 from testbed.workloads import REGISTRY
