@@ -42,7 +42,7 @@ def case(net, kind: str, policy: str, at: float, size: str, heartbeat=None) -> d
     finally:
         schedule.stop()
     record, = schedule.results([])
-    outcomes.fill([record], [result], schedule.t0, net.fabric)
+    outcomes.of_kinds([record], [result], schedule.t0, net.fabric)
     return {"result": result, "fault": record}
 
 

@@ -10,10 +10,16 @@ from testbed.faults import REGISTRY, program_jobs
 
 def fill(records: list[dict], workloads: list[dict], t0: float, fabric) -> None:
     """Each injected fault's outcome, then the program jobs it struck (seconds after the workloads started)."""
+    of_kinds(records, workloads, t0, fabric)
+    program_jobs.attach(records, workloads, t0)
+
+
+def of_kinds(records: list[dict], workloads: list[dict], t0: float, fabric) -> None:
+    """Each injected fault's outcome as its kind reads it from the workloads (no program jobs: a live view of one
+    workload, or a job that is the whole run, has none to attach)."""
     for record in records:
         if record["at_s"] is not None:
             REGISTRY[record["kind"]].outcome(record, workloads, t0, fabric)
-    program_jobs.attach(records, workloads, t0)
 
 
 def checks(records: list[dict]) -> list[dict]:
