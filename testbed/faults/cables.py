@@ -36,5 +36,5 @@ class Partition(JobFault):
         self.inject(net, fault, True)
 
 
-KINDS = (NicDown("nic-down", "a GPU's NIC cable cut"),
+KINDS = (NicDown("nic-down", "a GPU's NIC cable cut", back="nic-up"),
          Partition("partition", "a server's NIC cables cut at the switches"))

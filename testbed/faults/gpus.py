@@ -30,11 +30,11 @@ class GpuFault(JobFault):
 
 
 KINDS = (
-    GpuFault("gpu-crash", "the GPU's ranks killed", sig=signal.SIGKILL, hand={"crash": False}),
-    GpuFault("gpu-hang", "stopped", sig=signal.SIGSTOP, resume=True, hand={"hang": False}),
+    GpuFault("gpu-crash", "the GPU's ranks killed", sig=signal.SIGKILL, hand={"crash": False}, back="gpu-restart"),
+    GpuFault("gpu-hang", "stopped", sig=signal.SIGSTOP, resume=True, hand={"hang": False}, back="gpu-restart"),
     # a hung kernel: the rank's main loop blocks at its next kernel, its heartbeats go on (the watchdog finds it)
     GpuFault("gpu-stall", "the GPU hangs, its host alive", sig=signal.SIGUSR2, resume=True,
-             hand={"stall": False, "resume": True}),
+             hand={"stall": False, "resume": True}, back="gpu-restart"),
     GpuFault("gpu-declared", "declared failed", sig=signal.SIGUSR1, hand={"declare": False}),
     GpuFault("server-down", "a server's GPUs crash", target=SERVER, server=True, sig=signal.SIGKILL),
 )

@@ -16,6 +16,7 @@ compares kind names. A kind answers:
     by_job                          its outcome comes from the job (detection, re-forming), not the controller
     recovery                        the report's recovery column when the outcome names none
     hand                            `testbed fault` actions that run it: {action: up}
+    back                            the kind that brings its GPU back into the job (None: none does)
 """
 from __future__ import annotations
 
@@ -43,6 +44,7 @@ class FaultKind:
     by_job: bool = False
     recovery: str = "-"
     missed: str = "hit no process: no rank ran on the target when it was injected"
+    back: str | None = None
 
     def check(self, fabric, fault: dict) -> None:
         raise NotImplementedError

@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import random
 
-RETURN = {"gpu-crash": "gpu-restart", "gpu-hang": "gpu-restart", "gpu-stall": "gpu-restart", "nic-down": "nic-up"}
+from testbed.faults import REGISTRY
+
+# the failures a GPU comes back from, each with the fault kind that brings it back
+RETURN = {name: kind.back for name, kind in REGISTRY.items() if kind.back}
 KINDS = list(RETURN)
 
 

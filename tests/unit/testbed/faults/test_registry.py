@@ -57,3 +57,10 @@ def test_the_summary_line_and_the_report_column_come_from_the_kind():
     gpu = {"kind": "gpu-crash", "target": "s1g1", "at_s": 1.0, "detected_s": None, "processes": 0}
     assert REGISTRY["gpu-crash"].describe(gpu).endswith("it hit no process (no rank ran on the target)")
     assert (REGISTRY["link-down"].recovery, REGISTRY["gpu-crash"].recovery) == ("reroute", "-")
+
+
+def test_a_kind_that_a_gpu_comes_back_from_names_a_registered_kind_that_brings_it_back():
+    backs = {name: k.back for name, k in REGISTRY.items() if k.back}
+    assert backs == {"gpu-crash": "gpu-restart", "gpu-hang": "gpu-restart", "gpu-stall": "gpu-restart",
+                     "nic-down": "nic-up"}
+    assert all(REGISTRY[b].steps({"at": 0.0}) == [(0.0, True)] for b in backs.values())
