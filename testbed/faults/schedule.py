@@ -2,7 +2,9 @@
 kind does is its FaultKind's (testbed/faults/), when it does it is here.
 
 A fault's `at` counts from the start of the workloads, or from the start of the workload its `workload` names
-(the runner reports each start). Everything still down when the workloads end is restored before the fabric is
+(the runner reports each start). A GPU fault timed from a workload that finds no rank on its target yet (its
+processes still being started: seconds on a slow or emulated machine) waits for one while that workload runs,
+and says how long it waited (`waited_s`); once the workload is over it strikes as it is, and hits nothing. Everything still down when the workloads end is restored before the fabric is
 torn down. GPU faults and the cables of GPUs are found and recovered from by the job itself; their outcome says
 when and how (testbed/faults/outcomes.py).
 """
@@ -13,6 +15,8 @@ import threading
 import time
 
 from testbed.faults import REGISTRY
+
+RETRY_S = 0.1           # how often a GPU fault waiting for its target's rank looks again
 
 
 def check_target(fabric, fault: dict) -> None:
@@ -37,6 +41,8 @@ class Schedule:
                 self.steps += steps
         heapq.heapify(self.steps)
         self.log: list[dict] = []
+        self.running: str | None = None                     # the workload running now
+        self.due: dict[int, float] = {}                     # fault -> when it was first due (those that waited)
         self.t0 = 0.0
         self._cv = threading.Condition()
         self._stopped = False
@@ -50,6 +56,7 @@ class Schedule:
     def workload_started(self, name: str) -> None:
         """Schedule the faults anchored to this workload from now."""
         with self._cv:
+            self.running = name
             since = time.time() - self.t0
             for at, i, up in self.anchored.pop(name, []):
                 heapq.heappush(self.steps, (since + at, i, up))
@@ -70,9 +77,24 @@ class Schedule:
 
     def _run(self) -> None:
         while (step := self._next()) is not None:
-            _, i, up = step
+            due, i, up = step
             f = self.faults[i]
-            self.log.append({**REGISTRY[f["kind"]].inject(self.net, f, up), "fault": i})
+            rec = REGISTRY[f["kind"]].inject(self.net, f, up)
+            if not up and rec.get("processes") == 0 and f.get("workload") == self.running:
+                self._later(i, due)         # its workload has not started a rank on the target yet
+                continue
+            if i in self.due:
+                rec["waited_s"] = round(rec["at"] - self.t0 - self.due[i], 4)
+            self.log.append({**rec, "fault": i})
+
+    def _later(self, i: int, due: float) -> None:
+        """Try fault i again shortly; the steps still to come for it (its undoing) move with it."""
+        self.due.setdefault(i, due)
+        again = time.time() - self.t0 + RETRY_S
+        with self._cv:
+            self.steps = [(t + again - due if j == i else t, j, up) for t, j, up in self.steps]
+            heapq.heapify(self.steps)
+            heapq.heappush(self.steps, (again, i, False))
 
     def stop(self) -> None:
         """Stop injecting and restore what is down (idempotent)."""
@@ -111,6 +133,8 @@ class Schedule:
         rec["at_s"] = round(first["at"] - self.t0, 4)
         if "processes" in first:
             rec["processes"] = first["processes"]       # GPU faults: rank processes signalled
+        if "waited_s" in first:
+            rec["waited_s"] = first["waited_s"]         # for its target's rank to start
         # events on the fault's own ports (spares coming up are others); None for the faults the controller
         # does not see (the runner fills them in from the workloads' recoveries)
         ports = REGISTRY[fault["kind"]].ports(self.net.fabric, fault)

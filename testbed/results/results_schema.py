@@ -104,6 +104,8 @@ FAULT = obj({
     "first_success_s": rel("when the first collective after the recovery had completed on every member."),
     "lost_steps": d(nullable(INT), "Started steps run again after the recovery."),
     "processes": d(INT, "GPU faults: rank processes signalled (0: it hit none)."),
+    "waited_s": dur("a GPU fault timed from a workload: how long it waited, past its `at`, for a rank to start on "
+                    "its target."),
     "detected_by": d(nullable(STR), "What noticed a GPU fault first (heartbeat, transport, watchdog ...)."),
     "recovery": d(nullable(STR), "The recovery policy that acted (abort, shrink, spare, migrate)."),
     "replaced_by": d(nullable({"type": "object", "additionalProperties": STR}), "Failed host -> the spare that "
