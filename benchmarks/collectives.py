@@ -11,7 +11,7 @@ import tempfile
 
 from testbed import runner
 from testbed.fabric.links import NIC_MTU
-from testbed.scenario import parse_size
+from testbed.scenario.schema import parse_size
 
 
 def collective(kind, op, algo, size, nic, mtu, iterations=2):

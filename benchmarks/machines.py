@@ -21,7 +21,7 @@ from testbed.fabric.links import NIC_MTU
 from testbed.fabric.machines import machines_from
 from testbed.fabric.network import Network
 from testbed.fabric.topo import build
-from testbed.scenario import parse_size
+from testbed.scenario.schema import parse_size
 from testbed import PROJECT_ROOT
 from testbed.workloads import collective
 

@@ -25,7 +25,7 @@ import time
 from testbed.fabric.links import NIC_MTU
 from testbed.fabric.network import Network
 from testbed.fabric.topo import build
-from testbed.scenario import parse_size
+from testbed.scenario.schema import parse_size
 from testbed.workloads import collective
 
 ALGOS = {"ring-rank": {"algo": "ring", "ring": "rank"}, "ring-rail": {"algo": "ring", "ring": "rail"},

@@ -27,7 +27,8 @@ from testbed.monitor.fidelity import CpuSampler
 from testbed.monitor.timeline import Timeline
 from testbed.results import results_schema, runs
 from testbed.runtime import progress
-from testbed.scenario import ScenarioError, host_limits
+from testbed.scenario import host_limits
+from testbed.scenario.schema import ScenarioError
 from testbed.workloads import REGISTRY
 
 class Interrupted(Exception):

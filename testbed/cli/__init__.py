@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     from testbed.results.pcap import PcapError
     from testbed.results.runs import RunsError
     from testbed.faults.running import HandFaultError
-    from testbed.scenario import ScenarioError
+    from testbed.scenario.schema import ScenarioError
     args = parser().parse_args(argv)
     try:
         configure_output(args)

@@ -20,8 +20,8 @@ def check(path: str, overrides: list[str] = ()) -> tuple[dict | None, object, li
     Every schema error is reported; past the schema, the first problem (later checks build on earlier ones)."""
     from testbed import runner, scenario
     from testbed.fabric.topo import TopologyError
-    from testbed.scenario_marks import message_path
-    from testbed.schema import ScenarioError
+    from testbed.scenario.marks import message_path
+    from testbed.scenario.schema import ScenarioError
     try:
         doc, marks = scenario.read(path, overrides)
     except ScenarioError as exc:
@@ -104,9 +104,10 @@ def plan(doc: dict, fabric) -> list[str]:
 
 
 def cmd_schema(args) -> int:
-    from testbed import scenario, scenario_reference
+    from testbed import scenario
+    from testbed.scenario import reference
     if args.markdown:
-        print(scenario_reference.markdown(scenario.SCHEMA), end="")
+        print(reference.markdown(scenario.SCHEMA), end="")
     else:
         print(json.dumps(scenario.export(), indent=2))
     return 0

@@ -11,7 +11,7 @@
     report_plots(results, dir) -> [str]   the plots it draws into the run's plots/ folder; returns their paths
 
 REGISTRY maps each `type` to its module: adding a workload type is one module, its tests and one line here;
-testbed/scenario.py assembles the scenario schema from the modules' SCHEMA.
+testbed/scenario/loader.py assembles the scenario schema from the modules' SCHEMA.
 """
 from __future__ import annotations
 

@@ -19,7 +19,7 @@ from testbed.faults import outcomes
 from testbed.faults.schedule import Schedule
 from testbed.runtime import recovery
 from testbed.runtime.launch import run_on_hosts
-from testbed.schema import NAME, SIZE, ScenarioError, parse_size
+from testbed.scenario.schema import NAME, SIZE, ScenarioError, parse_size
 from testbed.workloads import churn_plan, collective, collective_fabric, rank_setup, state_parity
 
 SCHEMA = {

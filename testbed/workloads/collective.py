@@ -17,7 +17,7 @@ from testbed.fabric import hb_counters
 from testbed.results import models
 from testbed.runtime import multicast_ready, progress, recovery
 from testbed.runtime.launch import run_on_hosts
-from testbed.schema import NAME, SIZE, ScenarioError
+from testbed.scenario.schema import NAME, SIZE, ScenarioError
 from testbed.workloads import collective_phases, collective_rows, rank_setup, state_parity
 from testbed.workloads.collective_fabric import HIERARCHICAL, check_paths, cluster, itemsize, model_algo, \
     multicast_scope, ran_bytes, ranks, sizes

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hosts.collectives.benchmark import elements
 from hosts.collectives.comm import rail_order
 from testbed.results import models
-from testbed.schema import ScenarioError, parse_size
+from testbed.scenario.schema import ScenarioError, parse_size
 
 ALL_PAIRS = {"rhd", "rd", "direct"}            # algorithms that may pair any two ranks
 HIERARCHICAL = ("hierarchical", "hierarchical-pipelined", "two-step")   # HB domain first: no cross-rail path

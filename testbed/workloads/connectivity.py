@@ -9,7 +9,7 @@ import time
 
 from hosts.spec.flows import ProbeSpec
 from testbed.runtime.launch import run_on_hosts
-from testbed.schema import NAME
+from testbed.scenario.schema import NAME
 
 # This workload's part of the scenario schema (the scenario file's `workloads:` items of its type).
 SCHEMA = {

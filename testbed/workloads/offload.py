@@ -28,7 +28,7 @@ from testbed import PROJECT_ROOT
 from testbed.fabric.hosts import backend_class
 from testbed.monitor.fidelity import CpuSampler
 from testbed.runtime import agent_results, hostlogs
-from testbed.schema import NAME, RATE, ScenarioError
+from testbed.scenario.schema import NAME, RATE, ScenarioError
 from testbed.workloads import offload_compare as compare
 
 # This workload's part of the scenario schema (the scenario file's `workloads:` items of its type).

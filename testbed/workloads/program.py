@@ -23,7 +23,7 @@ import tempfile
 import time
 
 from testbed.fabric import ovs
-from testbed.schema import ScenarioError
+from testbed.scenario.schema import ScenarioError
 from testbed.workloads import collective_fabric, collective_rows
 from testbed.workloads import program_launch as launch
 from testbed.workloads import program_traffic

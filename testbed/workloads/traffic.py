@@ -17,7 +17,7 @@ from hosts.spec.flows import FlowsSpec, Listen, Send
 from testbed.fabric import ovs
 from testbed.fabric.links import transport_options
 from testbed.runtime.launch import run_on_hosts
-from testbed.schema import NAME, RATE, SIZE, ScenarioError, parse_size
+from testbed.scenario.schema import NAME, RATE, SIZE, ScenarioError, parse_size
 
 # This workload's part of the scenario schema (the scenario file's `workloads:` items of its type).
 SCHEMA = {

@@ -28,7 +28,7 @@ from hosts.spec.rank import Parallelism, TrainingRankSpec
 from testbed.fabric import ovs
 from testbed.planning.prediction import Prediction
 from testbed.runtime.launch import run_on_hosts
-from testbed.schema import NAME, POSITIVE_INT, RATE
+from testbed.scenario.schema import NAME, POSITIVE_INT, RATE
 from testbed.workloads import collective_fabric, collective_rows, rank_setup, traffic
 from testbed.workloads.training_plan import Plan, make_plan, settings
 from testbed.workloads.training_report import report_plots, report_section  # noqa: F401 (its part of the report)

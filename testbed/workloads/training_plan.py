@@ -11,7 +11,7 @@ from hosts.collectives.layout import Layout, gpu_of
 from testbed.fabric.topo import gpu_host
 from testbed.planning.calibration import Calibration
 from testbed.planning.prediction import Hardware, ModelShape, Parallelism, Prediction, predict
-from testbed.schema import ScenarioError
+from testbed.scenario.schema import ScenarioError
 from testbed.workloads import collective_fabric
 
 MODEL = {"layers": 4, "hidden": 8192, "seq_len": 2048, "micro_batch": 1, "params": 3.2e9, "bytes_per_param": 2,

@@ -11,7 +11,7 @@ from testbed import runner, scenario
 from testbed.fabric.network import Network
 from testbed.fabric.topo import build
 from testbed.results import pcap
-from testbed.scenario import ScenarioError
+from testbed.scenario.schema import ScenarioError
 from testbed.workloads import collective
 
 pytestmark = pytest.mark.root

@@ -213,7 +213,7 @@ def test_multicast_allgather_and_broadcast_are_exact_with_loss_and_halve_the_nic
 @pytest.mark.root
 def test_rail_only_multicast_allgather_is_hierarchical_and_broadcast_is_refused():
     from testbed.fabric.network import Network
-    from testbed.scenario import ScenarioError
+    from testbed.scenario.schema import ScenarioError
     from testbed.workloads import collective
     fabric = build("rail-only", 2, 2, nic_mbps=10)
     with Network(fabric) as net:

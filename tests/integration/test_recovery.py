@@ -12,7 +12,7 @@ from testbed import runner
 from testbed.fabric import spares
 from testbed.fabric.network import Network
 from testbed.fabric.topo import build
-from testbed.scenario import ScenarioError
+from testbed.scenario.schema import ScenarioError
 from testbed.workloads import connectivity
 
 pytestmark = pytest.mark.alone     # detection and re-formation times, and no false detection: CPU headroom

@@ -284,7 +284,7 @@ python -m no_such_module_here
 def test_a_broken_command_fails(index, scratch):
     command = commands_of("BROKEN.md", BROKEN)[index]
     ran = {command: run_testbed(command.argv, scratch)} if runnable(command.argv) else {}
-    from testbed.scenario import ScenarioError
+    from testbed.scenario.schema import ScenarioError
     with pytest.raises((AssertionError, ScenarioError)):
         check(command, scratch, ran)
 

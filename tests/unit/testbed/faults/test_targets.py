@@ -6,7 +6,7 @@ from testbed import runner
 from testbed.fabric.topo import build
 from testbed.faults import REGISTRY, FaultError
 from testbed.faults.targets import resolve
-from testbed.schema import ScenarioError
+from testbed.scenario.schema import ScenarioError
 
 FABRIC = build("rail-optimized", 2, 2, spines=2, spares_per_server=1)
 

@@ -3,7 +3,7 @@ outputs (no fabric)."""
 import pytest
 
 from testbed.fabric.topo import build
-from testbed.scenario import ScenarioError
+from testbed.scenario.schema import ScenarioError
 from testbed.workloads import churn, churn_plan
 
 HOSTS = [f"s{s}g{g}" for s in range(2) for g in range(4)]

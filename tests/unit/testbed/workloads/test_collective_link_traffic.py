@@ -6,7 +6,7 @@ from testbed.fabric import hb_counters
 from testbed.fabric.links import roce_mtus
 from testbed.fabric.topo import build
 from testbed.results import multicast_minimum as mm
-from testbed.schema import ScenarioError
+from testbed.scenario.schema import ScenarioError
 from testbed.workloads import collective, collective_rows
 
 FABRIC = build("rail-optimized", 2, 4, spines=2)

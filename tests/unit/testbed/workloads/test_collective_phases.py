@@ -7,7 +7,7 @@ import pytest
 
 from testbed.fabric import kinds, topo
 from testbed.results import models
-from testbed.schema import ScenarioError
+from testbed.scenario.schema import ScenarioError
 from testbed.workloads import collective, collective_fabric, collective_phases, collective_rows
 
 C = models.Cluster(x=4, y=2, c_s=0.625e6, c_f=5.625e6)      # 2 x 4, NIC 5 Mbit/s, HB 45 Mbit/s

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from testbed.fabric.topo import build
-from testbed.schema import ScenarioError
+from testbed.scenario.schema import ScenarioError
 from testbed.workloads import offload
 
 from tests.paths import ROOT

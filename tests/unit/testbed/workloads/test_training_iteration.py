@@ -9,7 +9,7 @@ import pytest
 from hosts.collectives import Peer
 from hosts.collectives import training as rank_program
 from testbed.fabric.topo import build
-from testbed.scenario import ScenarioError
+from testbed.scenario.schema import ScenarioError
 from testbed.workloads import collective_fabric, training
 from tests.unit.hosts.collectives.test_algorithms import run_ranks
 

@@ -10,7 +10,7 @@ import re
 import yaml
 from yaml.nodes import MappingNode, ScalarNode, SequenceNode
 
-from testbed.schema import ScenarioError
+from testbed.scenario.schema import ScenarioError
 
 # the dotted path a message starts with: "workloads.0.sizes: ..." (the form every scenario error takes)
 MESSAGE_PATH = re.compile(r"^([A-Za-z_][\w-]*(?:\.[\w-]+)*):\s")

@@ -17,8 +17,8 @@ from testbed import __version__
 from testbed.fabric import params as fabric_params
 from testbed.fabric.placement import MACHINE_NAME
 from testbed.faults import SCHEMA as FAULT       # generated from the fault kinds
-from testbed.scenario_marks import Marks, parse
-from testbed.schema import RATE, SIZE, ScenarioError, parse_size
+from testbed.scenario.marks import Marks, parse
+from testbed.scenario.schema import RATE, SIZE, ScenarioError, parse_size
 from testbed.workloads import REGISTRY
 
 FABRIC = fabric_params.scenario_schema()

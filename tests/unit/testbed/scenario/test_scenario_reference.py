@@ -1,7 +1,8 @@
 """docs/scenario-reference.md is what the generator makes of today's schema, and it names every key."""
 import os
 
-from testbed import scenario, scenario_reference
+from testbed import scenario
+from testbed.scenario import reference
 from testbed.cli import main
 from tests.paths import ROOT
 
@@ -21,7 +22,7 @@ def keys(schema: dict, prefix: str = ""):
 def test_committed_reference_is_current(capsys):
     assert main(["schema", "--markdown"]) == 0
     generated = capsys.readouterr().out
-    assert generated == scenario_reference.markdown(scenario.SCHEMA)
+    assert generated == reference.markdown(scenario.SCHEMA)
     with open(PAGE) as f:
         assert f.read() == generated, "docs/scenario-reference.md is stale: regenerate it with " \
             "`testbed schema --markdown > docs/scenario-reference.md`"
@@ -30,7 +31,7 @@ def test_committed_reference_is_current(capsys):
 def test_reference_names_every_key_with_a_meaning_and_a_default():
     """Every key has a description (editors show it) and a default: the schema's, `required`, or what its
     description says ("Default: 9 x nic_mbps")."""
-    page = scenario_reference.markdown(scenario.SCHEMA)
+    page = reference.markdown(scenario.SCHEMA)
     schema = scenario.SCHEMA
     sections = [("", schema)] + [(f"{k}.", s) for k, s in schema["properties"].items() if s.get("properties")]
     sections += [("", schema["properties"][k]["items"]) for k in ("faults", "capture")]
@@ -46,7 +47,7 @@ def test_reference_names_every_key_with_a_meaning_and_a_default():
 
 
 def test_types_read_as_words():
-    t = scenario_reference.type_of
+    t = reference.type_of
     assert t({"type": "integer", "minimum": 1, "maximum": 100}) == "integer 1 to 100"
     assert t({"type": "number", "exclusiveMinimum": 0, "maximum": 1}) == "number > 0, <= 1"
     assert t({"type": ["integer", "string"]}) == "size"

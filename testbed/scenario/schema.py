@@ -1,6 +1,6 @@
 """The scenario file's shared vocabulary: its error, sizes (4096, 64KiB, 1MiB), rates and counts.
 
-The scenario (testbed/scenario.py) and every workload's own part of the schema (testbed/workloads/) use it.
+The scenario (testbed/scenario/loader.py) and every workload's own part of the schema (testbed/workloads/) use it.
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ class ScenarioError(ValueError):
     """A scenario that cannot be run; the message is one line naming the problem.
 
     path (the JSON path of the offending value, e.g. ("workloads", 0, "sizes")) and key (an offending key
-    under it) say where it is when the raiser knows; testbed/scenario_marks.py turns them into a file line."""
+    under it) say where it is when the raiser knows; testbed/scenario/marks.py turns them into a file line."""
 
     def __init__(self, message: str, path=(), key=None):
         super().__init__(message)

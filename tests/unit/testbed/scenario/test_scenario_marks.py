@@ -1,8 +1,8 @@
 """Where a key or value is in a scenario file: the line and column errors name."""
 import pytest
 
-from testbed.scenario_marks import Marks, message_path, parse
-from testbed.schema import ScenarioError
+from testbed.scenario.marks import Marks, message_path, parse
+from testbed.scenario.schema import ScenarioError
 
 TEXT = """\
 name: m
