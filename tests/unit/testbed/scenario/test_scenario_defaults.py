@@ -3,7 +3,8 @@ import inspect
 from types import SimpleNamespace
 
 from hosts.spec import CollectiveRankSpec
-from testbed import runner, scenario
+from testbed import runner
+from testbed.scenario import loader
 from testbed.fabric.hosts import dockerhost
 from testbed.scenario.schema import parse_size
 from testbed.workloads import collective, collective_fabric, offload, program, traffic, training, training_plan
@@ -15,16 +16,16 @@ def defaults(schema: dict) -> dict:
 
 def test_fabric_defaults():
     fabric = runner.fabric_of({"fabric": {"kind": "rail-optimized"}})
-    shown = defaults(scenario.FABRIC)
+    shown = defaults(loader.FABRIC)
     assert shown == {k: getattr(fabric.params, k) for k in shown}
     assert fabric.params.hb_mbps == 9 * fabric.params.nic_mbps          # "Default: 9 x nic_mbps"
 
 
 def test_docker_host_limit_defaults():
-    limits = scenario.SCHEMA["properties"]["host_limits"]
+    limits = loader.SCHEMA["properties"]["host_limits"]
     given = inspect.signature(dockerhost.Containers).parameters
     assert defaults(limits) == {"cpus": given["cpus"].default, "memory": "1GiB"}
-    assert parse_size("1GiB", scenario.MIN_HOST_MEMORY, scenario.MAX_HOST_MEMORY) == given["memory"].default
+    assert parse_size("1GiB", loader.MIN_HOST_MEMORY, loader.MAX_HOST_MEMORY) == given["memory"].default
 
 
 def test_collective_defaults_are_what_every_rank_is_told():
