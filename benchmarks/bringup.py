@@ -21,7 +21,7 @@ def main() -> None:
     fabric = build(kind, int(n), int(k), spines=int(s))
     c = fabric.counts()
     if hosts == "docker":
-        from testbed.fabric.hosts import dockerhost, image
+        from testbed.fabric.backends import dockerhost, image
         image.ensure(dockerhost.engine())
     net = Network(fabric, routing="ecmp", hosts=hosts)
     with net:

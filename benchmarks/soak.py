@@ -110,7 +110,7 @@ def stray_processes() -> list[str]:
 
 def containers() -> list[str]:
     try:
-        from testbed.fabric.hosts import dockerhost
+        from testbed.fabric.backends import dockerhost
         client = dockerhost.engine()
     except Exception:
         return []

@@ -58,7 +58,7 @@ def stale_processes(states: dict[str, dict]) -> list[tuple[int, str]]:
 def stale_containers(live: set[str], echo=print) -> int:
     """Remove the testbed's containers (label and name prefix) whose run is not in progress."""
     try:
-        from testbed.fabric.hosts import dockerhost
+        from testbed.fabric.backends import dockerhost
         client = dockerhost.engine()
     except Exception:          # no Docker engine (or no SDK): no containers of ours can be running
         return 0

@@ -58,7 +58,7 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(scope="session")
 def docker_engine():
     """A client of the Docker engine; the test skips, with the reason printed, where there is none."""
-    from testbed.fabric.hosts.engine import DockerUnavailable, engine
+    from testbed.fabric.backends.engine import DockerUnavailable, engine
     try:
         return engine()
     except DockerUnavailable as exc:

@@ -28,7 +28,7 @@ import tempfile
 import time
 
 from testbed import PREFIX, RUN_ROOT
-from testbed.fabric.hosts import image
+from testbed.fabric.backends import image
 
 MACHINE_IMAGE = f"{PREFIX}machine:latest"
 NETWORK = f"{PREFIX}mgmt"
@@ -44,7 +44,7 @@ class MachineError(RuntimeError):
 
 
 def _client():
-    from testbed.fabric.hosts.engine import engine
+    from testbed.fabric.backends.engine import engine
     return engine()
 
 

@@ -23,9 +23,9 @@ def require_machine(doc: dict, verb: str) -> None:
     as one-line usage errors."""
     if os.geteuid() != 0:
         raise UsageError(f"`testbed {verb}` needs root (namespaces, Open vSwitch); try sudo")
-    from testbed.fabric import hosts, ovs
+    from testbed.fabric import backends, ovs
     ovs.require_running()
     try:
-        hosts.require(doc.get("hosts", "netns"))
-    except hosts.BackendUnavailable as exc:
+        backends.require(doc.get("hosts", "netns"))
+    except backends.BackendUnavailable as exc:
         raise UsageError(str(exc)) from None

@@ -30,7 +30,7 @@ class LiveFabric:
     """A running fabric: its model, state, hosts' PIDs and the backend that entered its hosts."""
 
     def __init__(self, run_dir: str, state: dict):
-        from testbed.fabric.hosts import backend_class
+        from testbed.fabric.backends import backend_class
         from testbed.faults.running import RunningFabric
         self.run_dir, self.state = run_dir, state
         self.net = RunningFabric(state, run_dir)         # what the fault kinds take

@@ -30,7 +30,7 @@ from mininet.examples.cluster import RemoteLink, RemoteMixin, RemoteOVSSwitch
 from mininet.nodelib import LinuxBridge
 
 from testbed import PREFIX, RUN_ROOT
-from testbed.fabric.hosts.base import NamespaceHost
+from testbed.fabric.backends.base import NamespaceHost
 from testbed.fabric.placement import MACHINE_NAME
 
 VXLAN_PORT = 4789

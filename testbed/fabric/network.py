@@ -10,7 +10,7 @@ Linux bridges. Host NICs are shaped with tbf at both ends of their veth; uplinks
 Everything carries the testbed prefix and is recorded in the run directory for `testbed clean`.
 
 Hosts are network namespaces (Mininet's hosts, the default) or Docker containers (hosts="docker",
-testbed/fabric/hosts/dockerhost.py), with the same cabling, addressing and workloads.
+testbed/fabric/backends/dockerhost.py), with the same cabling, addressing and workloads.
 
 With machines=[Machine, ...] the fabric is spread over those machines by rails (testbed/fabric/placement.py):
 their switches and namespace hosts are Mininet Cluster Edition's remote nodes, links between machines are
@@ -33,7 +33,7 @@ from mininet.nodelib import LinuxBridge
 from testbed import RUN_ROOT
 from testbed.fabric import ovs, runstate
 from testbed.fabric.controller import Controller, ControllerError, LoopbackController
-from testbed.fabric.hosts import BackendUnavailable, backend_class, softroce
+from testbed.fabric.backends import BackendUnavailable, backend_class, softroce
 from testbed.fabric.links import (IFNAMSIZ, TAG_VARIABLE, fabric_tag, interface, is_patch, overlong_names, switch_port,
                                   sysname, tbf_of)
 from testbed.fabric.machines import (VNI_BASE, VXLAN_OVERHEAD, ControllerTunnel, Machine, MachineBridge,

@@ -10,7 +10,7 @@ import subprocess
 
 from testbed.fabric import machines, runstate, topo
 from testbed.fabric.params import FabricParams
-from testbed.fabric.hosts import backend_class
+from testbed.fabric.backends import backend_class
 
 
 class HandFaultError(ValueError):

@@ -25,7 +25,7 @@ from hosts.cgroups import CgroupError
 from hosts.spec.tfdata import ServiceSpec, TrainerSpec
 from hosts.tfdata import budget
 from testbed import PROJECT_ROOT
-from testbed.fabric.hosts import backend_class
+from testbed.fabric.backends import backend_class
 from testbed.monitor.fidelity import CpuSampler
 from testbed.runtime import agent_results, hostlogs
 from testbed.scenario.schema import NAME, RATE, ScenarioError

@@ -18,7 +18,7 @@ import time
 import pytest
 
 from testbed import runner
-from testbed.fabric.hosts import image
+from testbed.fabric.backends import image
 from testbed.fabric.network import Network
 from testbed.fabric.topo import build
 from testbed.scenario import validate
@@ -287,7 +287,7 @@ def test_a_users_own_image_runs_the_hosts_and_a_missing_one_is_named(client, tmp
     it, and a program sees what it added; an image that is not here fails the run in one line naming it."""
     import io
 
-    from testbed.fabric.hosts import image
+    from testbed.fabric.backends import image
     base = image.ensure(client)
     tag = "tb-usertest:latest"
     dockerfile = f"FROM {base}\nRUN echo added-by-the-user > /etc/tb-user-image\n".encode()

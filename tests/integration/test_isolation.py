@@ -115,7 +115,7 @@ def test_the_controller_listens_on_loopback_only_and_no_host_reaches_outside_the
 @pytest.mark.root
 @pytest.mark.docker
 def test_docker_hosts_are_isolated_and_hold_only_the_listed_capabilities(listener):
-    from testbed.fabric.hosts.dockerhost import DockerUnavailable, engine
+    from testbed.fabric.backends.dockerhost import DockerUnavailable, engine
     try:
         engine()
     except DockerUnavailable as exc:

@@ -222,7 +222,7 @@ def test_a_cut_gpu_nic_makes_gloo_raise_after_its_timeout_and_mpi_abort_or_hang(
 
 
 def need_docker() -> None:
-    from testbed.fabric.hosts.dockerhost import DockerUnavailable, engine
+    from testbed.fabric.backends.dockerhost import DockerUnavailable, engine
     try:
         engine()
     except DockerUnavailable as exc:

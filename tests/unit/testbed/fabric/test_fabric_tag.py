@@ -6,7 +6,7 @@ import sys
 import pytest
 
 from testbed.fabric import runstate
-from testbed.fabric.hosts.dockerhost import container_name
+from testbed.fabric.backends.dockerhost import container_name
 from testbed.fabric.links import IFNAMSIZ, TAG_VARIABLE, fabric_tag, node_of, overlong_names, switch_port, sysname
 from testbed.fabric.network import Network, NetworkError
 from testbed.fabric.kinds import NAMES as KINDS

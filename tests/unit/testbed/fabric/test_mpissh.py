@@ -1,6 +1,6 @@
 """mpirun's ssh on Docker hosts without a fabric: the configs (keys of the run only, the image's environment,
 nothing asked), the trusted host key per address, and a host's sshd shared by the jobs that run at once."""
-from testbed.fabric.hosts import mpissh
+from testbed.fabric.backends import mpissh
 
 
 def options(text: str) -> dict:

@@ -4,7 +4,7 @@ import subprocess
 import sys
 from types import SimpleNamespace
 
-from testbed.fabric.hosts.base import LocalProcesses
+from testbed.fabric.backends.base import LocalProcesses
 from testbed.faults.signals import host_processes
 
 

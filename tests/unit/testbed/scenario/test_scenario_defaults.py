@@ -5,7 +5,7 @@ from types import SimpleNamespace
 from hosts.spec import CollectiveRankSpec
 from testbed import runner
 from testbed.scenario import loader
-from testbed.fabric.hosts import dockerhost
+from testbed.fabric.backends import dockerhost
 from testbed.scenario.schema import parse_size
 from testbed.workloads import collective, collective_fabric, offload, program, traffic, training, training_plan
 

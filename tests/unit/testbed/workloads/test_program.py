@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from testbed import runner
-from testbed.fabric.hosts.base import MPI_AGENT, Namespaces, RemoteShell
+from testbed.fabric.backends.base import MPI_AGENT, Namespaces, RemoteShell
 from testbed.fabric.topo import build
 from testbed.scenario import ScenarioError, validate
 from testbed.workloads import program

@@ -7,9 +7,9 @@ import sys
 
 import pytest
 
-from testbed.fabric.hosts import backend_class
-from testbed.fabric.hosts.base import AttachedHost
-from testbed.fabric.hosts.dockerhost import AttachedContainer, container_name
+from testbed.fabric.backends import backend_class
+from testbed.fabric.backends.base import AttachedHost
+from testbed.fabric.backends.dockerhost import AttachedContainer, container_name
 from testbed.faults import running
 
 
@@ -38,8 +38,9 @@ def test_a_docker_host_is_attached_to_its_container_which_takes_its_gpu_failures
             hit.append(name)
             return name
 
-    monkeypatch.setattr("testbed.fabric.hosts.dockerhost.engine", lambda: type("E", (), {"containers": Containers()})())
-    monkeypatch.setattr("testbed.fabric.hosts.dockerhost.container_fault", lambda container, sig: 3)
+    monkeypatch.setattr("testbed.fabric.backends.dockerhost.engine",
+                        lambda: type("E", (), {"containers": Containers()})())
+    monkeypatch.setattr("testbed.fabric.backends.dockerhost.container_fault", lambda container, sig: 3)
     assert host.fail(signal.SIGKILL) == 3 and hit == [container_name("s1g0")]
 
 

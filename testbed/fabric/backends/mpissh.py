@@ -23,7 +23,7 @@ import subprocess
 import threading
 import time
 
-from testbed.fabric.hosts.base import RemoteShell
+from testbed.fabric.backends.base import RemoteShell
 
 PORT = 22
 KEY, HOST_KEY = "id_ed25519", "host_ed25519"

@@ -1,8 +1,8 @@
 """What an emulated host offers the rest of the testbed, whichever backend runs it.
 
 Two backends: network namespaces (Mininet's hosts, `NamespaceHost`) and Docker containers
-(`testbed.fabric.hosts.dockerhost.DockerHost`). Besides Mininet's `cmd` and `popen` (a process *inside* the host), both
-provide the three things that differ between them, so that no caller asks which backend it has:
+(`testbed.fabric.backends.dockerhost.DockerHost`). Besides Mininet's `cmd` and `popen` (a process *inside* the
+host), both provide the three things that differ between them, so that no caller asks which backend it has:
 
     python                 the interpreter that runs the `hosts` package in this host
     tool_popen(argv, ...)  one of the machine's own tools (tcpdump) in the host's network namespace
@@ -16,7 +16,7 @@ cannot run it now.
 """
 from __future__ import annotations
 
-from testbed.fabric.hosts.base import (  # noqa: F401
+from testbed.fabric.backends.base import (  # noqa: F401
     BackendUnavailable,
     HostBackend,
     HostNode,
@@ -31,7 +31,7 @@ def backend_class(name: str):
     if name == "netns":
         return Namespaces
     if name == "docker":
-        from testbed.fabric.hosts.dockerhost import Docker
+        from testbed.fabric.backends.dockerhost import Docker
         return Docker
     raise BackendUnavailable(f"unknown host backend {name!r}; choose one of {', '.join(BACKENDS)}")
 

@@ -1,7 +1,7 @@
 """The local Docker engine: a client of it, or one line saying why there is none."""
 from __future__ import annotations
 
-from testbed.fabric.hosts.base import BackendUnavailable
+from testbed.fabric.backends.base import BackendUnavailable
 
 
 class DockerUnavailable(BackendUnavailable):

@@ -274,7 +274,7 @@ def flavour(client, name: str = "default", echo=print) -> str:
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    from testbed.fabric.hosts.engine import DockerUnavailable, engine
+    from testbed.fabric.backends.engine import DockerUnavailable, engine
     p = argparse.ArgumentParser(prog="docker-image", description="build the emulated hosts' container image")
     p.add_argument("--base", choices=BASES, default="auto",
                    help="auto: a registry's debian:bookworm-slim if reachable, else debootstrap + docker import")

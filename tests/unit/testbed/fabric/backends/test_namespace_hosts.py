@@ -4,7 +4,7 @@ import stat
 
 from mininet.node import Host
 
-from testbed.fabric.hosts.base import Namespaces, NamespaceHost
+from testbed.fabric.backends.base import Namespaces, NamespaceHost
 
 
 def host_with(params: dict) -> NamespaceHost:

@@ -20,7 +20,7 @@ A DockerHost has two sides, the way Containernet's Docker hosts do:
 The CPU limit is Docker's (cgroup v1 or v2 alike); after a start it is read back from the container's cgroup
 (hosts.cgroups), since Docker only warns when it cannot apply one.
 A GPU failure is the host container's: `docker kill` (crash), `docker pause` (hang), `docker unpause`
-(resume). mpirun's remote shell between Docker hosts is ssh over the fabric (testbed.fabric.hosts.mpissh).
+(resume). mpirun's remote shell between Docker hosts is ssh over the fabric (testbed.fabric.backends.mpissh).
 """
 from __future__ import annotations
 
@@ -34,9 +34,9 @@ from mininet.node import Host
 
 from hosts import cgroups
 from testbed.fabric.links import sysname
-from testbed.fabric.hosts.base import AttachedHost, LocalProcesses, RemoteShell
-from testbed.fabric.hosts.engine import DockerUnavailable, engine  # noqa: F401 (dockerhost.engine: the API)
-from testbed.fabric.hosts.mpissh import Ssh
+from testbed.fabric.backends.base import AttachedHost, LocalProcesses, RemoteShell
+from testbed.fabric.backends.engine import DockerUnavailable, engine  # noqa: F401 (dockerhost.engine: the API)
+from testbed.fabric.backends.mpissh import Ssh
 
 LABEL = "testbed"                     # every container of ours carries it, with the run directory
 # nsenter keeps the caller's capabilities (all of root's): a workload process gets Docker's default set only,
@@ -108,7 +108,7 @@ class Containers:
 
     def _devices(self) -> dict:
         """Kernel RDMA devices for pyverbs inside the container (the rxe transport), where the kernel has them."""
-        from testbed.fabric.hosts import softroce
+        from testbed.fabric.backends import softroce
         if not softroce.available():
             return {}
         os.makedirs("/dev/infiniband", exist_ok=True)     # the rxe devices' nodes appear in it at bring-up
@@ -303,7 +303,7 @@ class Docker:
         engine()
 
     def start(self, hosts: list[str], record) -> dict:
-        from testbed.fabric.hosts import image
+        from testbed.fabric.backends import image
         t0 = time.monotonic()
         client = engine()
         tag = image.flavour(client, self.image, echo=lambda *a: None)
@@ -329,7 +329,7 @@ class Docker:
 
     def remote_shell(self, nodes: dict, folder: str) -> RemoteShell:
         """mpirun's remote shell for the hosts `nodes` ({fabric address: live node}): ssh over the fabric,
-        to an sshd started in each (testbed.fabric.hosts.mpissh); `folder` names the job."""
+        to an sshd started in each (testbed.fabric.backends.mpissh); `folder` names the job."""
         return self.ssh.open(nodes, folder)
 
     def stop(self) -> None:
