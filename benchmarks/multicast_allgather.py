@@ -10,7 +10,7 @@ send, what every switch port sends, and both directions of the HB links (a ring'
 its HB domain, the GPUs' NVLink). Per rail-optimized grid (2 spines) one bring-up, then `--repeat` rounds of
 every algorithm and size, each checked against numpy. Printed per case, as median [min-max] over the rounds:
 time, bytes per operation on all links (and the network's share: NICs + switches), and for multicast the
-network's bytes over the minimal trees' (testbed/results/multicast_minimum.py; 1 = every shard once over
+network's bytes over the minimal trees' (testbed/model/multicast_minimum.py; 1 = every shard once over
 each link of its tree). Then, per grid and size, the ratios the paper reports: ring bytes / multicast bytes
 (SPCL: up to ~2x) and multicast time / the faster ring's time. Counters cover the warm-up as well, so bytes
 are divided by the operations run (warm-up + iterations).

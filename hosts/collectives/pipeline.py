@@ -11,7 +11,7 @@ The whole operation is ONE Communicator.stream: every message is queued up front
 schedule would send it (step s runs stage j of piece s - j), and becomes ready when the data it carries is
 computed: a stage's receipts complete, it reduces, and the next stage's messages go. No step waits for the
 slowest link of the last one, so the rail streams while the HB domain works ahead or behind. The analytical
-model of this schedule is testbed/results/models.py's pipelined_time.
+model of this schedule is testbed/model/bounds.py's pipelined_time.
 """
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ MAX_PIECES = 32
 
 def pieces(comm, nbytes: int, elements: int) -> int:
     """How many pieces to cut a buffer of nbytes (`elements` the length of what is cut) into: comm.pieces if the
-    caller chose (the testbed does, from the link rates: testbed/results/models.py pipeline_pieces), otherwise
+    caller chose (the testbed does, from the link rates: testbed/model/bounds.py pipeline_pieces), otherwise
     one per MIN_PIECE."""
     k = getattr(comm, "pieces", None) or nbytes // MIN_PIECE
     return max(1, min(MAX_PIECES, k, elements))

@@ -53,7 +53,7 @@ def check_fabric_tag() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     from testbed.fabric.delay import DelayUnavailable
-    from testbed.results.pcap import PcapError
+    from testbed.monitor.pcap import PcapError
     from testbed.results.runs import RunsError
     from testbed.faults.running import HandFaultError
     from testbed.scenario.schema import ScenarioError

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from testbed.results.pcap import format_summary, summarize
+from testbed.monitor.pcap import format_summary, summarize
 
 
 def register(subparsers) -> None:

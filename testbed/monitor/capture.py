@@ -15,7 +15,7 @@ import subprocess
 import time
 
 from testbed.fabric.links import is_patch, switch_port
-from testbed.results import pcap
+from testbed.monitor import pcap
 
 ETHERNET_HEADER = 14
 WHOLE_FRAMES = 262144              # tcpdump's own default snaplen: every frame whole

@@ -11,9 +11,9 @@ from __future__ import annotations
 import os
 
 from testbed.faults import REGISTRY as FAULT_KINDS
+from testbed.figures import plt
 from testbed.monitor.fidelity import CPU_BOUND_IDLE_PCT
 from testbed.results import draw, heatmap, htmlreport
-from testbed.results.figures import plt
 from testbed.workloads import REGISTRY
 
 

@@ -14,7 +14,7 @@ import time
 from hosts.collectives.algorithms import ALGOS
 from hosts.spec.rank import CollectiveRankSpec, HeartbeatSpec
 from testbed.fabric import hb_counters
-from testbed.results import models
+from testbed.model import bounds
 from testbed.runtime import multicast_ready, progress, recovery
 from testbed.runtime.launch import run_on_hosts
 from testbed.scenario.schema import NAME, SIZE, ScenarioError
@@ -188,7 +188,7 @@ def _run(net, spec: dict, hosts: list) -> dict:
         commands = rank_commands(store, base, hosts)
         # Worst case: every iteration at 1/4 of the bound, plus start-up and the collective's own timeout.
         budget = (spec.get("iterations", 3) + spec.get("warmup", 1)) * \
-            4 * models.time_model(spec["op"], model_algo(fabric, spec), size, cluster(fabric)) + spec.get("timeout_s", 60) + 30
+            4 * bounds.time_model(spec["op"], model_algo(fabric, spec), size, cluster(fabric)) + spec.get("timeout_s", 60) + 30
         manager = recovery.JobManager(net, base, store, [p.entry() for p in peers],
                                       budget).start() if policy != "abort" else None
         before, hb_before = net.counters(), hb_counters.read(fabric)
@@ -237,7 +237,7 @@ class _Sweep:
         self.report, self.spec, self.world = progress.current(), spec, world
         self.sizes = sizes(spec)
         runs = spec.get("iterations", 3) + spec.get("warmup", 1)
-        self.weights = [runs * models.time_model(spec["op"], model_algo(fabric, spec), size, cluster(fabric)) + 2.0
+        self.weights = [runs * bounds.time_model(spec["op"], model_algo(fabric, spec), size, cluster(fabric)) + 2.0
                         for size in self.sizes]
         self.done = 0
 

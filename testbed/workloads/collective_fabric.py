@@ -1,10 +1,10 @@
 """A collective on a given fabric: its ranks, its sizes, the GPU pairs its algorithm needs and the analytical
-model that bounds it (testbed/results/models.py)."""
+model that bounds it (testbed/model/bounds.py)."""
 from __future__ import annotations
 
 from hosts.collectives.benchmark import elements
 from hosts.collectives.comm import rail_order
-from testbed.results import models
+from testbed.model import bounds
 from testbed.scenario.schema import ScenarioError, parse_size
 
 ALL_PAIRS = {"rhd", "rd", "direct"}            # algorithms that may pair any two ranks
@@ -81,6 +81,6 @@ def ran_bytes(op: str, size: int, itemsize: int, world: int) -> int:
     return elements(op, size, itemsize, world) * itemsize * (world if op == "allgather" else 1)
 
 
-def cluster(fabric) -> models.Cluster:
+def cluster(fabric) -> bounds.Cluster:
     p = fabric.params
-    return models.Cluster(x=p.gpus_per_server, y=p.servers, c_s=p.nic_mbps * 1e6 / 8, c_f=p.hb_mbps * 1e6 / 8)
+    return bounds.Cluster(x=p.gpus_per_server, y=p.servers, c_s=p.nic_mbps * 1e6 / 8, c_f=p.hb_mbps * 1e6 / 8)

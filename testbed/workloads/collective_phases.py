@@ -1,19 +1,19 @@
 """Per-phase figures of a hierarchical collective's row: how long each phase (HB reduce-scatter, rail exchange,
 HB all-gather, ...) took and how close it came to its own bound (its bytes over the rate of the link it uses),
 so a slow link or step shows by name. The ranks log the phases (hosts/collectives/phases.py); the models are
-testbed/results/models.py's `phases` and, for the pipelined variant, `pipelined_time`.
+testbed/model/bounds.py's `phases` and, for the pipelined variant, `pipelined_time`.
 
 A phase's time is the mean over iterations of the mean over ranks (each rank's phases add up to its own time
 for the operation, so the phases add up to about the row's time).
 """
 from __future__ import annotations
 
-from testbed.results import models
+from testbed.model import bounds
 
 PIPELINED = "hierarchical-pipelined"
 
 
-def phase_rows(op: str, algo: str, nbytes: int, c: models.Cluster, outs: list[dict]) -> list[dict]:
+def phase_rows(op: str, algo: str, nbytes: int, c: bounds.Cluster, outs: list[dict]) -> list[dict]:
     """[{name, link, seconds, samples, bound_seconds, ratio}] in the order the phases ran; [] when the
     ranks logged none (flat algorithms)."""
     spans: dict[str, list[float]] = {}
@@ -24,14 +24,14 @@ def phase_rows(op: str, algo: str, nbytes: int, c: models.Cluster, outs: list[di
     if not spans:
         return []
     ranks = max(1, len(outs))
-    bounds = {p.name: p for p in models.phases(op, algo, nbytes, c)} if algo != PIPELINED else {}
+    modelled = {p.name: p for p in bounds.phases(op, algo, nbytes, c)} if algo != PIPELINED else {}
     rows = []
     for name, times in spans.items():
         mean = sum(times) / len(times)          # every (rank, iteration) that ran the phase, equally weighted
         if algo == PIPELINED:
-            bound, link = models.pipelined_time(op, nbytes, c), "hb+nic"
-        elif name in bounds:
-            bound, link = bounds[name].seconds, bounds[name].link
+            bound, link = bounds.pipelined_time(op, nbytes, c), "hb+nic"
+        elif name in modelled:
+            bound, link = modelled[name].seconds, modelled[name].link
         else:
             bound, link = None, "?"
         rows.append({"name": name, "link": link, "seconds": round(mean, 6), "samples": len(times) // ranks,
@@ -40,23 +40,23 @@ def phase_rows(op: str, algo: str, nbytes: int, c: models.Cluster, outs: list[di
     return rows
 
 
-def extra_fields(op: str, algo: str, nbytes: int, c: models.Cluster, outs: list[dict]) -> dict:
+def extra_fields(op: str, algo: str, nbytes: int, c: bounds.Cluster, outs: list[dict]) -> dict:
     """What a hierarchical row adds: its phases, and for the pipelined variant the sequential bound it beats."""
     out = {}
     ph = phase_rows(op, algo, nbytes, c, outs)
     if ph:
         out["phases"] = ph
     if algo == PIPELINED:
-        seq = models.bound_busbw(op, "hierarchical", nbytes, c) / 1e6
+        seq = bounds.bound_busbw(op, "hierarchical", nbytes, c) / 1e6
         out["sequential_bound_busbw_MBps"] = round(seq, 4)
     return out
 
 
-def rank_options(spec: dict, size: int, c: models.Cluster) -> dict:
+def rank_options(spec: dict, size: int, c: bounds.Cluster) -> dict:
     """What the ranks of a pipelined collective are told: how many pieces (the count its model assumes)."""
     if spec["algo"] != PIPELINED:
         return {}
-    return {"pieces": models.pipeline_pieces(spec["op"], size, c)}
+    return {"pieces": bounds.pipeline_pieces(spec["op"], size, c)}
 
 
 def table_lines(r: dict) -> str:

@@ -25,7 +25,7 @@ def report_plots(workloads: list[dict], plots_dir: str) -> list[str]:
     rows = [r for w in workloads for r in w["rows"]]
     if not rows:
         return []
-    from testbed.results.figures import plt     # matplotlib only when there is a report to draw
+    from testbed.figures import plt     # matplotlib only when there is a report to draw
     labels = [f"{r['op']}/{r['algo']}\n{r['bytes'] >> 10} KiB" for r in rows]
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4.5))
     xs = range(len(rows))

@@ -3,7 +3,7 @@ and NICs' bytes, the transport's counters), the checks over the rows, the tables
 from __future__ import annotations
 
 from testbed.fabric import ovs
-from testbed.results import models, multicast_minimum
+from testbed.model import bounds, multicast_minimum
 from testbed.workloads import collective_phases, traffic
 from testbed.workloads.collective_fabric import cluster, itemsize, model_algo, multicast_scope, ranks
 
@@ -17,8 +17,8 @@ def row(fabric, spec: dict, size: int, outs: list[dict], before: dict, after: di
     seconds = sum(per_iter) / iters
     nbytes = outs[0]["count"] * itemsize(spec) * (n if spec["op"] == "allgather" else 1)
     algbw = nbytes / seconds / 1e6
-    busbw = algbw * models.bus_factor(spec["op"], n)
-    bound = models.bound_busbw(spec["op"], model_algo(fabric, spec), nbytes, cluster(fabric)) / 1e6
+    busbw = algbw * bounds.bus_factor(spec["op"], n)
+    bound = bounds.bound_busbw(spec["op"], model_algo(fabric, spec), nbytes, cluster(fabric)) / 1e6
     counters = {}
     for o in outs:
         for k, v in o.get("counters", {}).items():

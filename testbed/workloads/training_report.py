@@ -39,7 +39,7 @@ def plot_traffic_matrix(workload: dict, path: str) -> bool:
     edges = [i for i in range(1, n) if tr["servers"][i] != tr["servers"][i - 1]]
     panels = [("all phases", tr["bytes"]), ("TP AllReduce", tr["tp"]), ("pipeline (PP)", tr["pp"]),
               ("DP AllReduce", tr["dp"])]
-    from testbed.results.figures import plt     # matplotlib only when there is a report to draw
+    from testbed.figures import plt     # matplotlib only when there is a report to draw
     fig, axes = plt.subplots(1, 4, figsize=(4.2 * 4, 4.4))
     for ax, (title, matrix) in zip(axes, panels):
         kb = np.array(matrix, dtype=float) / 1e3

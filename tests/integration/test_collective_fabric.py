@@ -10,7 +10,7 @@ import pytest
 from testbed import runner, scenario
 from testbed.fabric.network import Network
 from testbed.fabric.topo import build
-from testbed.results import pcap
+from testbed.monitor import pcap
 from testbed.scenario.schema import ScenarioError
 from testbed.workloads import collective
 

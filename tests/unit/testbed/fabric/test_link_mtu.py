@@ -6,7 +6,7 @@ from hosts.rdma.mtu import DEFAULT_ROCE_MTU, HB_MTU, roce_mtu
 from testbed.fabric import topo
 from testbed.fabric.links import roce_mtus, worst_queueing_delay
 from testbed.monitor.capture import largest_frame
-from testbed.results import multicast_minimum as mm
+from testbed.model import multicast_minimum as mm
 
 
 @pytest.mark.parametrize("link_mtu, want", [(1084, 1024), (1500, 1024), (2200, 2048), (4155, 2048), (4156, 4096),

@@ -5,7 +5,7 @@ import pytest
 from testbed.fabric import hb_counters
 from testbed.fabric.links import roce_mtus
 from testbed.fabric.topo import build
-from testbed.results import multicast_minimum as mm
+from testbed.model import multicast_minimum as mm
 from testbed.scenario.schema import ScenarioError
 from testbed.workloads import collective, collective_rows
 

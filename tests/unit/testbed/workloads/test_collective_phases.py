@@ -6,11 +6,11 @@ import dataclasses
 import pytest
 
 from testbed.fabric import kinds, topo
-from testbed.results import models
+from testbed.model import bounds
 from testbed.scenario.schema import ScenarioError
 from testbed.workloads import collective, collective_fabric, collective_phases, collective_rows
 
-C = models.Cluster(x=4, y=2, c_s=0.625e6, c_f=5.625e6)      # 2 x 4, NIC 5 Mbit/s, HB 45 Mbit/s
+C = bounds.Cluster(x=4, y=2, c_s=0.625e6, c_f=5.625e6)      # 2 x 4, NIC 5 Mbit/s, HB 45 Mbit/s
 
 
 def outs(logs_by_rank):
@@ -49,12 +49,12 @@ def test_the_pipelined_row_carries_its_own_bound_and_the_sequential_one():
     extra = collective_phases.extra_fields("allreduce", "hierarchical-pipelined", 4 << 20, C, outs([log, log]))
     (ph,) = extra["phases"]
     assert ph["link"] == "hb+nic" and ph["bound_seconds"] == pytest.approx(
-        models.pipelined_time("allreduce", 4 << 20, C), rel=1e-5)
-    seq = models.bound_busbw("allreduce", "hierarchical", 4 << 20, C) / 1e6
+        bounds.pipelined_time("allreduce", 4 << 20, C), rel=1e-5)
+    seq = bounds.bound_busbw("allreduce", "hierarchical", 4 << 20, C) / 1e6
     assert extra["sequential_bound_busbw_MBps"] == pytest.approx(seq, rel=1e-4)
     # the ranks are told the piece count the model assumed
     opts = collective_phases.rank_options({"op": "allreduce", "algo": "hierarchical-pipelined"}, 4 << 20, C)
-    assert opts == {"pieces": models.pipeline_pieces("allreduce", 4 << 20, C)}
+    assert opts == {"pieces": bounds.pipeline_pieces("allreduce", 4 << 20, C)}
 
 
 def test_the_table_prints_a_line_per_phase_under_the_row():
@@ -95,7 +95,7 @@ def test_every_fabric_kind_and_grid_takes_them_with_a_bound_per_phase(kind, serv
         if r["bound_seconds"]:
             assert r["ratio"] == pytest.approx(r["bound_seconds"] / 0.1, rel=1e-3)
     assert sum(r["bound_seconds"] for r in rows) == pytest.approx(
-        models.time_model(op, algo, nbytes, c), rel=1e-4)
+        bounds.time_model(op, algo, nbytes, c), rel=1e-4)
 
 
 def test_pipelined_needs_whole_servers():

@@ -17,7 +17,7 @@ from collections import deque
 
 from hosts.rdma.engine import ETH_OVERHEAD
 from hosts.rdma.headers import BTH_LEN, DETH_LEN, ICRC_LEN, IMM_LEN
-from testbed.fabric.links import roce_mtus
+from hosts.rdma.mtu import roce_mtu
 
 CHUNK_OVERHEAD = ETH_OVERHEAD + 20 + 8 + BTH_LEN + DETH_LEN + IMM_LEN + ICRC_LEN   # 70 bytes per chunk
 EXACT_TERMINALS = 10           # Dreyfus-Wagner is 3^k: exact up to this many member switches
@@ -123,12 +123,17 @@ def allgather_minimum(fabric, hosts: list[str], shard_bytes: int, scope: str = "
     """Bytes one multicast AllGather needs on the network: every shard once over its sender's tree. Scope
     rail: the multicast stays in each rail (the HB stage that follows is not network traffic)."""
     groups = [hosts] if scope != "rail" else _rails(fabric, hosts)
-    return sum(links for group in groups for links in tree_links(fabric, group).values()) \
-        * wire_bytes(shard_bytes, roce_mtus(fabric)["nic"])
+    links = sum(n for group in groups for n in tree_links(fabric, group).values())
+    return links * wire_bytes(shard_bytes, _nic_roce_mtu(fabric, hosts)) if links else 0
 
 
 def broadcast_minimum(fabric, hosts: list[str], root: str, nbytes: int) -> int:
-    return tree_links(fabric, hosts)[root] * wire_bytes(nbytes, roce_mtus(fabric)["nic"])
+    return tree_links(fabric, hosts)[root] * wire_bytes(nbytes, _nic_roce_mtu(fabric, hosts))
+
+
+def _nic_roce_mtu(fabric, hosts: list[str]) -> int:
+    """The RoCE MTU the members' NICs use: what their NIC link carries (every NIC link has the fabric's MTU)."""
+    return roce_mtu(fabric.attachment(hosts[0], "nic").mtu)
 
 
 def _rails(fabric, hosts: list[str]) -> list[list[str]]:

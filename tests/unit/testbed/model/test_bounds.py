@@ -3,7 +3,7 @@ import itertools
 
 import pytest
 
-from testbed.results.models import (
+from testbed.model.bounds import (
     MAX_PIECES,
     Cluster,
     bound_busbw,

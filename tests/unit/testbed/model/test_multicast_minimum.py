@@ -8,7 +8,7 @@ from controllers import mcast_trees
 from controllers.routes import Topology
 from testbed.fabric.links import roce_mtus
 from testbed.fabric.topo import build
-from testbed.results import multicast_minimum as mm
+from testbed.model import multicast_minimum as mm
 
 
 def gpus(fabric):
