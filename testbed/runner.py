@@ -229,7 +229,7 @@ def _run_workload(net: Network, spec: dict, label: str, schedule, checks: list) 
 def _write(results: dict, fabric: topo.Fabric, timeline, out_dir: str) -> None:
     from testbed.results import report     # matplotlib when there is a report to draw, not at every CLI start
     results["ok"] = all(c["ok"] for c in results["checks"])
-    results_schema.relative_flows(results)                  # one time base (testbed/results/results_schema.py)
+    results_schema.relative_times(results)                  # one time base (testbed/results/results_schema.py)
     for c in results.get("captures", []):
         c["file"] = os.path.relpath(c["file"], out_dir)      # the folder can move: paths are relative to it
     results["report"] = [os.path.relpath(p, out_dir)

@@ -1,7 +1,8 @@
 """report.html: the run in one self-contained page (plots and the fabric drawing embedded, no network needed).
 
-The configuration and environment, warnings, checks, a collectives table (workload, human sizes, '-' for what
-was not measured, rows of a workload that a fault hit marked), the faults with their times relative to the
+The configuration and environment, warnings, checks, each workload type's table (its `report_table`: the
+collectives against their bound, human sizes, '-' for what was not measured; rows of a workload that a fault hit
+marked), the faults with their times relative to the
 workload they fell in, the busiest links, the captures with links, every plot, and the text summary as the
 terminal showed it.
 """
@@ -11,6 +12,8 @@ import base64
 import html
 import json
 import os
+
+from testbed.workloads import REGISTRY, hook
 
 
 def controller_delay(fabric: dict) -> str:
@@ -29,16 +32,6 @@ th { background: #f3f3f3; } td.l, th.l { text-align: left; }
 tr.hit td { background: #fff3e0; } .warn { background: #fff8e1; padding: 0.5em 1em; border-left: 4px solid #ffb300; }
 img { max-width: 100%; border: 1px solid #eee; margin: 0.5em 0; } pre { background: #f7f7f7; padding: 1em; overflow-x: auto; }
 """
-
-
-def human(n) -> str:
-    if n is None:
-        return "-"
-    for unit, f in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= f:
-            v = n / f
-            return f"{v:.0f} {unit}" if v == int(v) else f"{v:.2f} {unit}"
-    return f"{n} B"
 
 
 def cell(v, digits=3) -> str:
@@ -78,21 +71,21 @@ def embedded(path: str) -> str:
                f'{base64.b64encode(f.read()).decode()}">'
 
 
-def collectives_section(results: dict) -> str:
+def workload_tables(results: dict) -> str:
+    """Each workload type's table (its `report_table` hook); rows of a workload that a fault hit are shaded."""
     hit = {w["name"] for f in results.get("faults", []) if (w := during(results, f.get("at_s")))}
-    rows, marks = [], []
-    for w in results.get("workloads", []):
-        for r in w.get("rows", []) if w.get("type") == "collective" else []:
-            rows.append([html.escape(w["name"]), f"{r['op']}/{r['algo']}", r["ranks"], human(r["bytes"]),
-                         cell(r["seconds"]), cell(r.get("busbw_MBps")), cell(r.get("bound_busbw_MBps")),
-                         cell(r.get("bus_ratio"), 2), cell(r.get("correct"))])
-            marks.append(w["name"] in hit)
-    if not rows:
-        return ""
-    note = '<p>Shaded rows belong to a workload that a fault hit.</p>' if any(marks) else ""
-    return "<h2>Collectives: measured against the analytical bound</h2>" + table(
-        ["workload", "op/algo", "ranks", "size", "time s", "busbw MB/s", "bound MB/s", "ratio", "correct"],
-        rows, left=2, marks=marks) + note
+    parts = []
+    for name in REGISTRY:
+        found = [w for w in results.get("workloads", []) if w.get("type") == name]
+        t = hook(name, "report_table")(found) if found else None
+        if not t or not t["rows"]:
+            continue
+        marks = [workload in hit for workload, _ in t["rows"]]
+        rows = [[html.escape(c) for c in cells] for _, cells in t["rows"]]
+        note = '<p>Shaded rows belong to a workload that a fault hit.</p>' if any(marks) else ""
+        parts.append(f"<h2>{html.escape(t['title'])}</h2>" + table(t["headers"], rows, left=t["left"], marks=marks)
+                     + note)
+    return "".join(parts)
 
 
 def faults_section(results: dict) -> str:
@@ -153,7 +146,7 @@ def write(results: dict, out_dir: str, summary_text: str) -> str:
     parts.append("<h2>Checks</h2>" + table(["check", "result", "detail"], [
         [html.escape(c["name"]), f"<span class=\"{'pass' if c['ok'] else 'fail'}\">{'PASS' if c['ok'] else 'FAIL'}</span>",
          html.escape(c.get("detail", ""))] for c in results.get("checks", [])], left=3))
-    parts.append(collectives_section(results))
+    parts.append(workload_tables(results))
     parts.append(faults_section(results))
     parts.append(links_section(results))
     if results.get("captures"):

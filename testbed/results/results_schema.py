@@ -10,7 +10,7 @@ Times (docs/results.md#times), by the key's name:
                            or a duration (wall_s, seconds, bring_up_s ...): each key's description says which
   *_per_s                  a rate (steps_per_s)
   started                  the run's start, ISO 8601 with its UTC offset
-The runner (`relative_flows`) puts the traffic agents' silences and longest gap on the relative base.
+The runner (`relative_times`) puts the traffic agents' silences and longest gap on the relative base.
 
 What the runner owns (the top level, fabric, timings, faults, captures, checks) is described closed: a key not
 listed fails validation. A workload's record lists its type's keys and stays open (a type may add rows).
@@ -320,16 +320,13 @@ def known_version(results: dict) -> bool:
     return str(results.get("schema_version", "")).split(".")[0] == MAJOR
 
 
-def relative_flows(results: dict) -> None:
-    """The traffic agents report their silences as Unix time: put them on the relative base (after the
-    faults' outcomes, which match them against the faults, were computed)."""
+def relative_times(results: dict) -> None:
+    """Put the Unix times the workloads' agents report (the traffic flows' silences) on the relative base: each
+    type's `relative_times`, after the faults' outcomes, which match them against the faults, were computed."""
+    from testbed.workloads import hook      # the workloads load the runtime: not at every `testbed runs`
     t0 = results.get("timings", {}).get("workloads_start")
     for w in results.get("workloads", []):
-        for f in w.get("per_flow", []) if w.get("type") == "traffic" else []:
-            gap_at = f.pop("gap_at", None)
-            f["gap_start_s"] = round(gap_at - t0, 4) if gap_at is not None and t0 is not None else None
-            f["silences"] = [[round(start - t0, 4), length] for start, length in f.get("silences") or []] \
-                if t0 is not None else []
+        hook(w.get("type"), "relative_times")(w, t0)
 
 
 if __name__ == "__main__":

@@ -100,28 +100,17 @@ def version_problem(r: dict) -> str | None:
 
 
 def headline(r: dict) -> str:
-    """One line: what ran and its best figure."""
-    parts = []
-    for w in r.get("workloads", []):
-        if w.get("type") == "collective" and w.get("rows"):
-            parts.append(f"{w['name']} {max(x['bus_ratio'] for x in w['rows']):.2f}")
-        elif w.get("type") == "traffic":
-            parts.append(f"{w['name']} {w.get('mbps_mean', 0):.2f} Mbit/s")
-        else:
-            parts.append(w.get("name", w.get("type", "?")))
-    return ", ".join(parts)
+    """One line: what ran and its best figure (each type's `headline`)."""
+    from testbed.workloads import hook      # the workloads load the runtime: only when a run is listed
+    return ", ".join(hook(w.get("type"), "headline")(w) for w in r.get("workloads", []))
 
 
 def rows(r: dict) -> dict[tuple, dict]:
     """Comparable figures of a run, keyed so that the same measurement in two runs has the same key."""
+    from testbed.workloads import hook
     out = {}
     for w in r.get("workloads", []):
-        for x in w.get("rows", []) if w.get("type") == "collective" else []:
-            out[(w["name"], f"{x['op']}/{x['algo']}", x["bytes"])] = {
-                "time s": x["seconds"], "busbw MB/s": x["busbw_MBps"], "busbw/bound": x["bus_ratio"]}
-        if w.get("type") == "traffic":
-            out[(w["name"], "traffic", w.get("flow_bytes"))] = {"Mbit/s": w.get("mbps_mean"),
-                                                               "longest gap s": w.get("max_gap_s")}
+        out.update(hook(w.get("type"), "comparable")(w))
     for f in r.get("faults", []):
         if f.get("at_s") is not None:
             out[("fault", f["kind"], f["target"])] = {

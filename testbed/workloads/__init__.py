@@ -10,6 +10,13 @@
     report_section(results) -> [str]  its section of summary.md, for all its workloads in a run (may be none)
     report_plots(results, dir) -> [str]   the plots it draws into the run's plots/ folder; returns their paths
 
+and, where the type has something to say (`hook` falls back to the defaults below otherwise):
+
+    headline(result) -> str          its best figure, in `testbed runs`' one line per run
+    comparable(result) -> {key: {figure: value}}   what `testbed runs compare` sets side by side
+    report_table(results) -> dict|None  its table in report.html: title, headers, left, rows [(workload, cells)]
+    relative_times(result, t0)       put the Unix times its agents report on the run's time base (t0 or None)
+
 REGISTRY maps each `type` to its module: adding a workload type is one module, its tests and one line here;
 testbed/scenario/loader.py assembles the scenario schema from the modules' SCHEMA.
 """
@@ -33,6 +40,31 @@ class Workload(Protocol):
     def report_plots(self, results: list[dict], plots_dir: str) -> list[str]: ...
 
 
+class _Defaults:
+    """The optional hooks of a type that has nothing to add."""
+
+    @staticmethod
+    def headline(result: dict) -> str:
+        return result.get("name", result.get("type", "?"))
+
+    @staticmethod
+    def comparable(result: dict) -> dict[tuple, dict]:
+        return {}
+
+    @staticmethod
+    def report_table(results: list[dict]) -> dict | None:
+        return None
+
+    @staticmethod
+    def relative_times(result: dict, t0: float | None) -> None:
+        pass
+
+
 REGISTRY: dict[str, Workload] = {"connectivity": connectivity, "traffic": traffic, "collective": collective,
                                  "offload": offload, "training_iteration": training, "program": program,
                                  "churn": churn}
+
+
+def hook(type_name: str | None, name: str):
+    """A type's optional hook `name`, or the default (also for a type this testbed does not know: an old run)."""
+    return getattr(REGISTRY.get(type_name), name, None) or getattr(_Defaults, name)

@@ -21,6 +21,50 @@ def report_section(workloads: list[dict]) -> list[str]:
     return lines + [""]
 
 
+def headline(w: dict) -> str:
+    if not w.get("rows"):
+        return w.get("name", "collective")
+    return f"{w['name']} {max(x['bus_ratio'] for x in w['rows']):.2f}"
+
+
+def comparable(w: dict) -> dict[tuple, dict]:
+    return {(w["name"], f"{x['op']}/{x['algo']}", x["bytes"]): {
+        "time s": x["seconds"], "busbw MB/s": x["busbw_MBps"], "busbw/bound": x["bus_ratio"]}
+        for x in w.get("rows", [])}
+
+
+def report_table(workloads: list[dict]) -> dict | None:
+    """report.html's table: every size measured against the analytical bound."""
+    rows = [(w["name"], [w["name"], f"{r['op']}/{r['algo']}", str(r["ranks"]), human(r["bytes"]), text(r["seconds"]),
+                         text(r.get("busbw_MBps")), text(r.get("bound_busbw_MBps")), text(r.get("bus_ratio"), 2),
+                         text(r.get("correct"))])
+            for w in workloads for r in w.get("rows", [])]
+    return {"title": "Collectives: measured against the analytical bound", "left": 2, "rows": rows,
+            "headers": ["workload", "op/algo", "ranks", "size", "time s", "busbw MB/s", "bound MB/s", "ratio",
+                        "correct"]}
+
+
+def human(n) -> str:
+    if n is None:
+        return "-"
+    for unit, f in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= f:
+            v = n / f
+            return f"{v:.0f} {unit}" if v == int(v) else f"{v:.2f} {unit}"
+    return f"{n} B"
+
+
+def text(v, digits=3) -> str:
+    """A table cell: '-' for what was not measured, yes/NO, floats to `digits` places."""
+    if v is None:
+        return "-"
+    if isinstance(v, bool):
+        return "yes" if v else "NO"
+    if isinstance(v, float):
+        return f"{v:.{digits}f}"
+    return str(v)
+
+
 def report_plots(workloads: list[dict], plots_dir: str) -> list[str]:
     rows = [r for w in workloads for r in w["rows"]]
     if not rows:

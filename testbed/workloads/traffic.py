@@ -211,6 +211,25 @@ def start_line(spec: dict) -> str:
     return " ".join(["traffic"] + [str(spec[k]) for k in ("pattern", "protocol") if k in spec])
 
 
+def headline(w: dict) -> str:
+    return f"{w['name']} {w.get('mbps_mean', 0):.2f} Mbit/s"
+
+
+def comparable(w: dict) -> dict[tuple, dict]:
+    return {(w["name"], "traffic", w.get("flow_bytes")): {"Mbit/s": w.get("mbps_mean"),
+                                                         "longest gap s": w.get("max_gap_s")}}
+
+
+def relative_times(w: dict, t0: float | None) -> None:
+    """The agents report their flows' silences as Unix time: put them on the run's relative base (after the
+    faults' outcomes, which match them against the faults, were computed)."""
+    for f in w.get("per_flow", []):
+        gap_at = f.pop("gap_at", None)
+        f["gap_start_s"] = round(gap_at - t0, 4) if gap_at is not None and t0 is not None else None
+        f["silences"] = [[round(start - t0, 4), length] for start, length in f.get("silences") or []] \
+            if t0 is not None else []
+
+
 def report_section(workloads: list[dict]) -> list[str]:
     return []
 

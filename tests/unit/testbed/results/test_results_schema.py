@@ -113,7 +113,7 @@ def test_flows_are_put_on_the_workloads_time_base():
     before = copy.deepcopy(r)
     assert epoch_outside_at(before) == [".workloads[0].per_flow[0].silences[0][0]: %s looks like Unix time in a "
                                         "list" % (T0 + 3.5)]
-    rs.relative_flows(r)
+    rs.relative_times(r)
     flows = r["workloads"][0]["per_flow"]
     assert flows[0] == {"max_gap_s": 0.25, "gap_start_s": 3.5, "silences": [[3.5, 0.25]]}
     assert flows[1] == {"max_gap_s": None, "gap_start_s": None, "silences": []}
