@@ -1,5 +1,5 @@
-"""The import graph: no cycles among the modules of `hosts`, `controllers` or `testbed`, and `hosts` (what runs
-inside an emulated host) never imports `testbed`.
+"""The import graph: no cycles among the modules of `hosts`, `controllers` or `testbed`, `hosts` (what runs
+inside an emulated host) never imports `testbed`, and testbed's layers read downward only (LAYERS).
 
 Imports are read from the source with ast, wherever they stand (a function-level import is still part of a
 cycle: it only hides it until the call), except under `if TYPE_CHECKING:`.
@@ -131,3 +131,61 @@ def test_hosts_never_imports_testbed():
     bad = {name: sorted(m for m in imported(name, path, set(mods)) if not m.startswith("hosts"))
            for name, path in mods.items() if name.split(".")[0] == "hosts"}
     assert not {k: v for k, v in bad.items() if v}
+
+
+# testbed's layers, top first: a module may import its own layer and the layers below it, never one above.
+# A module belongs to the layer of the longest prefix that names it; a new package needs its line here.
+LAYERS = [
+    ("entry", ["testbed.cli", "testbed.clean"]),       # the commands
+    ("runner", ["testbed.runner"]),                    # orchestration: bring-up, workloads, faults, results
+    ("results", ["testbed.results"]),                  # results.json, reports, runs: they read everything below
+    ("scenario", ["testbed.scenario"]),                # the scenario file, its schema from every workload's
+    ("workloads", ["testbed.workloads"]),              # what runs on the fabric, one module per type
+    ("faults", ["testbed.faults"]),                    # the fault kinds
+    ("runtime", ["testbed.runtime"]),                  # processes in the hosts, the job manager
+    ("monitor", ["testbed.monitor"]),                  # captures, counters over time, CPU headroom
+    ("planning", ["testbed.planning"]),                # full-scale counts and predictions
+    ("fabric", ["testbed.fabric"]),                    # the emulated network: model, kinds, links, backends
+    ("model", ["testbed.model"]),                      # the analytical bounds
+    ("base", ["testbed", "testbed.figures", "testbed.scenario.schema"]),   # constants, matplotlib, vocabulary
+]
+
+
+def layer_of(module: str, layers=LAYERS) -> int | None:
+    """The index in `layers` of the module's layer (0: the top), or None when no layer names it."""
+    best, found = -1, None
+    for i, (_, prefixes) in enumerate(layers):
+        for p in prefixes:
+            if (module == p or module.startswith(p + ".")) and len(p) > best:
+                best, found = len(p), i
+    return found
+
+
+def upward(g: dict[str, set[str]], layers=LAYERS) -> list[str]:
+    """Every import of a module from a layer above its own, one line each."""
+    out = []
+    for mod in sorted(g):
+        mine = layer_of(mod, layers)
+        for dep in sorted(g[mod]):
+            theirs = layer_of(dep, layers)
+            if mine is not None and theirs is not None and theirs < mine:
+                out.append(f"{mod} (layer {layers[mine][0]}) imports {dep} (layer {layers[theirs][0]}, above it)")
+    return out
+
+
+def test_layer_checker_finds_an_upward_import():
+    layers = [("top", ["t.top"]), ("low", ["t.low"]), ("base", ["t", "t.low.vocab"])]
+    g = {"t.top.a": {"t.low.b", "t.low.vocab"}, "t.low.b": {"t.top.a"}, "t.low.vocab": {"t"}, "t": set()}
+    assert upward(g, layers) == ["t.low.b (layer low) imports t.top.a (layer top, above it)"]
+    assert layer_of("t.low.vocab", layers) == 2 and layer_of("t.lowly", layers) == 2 and layer_of("u", layers) is None
+
+
+def test_every_testbed_module_has_a_layer():
+    missing = sorted(m for m in modules("testbed") if layer_of(m) is None)
+    assert not missing, f"modules in no layer of {__name__}.LAYERS (add their package there): {missing}"
+
+
+def test_testbed_layers_read_downward():
+    found = upward(graph("testbed"))
+    order = " > ".join(name for name, _ in LAYERS)
+    assert not found, f"imports that read upward (layers, top first: {order}):\n  " + "\n  ".join(found)
