@@ -141,8 +141,8 @@ LAYERS = [
     ("results", ["testbed.results"]),                  # results.json, reports, runs: they read everything below
     ("scenario", ["testbed.scenario"]),                # the scenario file, its schema from every workload's
     ("workloads", ["testbed.workloads"]),              # what runs on the fabric, one module per type
-    ("faults", ["testbed.faults"]),                    # the fault kinds
     ("runtime", ["testbed.runtime"]),                  # processes in the hosts, the job manager
+    ("faults", ["testbed.faults"]),                    # the fault kinds: what they cut and stop, their outcomes
     ("monitor", ["testbed.monitor"]),                  # captures, counters over time, CPU headroom
     ("planning", ["testbed.planning"]),                # full-scale counts and predictions
     ("fabric", ["testbed.fabric"]),                    # the emulated network: model, kinds, links, backends
