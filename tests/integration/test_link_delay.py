@@ -66,9 +66,10 @@ class Pair:
         return [float(w.split("=")[1]) for w in out.split() if w.startswith("time=")]
 
     def devices(self, s: str) -> list[str]:
-        """The side's devices (in the root namespace, only this fabric tag's)."""
+        """The side's devices (in the root namespace only this pair's end and the delay's helpers: other fabrics
+        on the machine make and remove their own meanwhile, under other tags or the same prefix)."""
         names = [line.split(":")[1].split("@")[0].strip() for line in sh(self.at(s, "ip -o link show")).splitlines()]
-        return [n for n in names if s in self.ns or n.startswith(self.tagged)]
+        return [n for n in names if s in self.ns or n == self.dev[s] or n.startswith(f"{self.tagged}dl")]
 
     def qdiscs(self, s: str) -> str:
         """The end's qdiscs without their handles (a tbf put back gets a new one)."""
