@@ -14,6 +14,7 @@ import json
 import os
 
 from testbed.workloads import REGISTRY, hook
+from testbed.workloads.collective_report import text
 
 
 def controller_delay(fabric: dict) -> str:
@@ -35,13 +36,8 @@ img { max-width: 100%; border: 1px solid #eee; margin: 0.5em 0; } pre { backgrou
 
 
 def cell(v, digits=3) -> str:
-    if v is None:
-        return "-"
-    if isinstance(v, bool):
-        return "yes" if v else "NO"
-    if isinstance(v, float):
-        return f"{v:.{digits}f}"
-    return html.escape(str(v))
+    """A table cell as summary.md writes it (collective_report.text), escaped for HTML."""
+    return html.escape(text(v, digits))
 
 
 def table(headers: list[str], rows: list[list], left: int = 1, marks: list[bool] | None = None) -> str:
