@@ -2,8 +2,9 @@
 
 Runs still in progress (their own process alive) keep their bridges, links and processes.
 
-Only objects carrying the testbed prefix, or processes recorded by PID in a run's state file (and
-still looking like what was recorded), are touched. Never name patterns of other tools. Docker
+Only objects carrying the testbed prefix, processes recorded by PID in a run's state file (and
+still looking like what was recorded), and processes in a run's cgroup (fabric/lifeline.py) are touched.
+With TESTBED_FABRIC_TAG set, only that tag's runs and names: another tag's fabric is another user's. Never name patterns of other tools. Docker
 containers are ours when they carry the testbed's label and name prefix; images are kept (a cache).
 """
 from __future__ import annotations
@@ -17,8 +18,48 @@ import subprocess
 from pyroute2 import IPRoute
 
 from testbed import PREFIX, RUN_ROOT
-from testbed.fabric import ovs, runstate
-from testbed.fabric.links import node_of
+from testbed.fabric import lifeline, ovs, runstate
+from testbed.fabric.links import fabric_tag, node_of
+
+
+def mine(name: str) -> bool:
+    """Whether a bridge, link, namespace or container name is of this fabric tag (any tag if none is set)."""
+    return name.startswith(PREFIX + fabric_tag())
+
+
+def runs() -> tuple[dict[str, dict], set[str]]:
+    """(run directory -> state, the run directories still in progress) of this fabric tag's runs."""
+    tag = fabric_tag()
+    states = {d: st for d, st in runstate.all_runs().items() if not tag or st.get("tag", "") == tag}
+    return states, {d for d, st in states.items() if runstate.alive(st)}
+
+
+def stale_cgroups(states: dict[str, dict], live: set[str]) -> list[str]:
+    """The cgroups of runs whose owner is gone, and of runs that left no state (killed as they began)."""
+    in_use = {states[d].get("cgroup") for d in live}
+    return [cg for cg in lifeline.ours(fabric_tag()) if cg not in in_use]
+
+
+def left_run_dirs(states: dict[str, dict], live: set[str]) -> list[str]:
+    """Run directories of runs that are gone: of this tag, or without a state yet (killed as they began: the
+    PID in their name is gone)."""
+    found = []
+    for run_dir in glob.glob(os.path.join(RUN_ROOT, "run-*")):
+        pid = os.path.basename(run_dir).split("-")[1]
+        stateless = not runstate.load(run_dir) and not os.path.exists(f"/proc/{pid}")
+        if run_dir not in live and (run_dir in states or stateless or not fabric_tag()):
+            found.append(run_dir)
+    return found
+
+
+def left_processes(states: dict[str, dict], live: set[str]) -> list[int]:
+    """The PIDs `clean` would kill: recorded by runs that are gone (and still what was recorded), or in their
+    cgroups."""
+    dead = {d: st for d, st in states.items() if d not in live}
+    pids = {pid for pid, marker in stale_processes(dead) if pid and marker in _cmdline(pid)}
+    for cgroup in stale_cgroups(states, live):
+        pids.update(lifeline.processes(cgroup))
+    return sorted(pids)
 
 
 def _cmdline(pid: int) -> str:
@@ -64,7 +105,7 @@ def stale_containers(live: set[str], echo=print) -> int:
         return 0
     removed = 0
     for c in client.containers.list(all=True, filters={"label": dockerhost.LABEL}):
-        if not c.name.startswith(PREFIX) or c.labels.get(f"{dockerhost.LABEL}.run") in live:
+        if not mine(c.name) or c.labels.get(f"{dockerhost.LABEL}.run") in live:
             continue
         if f"{dockerhost.LABEL}.machine" in c.labels:      # a container acting as a machine: its starter stops it
             continue
@@ -95,15 +136,16 @@ def clean_machines(state: dict, echo=print) -> int:
 def clean(echo=print) -> dict:
     """Remove what finished or crashed runs left; objects of runs still in progress are kept."""
     removed = {"processes": 0, "bridges": 0, "links": 0, "netns": 0, "containers": 0, "run_dirs": 0}
-    states = runstate.all_runs()
-    live = {d for d, st in states.items() if runstate.alive(st)}
+    states, live = runs()
     in_use = {br for d in live for br in states[d].get("bridges", []) + states[d].get("delay_devices", [])}
     for pid, marker in stale_processes({d: st for d, st in states.items() if d not in live}):
         removed["processes"] += _kill(pid, marker)
+    for cgroup in stale_cgroups(states, live):
+        removed["processes"] += lifeline.kill(cgroup)
     removed["containers"] = stale_containers(live, echo)
 
     for br in ovs.our_bridges():
-        if br in in_use:
+        if br in in_use or not mine(br):
             continue
         try:
             ovs.vsctl("--if-exists", "del-br", br)
@@ -115,7 +157,7 @@ def clean(echo=print) -> dict:
     with IPRoute() as ipr:
         for link in ipr.get_links():
             name = link.get_attr("IFLA_IFNAME")
-            if name and name.startswith(PREFIX) and name.split("-p")[0] not in in_use \
+            if name and mine(name) and name.split("-p")[0] not in in_use \
                     and name not in in_use:
                 try:
                     ipr.link("del", index=link["index"])
@@ -126,7 +168,7 @@ def clean(echo=print) -> dict:
     # Named namespaces of the testbed (tests create some): kill what runs inside, then delete.
     listing = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     for ns in (line.split()[0] for line in listing.splitlines() if line.strip()):
-        if not ns.startswith(PREFIX):
+        if not mine(ns):
             continue
         pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split()
         for pid in pids:
@@ -143,8 +185,7 @@ def clean(echo=print) -> dict:
         if run_dir not in live and state.get("machines"):
             removed["machines"] = removed.get("machines", 0) + clean_machines(state, echo)
 
-    for run_dir in glob.glob(os.path.join(RUN_ROOT, "run-*")):
-        if run_dir not in live:
-            shutil.rmtree(run_dir, ignore_errors=True)
-            removed["run_dirs"] += 1
+    for run_dir in left_run_dirs(states, live):
+        shutil.rmtree(run_dir, ignore_errors=True)
+        removed["run_dirs"] += 1
     return removed

@@ -7,12 +7,10 @@ namespace (what the console uses, like Mininet's node shells); nothing here asks
 """
 from __future__ import annotations
 
-import glob
 import os
 import re
 import subprocess
 
-from testbed import PREFIX, RUN_ROOT
 from testbed.cli.errors import UsageError
 from testbed.fabric import ovs, runstate
 from testbed.fabric.links import is_patch, switch_port, sysname
@@ -123,15 +121,16 @@ def require_root(verb: str) -> None:
 
 def leftovers() -> dict[str, list[str]]:
     """What `testbed clean` would remove now (runs no longer alive, objects of ours no live run uses); read only."""
-    states = runstate.all_runs()
-    live = {d for d, st in states.items() if runstate.alive(st)}
-    in_use = {br for d in live for br in states[d].get("bridges", [])}
-    found = {"run dirs": [os.path.basename(d) for d in glob.glob(os.path.join(RUN_ROOT, "run-*")) if d not in live],
-             "bridges": [b for b in ovs.our_bridges() if b not in in_use]}
+    from testbed import clean
+    states, live = clean.runs()
+    in_use = {br for d in live for br in states[d].get("bridges", []) + states[d].get("delay_devices", [])}
+    found = {"run dirs": [os.path.basename(d) for d in clean.left_run_dirs(states, live)],
+             "processes": [str(pid) for pid in clean.left_processes(states, live)],
+             "bridges": [b for b in ovs.our_bridges() if b not in in_use and clean.mine(b)]}
     out = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
     devices = {m.split("@")[0] for m in re.findall(r"^\d+:\s+(\S+):", out, re.M)}
-    found["links"] = sorted(d for d in devices if d.startswith(PREFIX) and d not in in_use
+    found["links"] = sorted(d for d in devices if clean.mine(d) and d not in in_use
                             and d.split("-p")[0] not in in_use)
     netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split("\n")
-    found["namespaces"] = [line.split()[0] for line in netns if line.startswith(PREFIX)]
+    found["namespaces"] = [line.split()[0] for line in netns if line.strip() and clean.mine(line.split()[0])]
     return {k: v for k, v in found.items() if v}

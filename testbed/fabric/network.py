@@ -31,7 +31,7 @@ from mininet.node import Host, OVSSwitch
 from mininet.nodelib import LinuxBridge
 
 from testbed import RUN_ROOT
-from testbed.fabric import ovs, runstate
+from testbed.fabric import lifeline, ovs, runstate
 from testbed.fabric.controller import Controller, ControllerError, LoopbackController
 from testbed.fabric.backends import BackendUnavailable, backend_class, softroce
 from testbed.fabric.links import (IFNAMSIZ, TAG_VARIABLE, fabric_tag, interface, is_patch, overlong_names, switch_port,
@@ -93,6 +93,7 @@ class Network:
         self.controller: Controller | None = None
         self.timings: dict[str, float] = {}
         self._lock_fd: int | None = None
+        self.lifeline: lifeline.Lifeline | None = None
 
     # -- lifecycle ----------------------------------------------------------------------------
     def __enter__(self) -> "Network":
@@ -118,7 +119,8 @@ class Network:
         t0 = time.monotonic()
         self._refuse_concurrent_run()
         os.makedirs(self.run_dir, exist_ok=True)
-        self._record(tag=fabric_tag(), bridges=[sysname(s.name) for s in self.fabric.switches.values()],
+        self.lifeline = lifeline.tie(self.run_dir, fabric_tag())     # before anything is started
+        self._record(tag=fabric_tag(), cgroup=self.lifeline.cgroup if self.lifeline else None, bridges=[sysname(s.name) for s in self.fabric.switches.values()],
                      fabric=self.fabric.params.to_json(), hosts=self.hosts,
                      machines=[m.to_json() for m in self.machines.values()],
                      placement=self.placement.node_machine if self.placement else {})
@@ -162,6 +164,9 @@ class Network:
         if self.controller is not None:
             self.controller.stop()
             self.controller = None
+        if self.lifeline is not None:
+            self.lifeline.cut()         # anything a host program left running goes with the run
+            self.lifeline = None
         shutil.rmtree(self.run_dir, ignore_errors=True)     # nothing left for `testbed clean` to do
         if self._lock_fd is not None:
             runstate.release_lock(self._lock_fd)

@@ -10,6 +10,7 @@ import threading
 
 import pytest
 
+from testbed import clean
 from testbed.cli import fabricd, live, main, up
 from testbed.cli.console import Console, link_target
 from testbed.cli.errors import UsageError
@@ -23,7 +24,7 @@ HOSTS = ["s0g0", "s0g1", "s1g0", "s1g1"]
 @pytest.fixture
 def run_root(tmp_path, monkeypatch):
     """runstate and the live verbs look under tmp_path instead of the machine's run root."""
-    for module in (runstate, live, up):
+    for module in (runstate, clean, up):
         monkeypatch.setattr(module, "RUN_ROOT", str(tmp_path))
     return tmp_path
 

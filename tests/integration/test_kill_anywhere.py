@@ -1,0 +1,246 @@
+"""SIGKILL `testbed run` at seeded random moments: nothing of the run outlives it, `testbed status` names what it
+left, `testbed clean` removes exactly that (objects of other names and other fabric tags stay), and the next run
+passes.
+
+Every test here runs under a fabric tag (the worker's, or its own), so `testbed clean` never touches another tag's
+runs on a shared machine.
+"""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from testbed import PREFIX, RUN_ROOT
+from testbed.fabric import lifeline, ovs, runstate
+
+pytestmark = pytest.mark.root
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SEED = 47
+TAG = os.environ.get("TESTBED_FABRIC_TAG") or "k"
+OTHER = "z" if TAG != "z" else "y"        # a fabric tag that is not ours: its objects must stay
+
+COLLECTIVE = """\
+name: kill-collective
+description: a small collective with a capture and a link flap, killed anywhere
+fabric: {kind: rail-only, servers: 2, gpus_per_server: 2, nic_mbps: 20}
+workloads:
+  - {type: collective, name: ring, op: allreduce, algo: ring, sizes: [1MiB], iterations: 2}
+faults:
+  - {workload: ring, at: 0.5, kind: link-flap, target: s0g0-rail0, duration: 0.5, count: 1}
+capture:
+  - {point: s0g0/nic, filter: "udp port 4791", max_packets: 20000}
+"""
+OFFLOAD = """\
+name: kill-offload
+description: tf.data.service workers and a trainer, killed anywhere
+fabric: {kind: rail-optimized, servers: 2, gpus_per_server: 2, spines: 1, nic_mbps: 100, cpu_hosts: 2}
+workloads:
+  - {type: offload, pipelines: [compute], gpu_steps_per_s: 25, local_cores: 0.3, worker_cores: 0.3,
+     seconds: 3, ratios: [0, 0.5], repeats: 1}
+"""
+
+
+def env() -> dict:
+    return dict(os.environ, TESTBED_FABRIC_TAG=TAG)
+
+
+def tb_cli(*args, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "testbed.cli", *args], cwd=ROOT, env=env(), timeout=timeout,
+                          capture_output=True, text=True)
+
+
+# -- what a run is made of ------------------------------------------------------------------------------------
+def _stat(pid: int) -> list[str] | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+
+
+def descendants(pid: int) -> set[tuple[int, str]]:
+    """(pid, start time) of every process under pid now: who it is, even after the PID is reused."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        st = _stat(int(entry)) if entry.isdigit() else None
+        if st:
+            children.setdefault(int(st[1]), []).append(int(entry))
+    found, todo = set(), [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            st = _stat(child)
+            if st:
+                found.add((child, st[19]))
+                todo.append(child)
+    return found
+
+
+def alive(proc: tuple[int, str]) -> bool:
+    st = _stat(proc[0])
+    return bool(st) and st[19] == proc[1] and st[0] != "Z"
+
+
+def cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace")[:120]
+    except OSError:
+        return "?"
+
+
+def kill_at(scenario: str, after_s: float, out: str) -> tuple[int, set, int | None]:
+    """Start `testbed run`, SIGKILL it after_s later; (its pid, every process seen under it, its exit status if
+    it ended first)."""
+    runner = subprocess.Popen([sys.executable, "-m", "testbed.cli", "-q", "run", scenario, "--out", out], cwd=ROOT,
+                              env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    seen, deadline = set(), time.monotonic() + after_s
+    while time.monotonic() < deadline and runner.poll() is None:
+        seen |= descendants(runner.pid)
+        time.sleep(0.05)
+    ended = runner.poll()
+    runner.send_signal(signal.SIGKILL)
+    runner.wait()
+    return runner.pid, seen, ended
+
+
+# -- objects of ours and of others ------------------------------------------------------------------------------
+def ours_on_machine() -> dict[str, list[str]]:
+    """This tag's bridges, root-namespace links, namespaces and cgroups, whoever made them."""
+    mine = PREFIX + TAG
+    links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
+    netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    found = {"bridges": [b for b in ovs.our_bridges() if b.startswith(mine)],
+             "links": [l.split(": ")[1].split("@")[0] for l in links.splitlines()
+                       if l.split(": ")[1].startswith(mine)],
+             "namespaces": [n.split()[0] for n in netns.splitlines() if n.startswith(mine)],
+             "cgroups": lifeline.ours(TAG)}
+    return {k: v for k, v in found.items() if v}
+
+
+def runs_of(pid: int) -> list[str]:
+    return [d for d, st in runstate.all_runs().items() if st.get("owner_pid") == pid]
+
+
+@pytest.fixture
+def bystanders():
+    """A namespace with a process in it, an OVS bridge and a link of other names, and a cgroup with a process of
+    another fabric tag: `testbed clean` must leave all of them."""
+    ns, br, link = f"xk-keep{TAG}", f"xk-keep{TAG}", f"{PREFIX}{OTHER}keep{TAG}"
+    cgroup = os.path.join(lifeline.root() or "/nonexistent", f"{PREFIX}{OTHER}run-keep{TAG}")
+    sleeper = other = None
+    try:
+        subprocess.run(["ip", "netns", "add", ns], check=True)
+        sleeper = subprocess.Popen(["ip", "netns", "exec", ns, "sleep", "3600"], stdout=subprocess.DEVNULL)
+        ovs.vsctl("--may-exist", "add-br", br)
+        subprocess.run(["ip", "link", "add", link, "type", "veth", "peer", "name", link + "p"], check=True)
+        if lifeline.root():
+            os.makedirs(cgroup, exist_ok=True)
+            other = subprocess.Popen(["sleep", "3600"], stdout=subprocess.DEVNULL)
+            with open(os.path.join(cgroup, "cgroup.procs"), "w") as f:
+                f.write(str(other.pid))
+        yield lambda: _still_there(ns, br, link, sleeper, other)
+    finally:
+        for proc in (sleeper, other):
+            if proc:
+                proc.kill()
+                proc.wait()
+        subprocess.run(["ip", "netns", "delete", ns], capture_output=True)
+        subprocess.run(["ip", "link", "del", link], capture_output=True)
+        ovs.vsctl("--if-exists", "del-br", br)
+        if other:
+            lifeline.kill(cgroup)
+
+
+def _still_there(ns, br, link, sleeper, other) -> list[str]:
+    gone = []
+    if ns not in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout:
+        gone.append(f"namespace {ns}")
+    if sleeper.poll() is not None:
+        gone.append("the process in the namespace")
+    if br not in ovs.our_bridges() and br not in ovs.vsctl("list-br").split():
+        gone.append(f"bridge {br}")
+    if subprocess.run(["ip", "link", "show", link], capture_output=True).returncode:
+        gone.append(f"link {link}")
+    if other is not None and other.poll() is not None:
+        gone.append("the process in another tag's cgroup")
+    return gone
+
+
+# -- the check after each kill ---------------------------------------------------------------------------------
+def check_after_kill(pid: int, seen: set, what: str) -> dict:
+    """Nothing of the run survives it; status names what it left; clean removes exactly that. Returns what was
+    left (for the record)."""
+    deadline = time.monotonic() + 5          # the reaper's cgroup kill takes a moment
+    while (any(alive(p) for p in seen) or lifeline.ours(TAG)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    survivors = [f"{p} {cmdline(p)}" for p, start in seen if alive((p, start))]
+    assert not survivors, f"{what}: processes outlived the run: {survivors}"
+
+    left = ours_on_machine()
+    status = tb_cli("status", "--json")
+    assert status.returncode == 0, status.stderr
+    named = json.loads(status.stdout)["leftovers"]
+    for run_dir in runs_of(pid):
+        assert os.path.basename(run_dir) in named.get("run dirs", []), f"{what}: status misses {run_dir}: {named}"
+    for br in left.get("bridges", []):
+        assert br in named.get("bridges", []), f"{what}: status misses bridge {br}: {named}"
+    assert not named.get("processes"), f"{what}: processes left for clean: {named['processes']}"
+
+    cleaned = tb_cli("clean")
+    assert cleaned.returncode == 0, cleaned.stderr
+    after = ours_on_machine()
+    assert not after, f"{what}: clean left {after}"
+    assert not glob.glob(os.path.join(RUN_ROOT, f"run-{pid}-*")), f"{what}: clean left the run directory"
+    assert json.loads(tb_cli("status", "--json").stdout)["leftovers"] == {}
+    return left
+
+
+def kill_anywhere(tmp_path, bystanders, points: int | None, budget_s: float | None):
+    rng = random.Random(SEED)
+    scenarios = [("collective", COLLECTIVE, 30.0)]
+    if _has_tensorflow():
+        scenarios.append(("offload", OFFLOAD, 45.0))
+    files = {}
+    for name, text, _ in scenarios:
+        files[name] = str(tmp_path / f"{name}.yaml")
+        with open(files[name], "w") as f:
+            f.write(text)
+    assert tb_cli("clean").returncode == 0          # this tag's leftovers of earlier tests
+    t0, record = time.monotonic(), []
+    while (points is None or len(record) < points) and (budget_s is None or time.monotonic() - t0 < budget_s):
+        name, _, horizon = scenarios[len(record) % len(scenarios)]
+        after = round(rng.uniform(0.3, horizon), 2)
+        pid, seen, ended = kill_at(files[name], after, str(tmp_path / f"out-{len(record)}"))
+        what = f"{name} killed at {after} s"
+        assert ended in (None, 0), f"{what}: the run failed before its kill (exit {ended})"
+        left = check_after_kill(pid, seen, what)
+        record.append((name, after, len(seen), sorted(left), "" if ended is None else " (had ended)"))
+        assert not bystanders(), f"{what}: clean removed {bystanders()}"
+    print("\n".join(f"{n:<10} killed at {a:6.2f} s{e}: {s:3d} processes, left {l or 'nothing'}"
+                    for n, a, s, l, e in record))
+    final = tb_cli("-q", "run", files["collective"], "--out", str(tmp_path / "out-final"), timeout=300)
+    assert final.returncode == 0, final.stdout[-2000:] + final.stderr[-2000:]
+    return record
+
+
+def _has_tensorflow() -> bool:
+    return subprocess.run([sys.executable, "-c", "import tensorflow"], capture_output=True).returncode == 0
+
+
+def test_killed_runs_leave_nothing_running_and_clean_removes_the_rest(tmp_path, bystanders):
+    record = kill_anywhere(tmp_path, bystanders, points=None, budget_s=180)
+    assert len(record) >= 4
+
+
+@pytest.mark.slow
+def test_killed_at_thirty_two_points(tmp_path, bystanders):
+    kill_anywhere(tmp_path, bystanders, points=32, budget_s=None)
