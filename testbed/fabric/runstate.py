@@ -53,7 +53,11 @@ def all_runs() -> dict[str, dict]:
 def alive(state: dict) -> bool:
     """Whether the run's own process still exists (then its objects are in use, not left behind)."""
     pid = state.get("owner_pid")
-    return bool(pid) and os.path.exists(f"/proc/{pid}")
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"     # killed, not yet reaped: gone
+    except (OSError, IndexError):
+        return False
 
 
 def live_fabrics() -> dict[str, tuple[str, dict]]:

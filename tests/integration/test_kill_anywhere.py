@@ -244,3 +244,22 @@ def test_killed_runs_leave_nothing_running_and_clean_removes_the_rest(tmp_path, 
 @pytest.mark.slow
 def test_killed_at_thirty_two_points(tmp_path, bystanders):
     kill_anywhere(tmp_path, bystanders, points=32, budget_s=None)
+
+
+def test_a_fabric_kept_up_dies_with_its_daemon_only(tmp_path):
+    """`testbed up` returns and its fabric stays; a SIGKILL of the daemon that owns it takes its processes down."""
+    assert tb_cli("clean").returncode == 0
+    up = tb_cli("up", "--topo", "rail-only,servers=2,gpus_per_server=2")
+    assert up.returncode == 0, up.stderr
+    live = runstate.live_fabrics()[TAG]
+    owner, cgroup = live[1]["owner_pid"], live[1]["cgroup"]
+    members = lifeline.processes(cgroup)
+    assert owner in members and len(members) > 4          # the daemon, its controller and the hosts' shells
+    os.kill(owner, signal.SIGKILL)
+    deadline = time.monotonic() + 5
+    while os.path.isdir(cgroup) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not os.path.isdir(cgroup)
+    assert not [p for p in members if _stat(p) and _stat(p)[0] != "Z"]
+    assert tb_cli("clean").returncode == 0
+    assert not ours_on_machine()
