@@ -86,12 +86,10 @@ class Lifeline:
         self.cgroup, self.came_from, self.write_fd, self.reaper = cgroup, came_from, write_fd, reaper
 
     def cut(self) -> int:
-        """At the end of a run: the owner leaves its cgroup, what is still in there is killed, the reaper ends."""
-        try:
-            with open(os.path.join(self.came_from, "cgroup.procs"), "w") as f:
-                f.write(str(os.getpid()))
-        except OSError:
-            pass
+        """At the end of a run: the owner leaves its cgroup, what is still in there is killed, the reaper ends.
+        An owner that cannot leave stays, and its reaper with it: killing the cgroup would kill the owner."""
+        if not any(_join(cgroup) for cgroup in (self.came_from, os.path.dirname(self.cgroup))):
+            return 0
         left = kill(self.cgroup)
         os.close(self.write_fd)
         try:
@@ -101,21 +99,31 @@ class Lifeline:
         return left
 
 
+def _join(cgroup: str) -> bool:
+    """Move this process into cgroup; whether it could."""
+    try:
+        with open(os.path.join(cgroup, "cgroup.procs"), "w") as f:
+            f.write(str(os.getpid()))
+        return True
+    except OSError:
+        return False
+
+
 def tie(run_dir: str, tag: str) -> Lifeline | None:
     """Move this process into a new cgroup for the run, watched by a reaper; None where cgroup v2 is not usable."""
     top = root()
     if top is None:
         return None
     cgroup = os.path.join(top, PREFIX + tag + os.path.basename(run_dir))
-    came_from = os.path.join(top, _current(top))
+    came_from = os.path.join(top, _current())
     read_fd, write_fd = os.pipe()           # both close on exec: no child but the reaper holds an end
     try:
         os.mkdir(cgroup)
         reaper = subprocess.Popen([sys.executable, "-m", "testbed.fabric.lifeline", cgroup], stdin=read_fd,
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=PROJECT_ROOT,
                                   start_new_session=True)    # a kill of the owner's process group spares it
-        with open(os.path.join(cgroup, "cgroup.procs"), "w") as f:
-            f.write(str(os.getpid()))
+        if not _join(cgroup):
+            raise OSError("cannot join the run's cgroup")
     except OSError:
         os.close(write_fd)
         _rmdir(cgroup)
@@ -125,7 +133,7 @@ def tie(run_dir: str, tag: str) -> Lifeline | None:
     return Lifeline(cgroup, came_from, write_fd, reaper)
 
 
-def _current(top: str) -> str:
+def _current() -> str:
     """This process's cgroup v2 path, relative to the mount."""
     with open("/proc/self/cgroup") as f:
         for line in f:
