@@ -14,8 +14,10 @@ import os
 import shutil
 import signal
 import subprocess
+import time
 
 from pyroute2 import IPRoute
+from pyroute2.netlink.exceptions import NetlinkDumpInterrupted
 
 from testbed import PREFIX, RUN_ROOT
 from testbed.fabric import lifeline, ovs, runstate
@@ -96,6 +98,16 @@ def stale_processes(states: dict[str, dict]) -> list[tuple[int, str]]:
     return found
 
 
+def _links(ipr: IPRoute, attempts: int = 10) -> list:
+    """Every link of the root namespace; a dump that other fabrics' link changes interrupt is taken again."""
+    for _ in range(attempts - 1):
+        try:
+            return list(ipr.get_links())
+        except NetlinkDumpInterrupted:
+            time.sleep(0.05)
+    return list(ipr.get_links())
+
+
 def stale_containers(live: set[str], echo=print) -> int:
     """Remove the testbed's containers (label and name prefix) whose run is not in progress."""
     try:
@@ -155,7 +167,7 @@ def clean(echo=print) -> dict:
 
     # Linux bridges (HB domains) and veth ends left in the root namespace.
     with IPRoute() as ipr:
-        for link in ipr.get_links():
+        for link in _links(ipr):
             name = link.get_attr("IFLA_IFNAME")
             if name and mine(name) and name.split("-p")[0] not in in_use \
                     and name not in in_use:
