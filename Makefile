@@ -7,12 +7,12 @@ OUT ?=
 # Vagrant: tools the tests drive). The tests use all three.
 EXTRAS ?=
 
-.PHONY: setup demo test test-unit test-fast clean vm vm-test vm-down
+.PHONY: setup demo test test-unit test-fast test-long clean vm vm-test vm-down
 
 setup:
 	@scripts/setup $(if $(EXTRAS),--extras $(EXTRAS))
 
-test test-unit test-fast: EXTRAS = tf,torch,dev
+test test-unit test-fast test-long: EXTRAS = tf,torch,dev
 
 # Start and stop in one shell: the services count that shell as their user until it stops them.
 demo: setup
@@ -30,7 +30,7 @@ two_passes = $(PYTEST) -n 4 -m "$(NO_FABRIC)" tests; a=$$?; \
 test: setup
 	@trap '.venv/bin/testbed clean >/dev/null; scripts/dockerd-stop; scripts/ovs-stop' EXIT; \
 		scripts/ovs-start && scripts/dockerd-start || exit 1; \
-		$(call two_passes,,--durations=15)
+		$(call two_passes, and not long,--durations=15)
 
 test-unit: setup
 	$(PYTEST) -n 4 -m "not root" tests
@@ -38,7 +38,13 @@ test-unit: setup
 test-fast: setup
 	@trap '.venv/bin/testbed clean >/dev/null; scripts/dockerd-stop; scripts/ovs-stop' EXIT; \
 		scripts/ovs-start && scripts/dockerd-start || exit 1; \
-		$(call two_passes, and not slow and not qemu,)
+		$(call two_passes, and not slow and not qemu and not long,)
+
+# The soaks of ten minutes or more (32 kills at seeded moments, say): one at a time.
+test-long: setup
+	@trap '.venv/bin/testbed clean >/dev/null; scripts/dockerd-stop; scripts/ovs-stop' EXIT; \
+		scripts/ovs-start && scripts/dockerd-start || exit 1; \
+		$(PYTEST) -m long tests
 
 clean:
 	@if [ -x .venv/bin/testbed ]; then .venv/bin/testbed clean; fi

@@ -241,7 +241,7 @@ def test_killed_runs_leave_nothing_running_and_clean_removes_the_rest(tmp_path, 
     assert len(record) >= 4
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_killed_at_thirty_two_points(tmp_path, bystanders):
     kill_anywhere(tmp_path, bystanders, points=32, budget_s=None)
 
