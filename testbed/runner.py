@@ -234,8 +234,11 @@ def _write(results: dict, fabric: topo.Fabric, timeline, out_dir: str) -> None:
         c["file"] = os.path.relpath(c["file"], out_dir)      # the folder can move: paths are relative to it
     results["report"] = [os.path.relpath(p, out_dir)
                          for p in report.write(results, fabric, timeline, out_dir, summary_table(results))]
-    with open(os.path.join(out_dir, "results.json"), "w") as f:
+    # whole or not at all: a run killed while writing leaves the last results.json (or none), never half of one
+    path = os.path.join(out_dir, "results.json")
+    with open(path + ".part", "w") as f:
         json.dump(results, f, indent=2)
+    os.replace(path + ".part", path)
 
 
 def summary_table(results: dict) -> str:

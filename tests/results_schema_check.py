@@ -52,25 +52,28 @@ def problems(results: dict) -> list[str]:
     return results_schema.errors(results) + epoch_outside_at(results)
 
 
-def written_under(root: str) -> list[str]:
-    """The results.json files a run wrote under root in a version this schema reads (files a test made up
-    itself carry no schema_version, or another major one)."""
-    found = []
+def written_under(root: str) -> tuple[list[str], list[str]]:
+    """(the results.json files a run wrote under root in a version this schema reads, those that are no JSON).
+    Files a test made up itself carry no schema_version, or another major one; a test that writes broken JSON on
+    purpose removes it before it ends."""
+    found, broken = [], []
     for path in glob.glob(os.path.join(root, "**", "results.json"), recursive=True):
         try:
             with open(path) as f:
                 doc = json.load(f)
-        except (OSError, ValueError):
+        except ValueError as e:
+            broken.append(f"{path}: not JSON: {e}")
             continue
         if isinstance(doc, dict) and results_schema.known_version(doc):
             found.append(path)
-    return found
+    return found, broken
 
 
 def check_tree(root: str) -> list[str]:
-    """Every problem of every run-written results.json under root, prefixed with its file."""
-    out = []
-    for path in written_under(root):
+    """Every problem of every run-written results.json under root, prefixed with its file; a results.json that is
+    no JSON is one."""
+    found, out = written_under(root)
+    for path in found:
         with open(path) as f:
             out += [f"{path}: {p}" for p in problems(json.load(f))]
     return out

@@ -141,6 +141,11 @@ def test_only_files_a_run_wrote_are_checked(tmp_path):
     (tmp_path / "run" / "results.json").write_text(json.dumps({**MINIMAL, "ok": "maybe"}))
     assert check_tree(str(tmp_path)) == [f"{tmp_path}/run/results.json: ok: 'maybe' is not of type 'boolean'"]
     (tmp_path / "run" / "results.json").write_text(json.dumps(MINIMAL))      # fixed: the fixture finds nothing
+    (tmp_path / "cut").mkdir()
+    (tmp_path / "cut" / "results.json").write_text('{"schema_version": "1.')      # a run cut off mid-write
+    [problem] = check_tree(str(tmp_path))
+    assert problem.startswith(f"{tmp_path}/cut/results.json: not JSON")
+    (tmp_path / "cut" / "results.json").unlink()
 
 
 def test_versions_this_schema_reads():
