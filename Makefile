@@ -3,7 +3,7 @@ SHELL := /bin/bash
 PY := .venv/bin/python
 SCENARIO ?= scenarios/demo.yaml
 OUT ?=
-# Optional extras (scripts/setup --extras): tf (TensorFlow, for the offload workload), torch, dev (shellcheck,
+# Optional extras (scripts/setup --extras): tf (TensorFlow, for the offload workload), torch, dev (shellcheck, ruby,
 # Vagrant: tools the tests drive). The tests use all three.
 EXTRAS ?=
 
