@@ -24,6 +24,7 @@ from testbed.faults.echo import FaultEcho
 from testbed.faults.schedule import Schedule, check_target
 from testbed.monitor import capture
 from testbed.monitor.fidelity import CpuSampler
+from testbed.monitor.queues import QueueSampler
 from testbed.monitor.timeline import Timeline
 from testbed.results import results_schema, runs
 from testbed.runtime import progress
@@ -126,19 +127,19 @@ def run(scenario: dict, out_dir: str, echo=print, report: progress.Progress | No
         signal.signal(signal.SIGTERM, previous)
         results["timings"]["tear_down_s"] = round(net.timings.get("tear_down_s", 0.0), 3)
     report.stage("report")
-    _write(results, fabric, live.timeline, out_dir)
+    _write(results, fabric, live.timeline, out_dir, live.queues)
     report.done(results["ok"])
     return results
 
 
 class _Live:
-    """What watches a live run (captures, the timeline, the fault schedule); stopped in any case."""
+    """What watches a live run (captures, the timeline, the queues, the fault schedule); stopped in any case."""
 
     def __init__(self, captures):
-        self.captures, self.timeline, self.schedule, self.echo = captures, None, None, None
+        self.captures, self.timeline, self.queues, self.schedule, self.echo = captures, None, None, None, None
 
     def stop(self) -> None:
-        for part in (self.schedule, self.echo, self.timeline, self.captures):
+        for part in (self.schedule, self.echo, self.timeline, self.queues, self.captures):
             if part is not None:
                 part.stop()
 
@@ -183,6 +184,7 @@ def _run_workloads(net: Network, scenario: dict, results: dict, live: _Live, rep
     live.captures.start()
     start = net.counters()
     live.timeline = Timeline(net).start()
+    live.queues = QueueSampler.of(net).start()
     live.schedule = schedule = Schedule(net, scenario.get("faults", []))
     schedule.start()
     live.echo = FaultEcho(schedule, net, report).start()
@@ -202,6 +204,7 @@ def _run_workloads(net: Network, scenario: dict, results: dict, live: _Live, rep
     live.echo.stop()
     report.stage("results")
     live.timeline.stop()
+    live.queues.stop()
     results["faults"] = schedule.results(net.controller_view().get("port_events", []))
     outcomes.fill(results["faults"], results["workloads"], schedule.t0, net.fabric)
     results["checks"] += outcomes.checks(results["faults"])
@@ -226,14 +229,14 @@ def _run_workload(net: Network, spec: dict, label: str, schedule, checks: list) 
     return result
 
 
-def _write(results: dict, fabric: topo.Fabric, timeline, out_dir: str) -> None:
+def _write(results: dict, fabric: topo.Fabric, timeline, out_dir: str, queues=None) -> None:
     from testbed.results import report     # matplotlib when there is a report to draw, not at every CLI start
     results["ok"] = all(c["ok"] for c in results["checks"])
     results_schema.relative_times(results)                  # one time base (testbed/results/results_schema.py)
     for c in results.get("captures", []):
         c["file"] = os.path.relpath(c["file"], out_dir)      # the folder can move: paths are relative to it
     results["report"] = [os.path.relpath(p, out_dir)
-                         for p in report.write(results, fabric, timeline, out_dir, summary_table(results))]
+                         for p in report.write(results, fabric, timeline, out_dir, summary_table(results), queues)]
     # whole or not at all: a run killed while writing leaves the last results.json (or none), never half of one
     path = os.path.join(out_dir, "results.json")
     with open(path + ".part", "w") as f:

@@ -115,6 +115,22 @@ def links_section(results: dict) -> str:
                                                     for h in usage["hottest"]], left=2))
 
 
+def queues_section(results: dict) -> str:
+    q = results.get("queues")
+    if not q:
+        return ""
+    d = q["drops"]
+    parts = [f"<h2>Queues</h2><p>Every shaped port's backlog over time in the queue heatmap below, the samples in "
+             f'<a href="{html.escape(q["file"])}">{html.escape(q["file"])}</a>. Drops: {d["overflow"]} queue '
+             f"overflow, {d['fault']} by faults, {d['other']} other.</p>"]
+    if q["fullest"]:
+        parts.append(table(["port", "link", "queue bytes", "peak bytes", "peak / queue", "overflow drops"],
+                           [[html.escape(r["port"]), html.escape(r["link"]), cell(r["limit_bytes"]),
+                             cell(r["peak_bytes"]), cell(r["peak_fraction"], 2), cell(r["overflow_drops"])]
+                            for r in q["fullest"]], left=2))
+    return "".join(parts)
+
+
 def write(results: dict, out_dir: str, summary_text: str) -> str:
     """Write out_dir/report.html; returns its path."""
     f = results["fabric"]
@@ -145,6 +161,7 @@ def write(results: dict, out_dir: str, summary_text: str) -> str:
     parts.append(workload_tables(results))
     parts.append(faults_section(results))
     parts.append(links_section(results))
+    parts.append(queues_section(results))
     if results.get("captures"):
         parts.append("<h2>Captures</h2>" + table(
             ["point", "file", "packets", "RoCE", "truncated", "bad ICRC", "malformed"],

@@ -13,7 +13,7 @@ import os
 from testbed.faults import REGISTRY as FAULT_KINDS
 from testbed.figures import plt
 from testbed.monitor.fidelity import CPU_BOUND_IDLE_PCT
-from testbed.results import draw, heatmap, htmlreport
+from testbed.results import draw, heatmap, htmlreport, queues as queue_report
 from testbed.workloads import REGISTRY
 
 
@@ -88,6 +88,7 @@ def summary_markdown(results: dict, table: str) -> str:
         lines += [f"**Fidelity warning**: {', '.join(bound)} ran with under {CPU_BOUND_IDLE_PCT:g}% CPU idle on average; "
                   "those figures may measure the emulating machine rather than the links.", ""]
     lines += links_markdown(results)
+    lines += queues_markdown(results)
     lines += ["## Summary", "", "```", table, "```", ""]
     if results.get("captures"):
         lines += capture_section(results["captures"])
@@ -105,6 +106,33 @@ def links_markdown(results: dict) -> list[str]:
              "| link | tier | peak | mean |", "|---|---|---|---|"]
     lines += [f"| {h['link']} | {h['tier']} | {h['peak']:.2f} | {h['mean']:.2f} |" for h in usage["hottest"]]
     return lines + [""]
+
+
+def queues_markdown(results: dict) -> list[str]:
+    q = results.get("queues")
+    if not q:
+        return []
+    d = q["drops"]
+    cpu = f", the sampler used {q['sampler_cpu']:.1%} of a core" if q.get("sampler_cpu") is not None else ""
+    lines = ["## Queues over time", "",
+             f"Every shaped port's backlog as a fraction of its configured queue: `plots/queue_heatmap.png` (samples "
+             f"in `{q['file']}`, every {q['period_s'] * 1000:.0f} ms, {q['ports']} ports{cpu}). "
+             f"Drops: {d['overflow']} queue overflow, {d['fault']} by faults, {d['other']} other (per port below).", ""]
+    if q["fullest"]:
+        lines += ["| port | link | queue KiB | peak KiB | peak / queue | overflow drops |", "|---|---|---|---|---|---|"]
+        lines += [f"| {r['port']} | {r['link']} | {kib(r['limit_bytes'])} | {kib(r['peak_bytes'])} | "
+                  f"{'-' if r['peak_fraction'] is None else format(r['peak_fraction'], '.2f')} | {r['overflow_drops']} |"
+                  for r in q["fullest"]]
+        lines.append("")
+    if q["drops_by_port"]:
+        lines += ["| port | overflow | fault | other |", "|---|---|---|---|"]
+        lines += [f"| {r['port']} | {r['overflow']} | {r['fault']} | {r['other']} |" for r in q["drops_by_port"]]
+        lines.append("")
+    return lines
+
+
+def kib(n) -> str:
+    return "-" if n is None else f"{n / 1024:.0f}"
 
 
 def capture_section(captures: list[dict]) -> list[str]:
@@ -126,8 +154,8 @@ def capture_section(captures: list[dict]) -> list[str]:
     return lines + [""]
 
 
-def write(results: dict, fabric, timeline, out_dir: str, table: str) -> list[str]:
-    """Write summary.md and the plots; returns the files written."""
+def write(results: dict, fabric, timeline, out_dir: str, table: str, queues=None) -> list[str]:
+    """Write summary.md and the plots; returns the files written. queues: the run's queue sampler."""
     plots = os.path.join(out_dir, "plots")
     os.makedirs(plots, exist_ok=True)
     written = []
@@ -135,6 +163,7 @@ def write(results: dict, fabric, timeline, out_dir: str, table: str) -> list[str
     if timeline is not None and plot_utilisation(fabric, timeline, results, path):
         written.append(path)
     written += heatmap.write(fabric, timeline, results, out_dir)     # before the reports: they name the hottest links
+    written += queue_report.write(fabric, queues, results, out_dir)  # and the fullest queues
     path = os.path.join(plots, "fabric.svg")
     written.append(draw.draw_run(fabric, results, path))
     for kind, workloads in by_type(results):

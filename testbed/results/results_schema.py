@@ -136,6 +136,23 @@ LINK_USAGE = obj({
                    "The busiest links, by peak utilisation."),
 }, ["file", "hottest"])
 
+DROPS = {"overflow": INT, "fault": INT, "other": INT}
+QUEUES = obj({
+    "file": d(STR, "The samples: queues.json, relative to the folder."),
+    "period_s": d(NUM, "The mean interval between samples (the period asked, or longer to stay within the sampler's CPU budget)."),
+    "ports": d(INT, "Shaped ports sampled."),
+    "samples": d(INT, "Samples taken."),
+    "sampler_cpu": d(nullable(NUM), "The sampler thread's CPU time over its wall time (1 = a core)."),
+    "drops": d(obj(DROPS, list(DROPS)), "Drops over all ports by reason: overflow (a full queue), fault (a device's "
+                                        "drops while a fault held its link), other."),
+    "drops_by_port": arr(obj({"port": STR, "link": STR, **DROPS}, ["port", "link", *DROPS]),
+                         "Per port that dropped any (NODE>PEER: the queue of what NODE sends to PEER)."),
+    "fullest": arr(obj({"port": STR, "link": STR, "tier": STR, "limit_bytes": nullable(INT), "peak_bytes": INT,
+                        "peak_fraction": nullable(NUM), "overflow_drops": INT},
+                       ["port", "link", "tier", "limit_bytes", "peak_bytes", "peak_fraction", "overflow_drops"]),
+                   "The ports with the highest peak backlog, as a fraction of their configured queue."),
+}, ["file", "period_s", "ports", "samples", "sampler_cpu", "drops", "drops_by_port", "fullest"])
+
 BYTES_BY_PORT = d({"type": "object", "additionalProperties": INT}, "Bytes per switch port (SWITCH:PORT) or link.")
 PORT_COUNTERS = {"type": "object", "additionalProperties": obj({"tx_bytes": INT, "rx_bytes": INT},
                                                                ["tx_bytes", "rx_bytes"])}
@@ -300,6 +317,7 @@ def schema() -> dict:
         "faults": arr(FAULT, "Per scenario fault, in scenario order."),
         "captures": arr(CAPTURE, "Per capture point."),
         "link_usage": LINK_USAGE,
+        "queues": QUEUES,
         "report": arr(STR, "The files the report wrote, relative to the folder."),
     }, ["schema_version", "scenario", "testbed_version", "started", "ok", "fabric", "workloads", "links", "checks",
         "timings", "warnings", "report"])

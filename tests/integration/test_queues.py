@@ -1,0 +1,77 @@
+"""Integration (root): the queue sampler under an incast, and without congestion.
+
+Three paced UDP senders at 0.9 x NIC each converge on s1g0: the switch port into it (rail0>s1g0) gets 2.7
+times what it can send. Its queue fills and then drops; the sampled backlog never exceeds the queue the
+port's tbf is configured with. tbf queues in a bfifo that admits a packet only while backlog + the packet's
+length <= limit (net/sched/sch_fifo.c), so the bound is the limit itself, with no slack.
+"""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.paths import ROOT
+
+pytestmark = [pytest.mark.root, pytest.mark.alone]   # paced senders need the CPU to keep their pace
+
+FABRIC = "fabric: {kind: rail-optimized, servers: 2, gpus_per_server: 2, spines: 2, nic_mbps: 10}\n"
+INCAST = """
+name: queues-incast
+""" + FABRIC + """
+workloads:
+  - {type: traffic, name: incast, pattern: pairs, pairs: [[s0g0, s1g0], [s0g1, s1g0], [s1g1, s1g0]],
+     protocol: udp, size: 2MiB, rate_mbps: 9, expect: {max_loss: 1}}
+"""
+CALM = """
+name: queues-calm
+""" + FABRIC + """
+workloads:
+  - {type: traffic, name: calm, pattern: pairs, pairs: [[s0g0, s1g0]], protocol: udp, size: 2MiB, rate_mbps: 9}
+"""
+BOTTLENECK = "rail0>s1g0"
+
+
+def run(tmp_path, text: str) -> tuple[dict, dict]:
+    path = tmp_path / "scenario.yaml"
+    path.write_text(text)
+    out = str(tmp_path / "run")
+    p = subprocess.run([sys.executable, "-m", "testbed.cli", "run", str(path), "--out", out], capture_output=True,
+                       text=True, cwd=ROOT, timeout=600)
+    assert p.returncode == 0, p.stdout + p.stderr
+    with open(os.path.join(out, "results.json")) as f:
+        results = json.load(f)
+    with open(os.path.join(out, results["queues"]["file"])) as f:
+        doc = json.load(f)
+    assert "plots/queue_heatmap.png" in results["report"]
+    return results, {p["port"]: p for p in doc["ports"]}
+
+
+def test_an_incast_fills_the_port_queue_to_its_limit_and_drops_beyond_it(tmp_path):
+    results, ports = run(tmp_path, INCAST)
+    port = ports[BOTTLENECK]
+    limit = port["limit_bytes"]
+    assert port["qdisc"] == "tbf" and limit and limit > 0, port
+    backlog = [b for b in port["backlog_bytes"] if b is not None]
+    assert max(backlog) <= limit, (max(backlog), limit)
+    assert max(backlog) >= 0.5 * limit, (max(backlog), limit)          # the queue built up, as sampled
+    by_port = {r["port"]: r for r in results["queues"]["drops_by_port"]}
+    assert by_port[BOTTLENECK]["overflow"] > 0, by_port
+    assert by_port[BOTTLENECK]["fault"] == 0, by_port                   # no fault in this run
+    # the receiver lost what the queue dropped: at least as many packets, never fewer
+    lost = results["workloads"][0]["lost_packets"]
+    assert lost >= by_port[BOTTLENECK]["overflow"] > 0, (lost, by_port)
+    # the senders' own NIC queues stay short: they pace below their NIC's rate
+    for sender in ("s0g0>rail0", "s0g1>rail1", "s1g1>rail1"):
+        assert max(b or 0 for b in ports[sender]["backlog_bytes"]) < 0.1 * ports[sender]["limit_bytes"], sender
+
+
+def test_without_congestion_the_queues_stay_empty(tmp_path):
+    results, ports = run(tmp_path, CALM)
+    assert results["queues"]["drops"]["overflow"] == 0, results["queues"]
+    for name, port in ports.items():
+        if port["limit_bytes"]:
+            peak = max(b or 0 for b in port["backlog_bytes"])
+            assert peak <= 0.05 * port["limit_bytes"], (name, peak, port["limit_bytes"])
+    assert len(ports[BOTTLENECK]["backlog_bytes"]) >= 20          # sampled throughout the 2 s flow
