@@ -117,7 +117,8 @@ def queues_markdown(results: dict) -> list[str]:
     lines = ["## Queues over time", "",
              f"Every shaped port's backlog as a fraction of its configured queue: `plots/queue_heatmap.png` (samples "
              f"in `{q['file']}`, every {q['period_s'] * 1000:.0f} ms, {q['ports']} ports{cpu}). "
-             f"Drops: {d['overflow']} queue overflow, {d['fault']} by faults, {d['other']} other (per port below).", ""]
+             f"Drops: {d['overflow']} queue overflow, {d['fault']} by faults, {d['other']} other"
+             f"{' (per port below)' if q['drops_by_port'] else ''}.", ""]
     if q["fullest"]:
         lines += ["| port | link | queue KiB | peak KiB | peak / queue | overflow drops |", "|---|---|---|---|---|---|"]
         lines += [f"| {r['port']} | {r['link']} | {kib(r['limit_bytes'])} | {kib(r['peak_bytes'])} | "
