@@ -139,7 +139,7 @@ LINK_USAGE = obj({
 DROPS = {"overflow": INT, "fault": INT, "other": INT}
 QUEUES = obj({
     "file": d(STR, "The samples: queues.json, relative to the folder."),
-    "period_s": d(NUM, "The mean interval between samples (the period asked, or longer to stay within the sampler's CPU budget)."),
+    "period_s": d(NUM, "Seconds (a duration): the mean interval between samples (the period asked, or longer to stay within the sampler's CPU budget)."),
     "ports": d(INT, "Shaped ports sampled."),
     "samples": d(INT, "Samples taken."),
     "sampler_cpu": d(nullable(NUM), "The sampler thread's CPU time over its wall time (1 = a core)."),

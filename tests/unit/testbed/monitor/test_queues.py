@@ -3,6 +3,9 @@ devices' drops at their own pace, and the CPU budget stretching the period."""
 import time
 from types import SimpleNamespace
 
+import struct
+
+from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg
 from pyroute2.netlink.rtnl.tcmsg import tcmsg
 
 from testbed.fabric.links import switch_port
@@ -11,29 +14,47 @@ from testbed.monitor import queues
 from testbed.monitor.queues import Port, Qdisc, QueueSampler, root_qdiscs, shaped_ports
 
 
-def message(index: int, kind: str, parent: int = queues.TC_H_ROOT, backlog=0, qlen=0, drops=0, limit=None):
-    """An RTM_NEWQDISC message as the kernel sends it: encoded by pyroute2 and decoded again."""
+def message(index: int, kind: str, parent: int = queues.TC_H_ROOT, backlog=0, qlen=0, drops=0, limit=None) -> bytes:
+    """An RTM_NEWQDISC message as the kernel sends it (encoded by pyroute2)."""
     attrs = [("TCA_KIND", kind)]
     if limit is not None:
-        attrs.append(("TCA_OPTIONS", {"attrs": [("TCA_TBF_PARMS", {"limit": limit, "buffer": 5000, "mtu": 0})]}))
-    attrs.append(("TCA_STATS2", {"attrs": [("TCA_STATS_QUEUE", {"qlen": qlen, "backlog": backlog, "drops": drops,
-                                                                 "requeues": 0, "overlimits": 0})]}))
+        attrs.append(("TCA_OPTIONS", {"attrs": [("TCA_TBF_PARMS", {"limit": limit, "buffer": 5000, "mtu": 0,
+                                                                   "rate": 1250000})]}))
+    attrs.append(("TCA_STATS2", {"attrs": [("TCA_STATS_BASIC", {"bytes": 1 << 40, "packets": 99}),
+                                           ("TCA_STATS_QUEUE", {"qlen": qlen, "backlog": backlog, "drops": drops,
+                                                                "requeues": 0, "overlimits": 5})]}))
     m = tcmsg()
-    m.setvalue({"index": index, "handle": 0x10000, "parent": parent, "attrs": attrs})
+    m.setvalue({"header": {"type": queues.RTM_NEWQDISC, "flags": 2}, "index": index, "handle": 0x10000,
+                "parent": parent, "attrs": attrs})
     m.encode()
-    decoded = tcmsg(m.data)
-    decoded.decode()
-    return decoded
+    return bytes(m.data)
+
+
+def device(index: int, name: str, tx_dropped: int) -> bytes:
+    m = ifinfmsg()
+    stats = {"tx_packets": 5, "rx_dropped": 77, "tx_dropped": tx_dropped}      # the rest 0
+    m.setvalue({"header": {"type": queues.RTM_NEWLINK, "flags": 2}, "index": index,
+                "attrs": [("IFLA_IFNAME", name), ("IFLA_MTU", 1500), ("IFLA_STATS64", stats)]})
+    m.encode()
+    return bytes(m.data)
+
+
+DONE = struct.pack("=IHHII", 20, queues.NLMSG_DONE, 2, 0, 0) + b"\0" * 4
 
 
 def test_root_qdiscs_reads_backlog_drops_and_tbfs_limit():
-    got = root_qdiscs([message(2, "noqueue"),
-                       message(3, "tbf", backlog=30000, qlen=20, drops=7, limit=1 << 20),
-                       message(3, "netem", parent=0x10001, backlog=999),         # a child: not the port's root
-                       message(4, "pfifo_fast", backlog=1500, qlen=1)])
+    chunks = [message(2, "noqueue") + message(3, "tbf", backlog=30000, qlen=20, drops=7, limit=1 << 20),
+              message(3, "netem", parent=0x10001, backlog=999)             # a child: not the port's root
+              + message(4, "pfifo_fast", backlog=1500, qlen=1) + DONE]
+    got = root_qdiscs(chunks)
     assert got[3] == Qdisc("tbf", 30000, 20, 7, 1 << 20)
     assert got[4] == Qdisc("pfifo_fast", 1500, 1, 0, None)               # no byte limit to read
     assert got[2].backlog_bytes == 0 and set(got) == {2, 3, 4}
+
+
+def test_devices_reads_each_ones_index_and_transmit_drops():
+    got = queues.devices([device(5, "tb-rail0-p2", 42) + device(1, "lo", 0) + message(5, "tbf") + DONE])
+    assert got == {"tb-rail0-p2": (5, 42), "lo": (1, 0)}
 
 
 class FakeNet:
