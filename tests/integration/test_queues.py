@@ -28,7 +28,8 @@ CALM = """
 name: queues-calm
 """ + FABRIC + """
 workloads:
-  - {type: traffic, name: calm, pattern: pairs, pairs: [[s0g0, s1g0]], protocol: udp, size: 2MiB, rate_mbps: 9}
+  - {type: traffic, name: calm, pattern: pairs, pairs: [[s0g0, s1g0]], protocol: udp, size: 2MiB, rate_mbps: 9,
+     expect: {max_loss: 1}}      # its subject is the queues: a loaded machine may lose a little
 """
 CUT = """
 name: queues-cut
@@ -77,12 +78,17 @@ def test_an_incast_fills_the_port_queue_to_its_limit_and_drops_beyond_it(tmp_pat
 
 
 def test_without_congestion_the_queues_stay_empty(tmp_path):
+    """One flow paced below its path's rate builds no standing queue: every port's backlog averages under 1% of
+    its queue over the run. What the samples do see are bursts the emulating machine releases after a scheduling
+    stall (a switch thread descheduled for 50 ms lets 56 KB of a 9 Mbit/s flow arrive at once: measured up to
+    66 KB, 6% of the queue, at a load average of 10 on 2 cores), so a single sample may reach 15%."""
     results, ports = run(tmp_path, CALM)
     assert results["queues"]["drops"]["overflow"] == 0, results["queues"]
     for name, port in ports.items():
         if port["limit_bytes"]:
-            peak = max(b or 0 for b in port["backlog_bytes"])
-            assert peak <= 0.05 * port["limit_bytes"], (name, peak, port["limit_bytes"])
+            seen = [b for b in port["backlog_bytes"] if b is not None]
+            assert sum(seen) / len(seen) <= 0.01 * port["limit_bytes"], (name, seen)
+            assert max(seen) <= 0.15 * port["limit_bytes"], (name, max(seen), port["limit_bytes"])
     assert len(ports[BOTTLENECK]["backlog_bytes"]) >= 20          # sampled throughout the 2 s flow
 
 
