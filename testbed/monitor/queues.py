@@ -10,9 +10,9 @@ One thread samples the whole fabric: it opens one netlink socket (pyroute2's) in
 stays in the namespace it was made in) and dumps each namespace's qdiscs once per sample, reading of each
 message only the fields it needs. Where a sample still costs more than CPU_BUDGET of a core at the period
 asked (a very large fabric, a root namespace with very many devices), the period stretches to stay within it
-(results.json records the period kept). Every `device_every`-th sample it
-also reads each port device's own drop counter (tx_dropped: frames the device could not send, as when a cut
-took its carrier away), which the report tells apart from the queue's overflow drops.
+(results.json records the period kept). Every `device_every`-th sample it also dumps each namespace's devices
+for their own drop counters (tx_dropped: frames a device could not send, as when a cut took its carrier away),
+which the report tells apart from the queues' overflow drops.
 """
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ from testbed.fabric.links import interface
 TC_H_ROOT = 0xFFFFFFFF
 PERIOD_S = 0.05             # fine enough to see a queue build: a NIC queue drains in tenths of a second
 CPU_BUDGET = 0.05           # of a core: where a sample costs more (many ports), the period stretches to fit
-DEVICE_EVERY = 10           # the devices' drop counters every 10th sample (a netlink request per port)
+DEVICE_EVERY = 10           # the devices' drop counters every 10th sample (a device dump per namespace)
 
 
 @dataclass(frozen=True)
