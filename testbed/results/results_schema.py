@@ -13,7 +13,9 @@ Times (docs/results.md#times), by the key's name:
 The runner (`relative_times`) puts the traffic agents' silences and longest gap on the relative base.
 
 What the runner owns (the top level, fabric, timings, faults, captures, checks) is described closed: a key not
-listed fails validation. A workload's record lists its type's keys and stays open (a type may add rows).
+listed fails validation. A workload's record lists the common keys here and its type's own (the type's
+RESULT_SCHEMA, in its module of testbed/workloads/) and stays open (a type may add rows). A fault's record is
+testbed/faults/record.py's; the words all of them are written in, testbed/schema_words.py's.
 `python -m testbed.results.results_schema` prints the schema (docs/results.schema.json is that output).
 """
 from __future__ import annotations
@@ -22,48 +24,12 @@ import json
 import sys
 
 from testbed.fabric import params as fabric_params
+from testbed.faults.record import RECORD as FAULT
+from testbed.schema_words import BOOL, INT, NUM, PORT_COUNTERS, STR, arr, at, d, dur, nullable, obj, rel
 
 SCHEMA_VERSION = "1.0"
 MAJOR = SCHEMA_VERSION.split(".")[0]
 ID = f"https://testbed.invalid/results-{SCHEMA_VERSION}.schema.json"
-
-NUM = {"type": "number"}
-INT = {"type": "integer", "minimum": 0}
-STR = {"type": "string"}
-BOOL = {"type": "boolean"}
-
-
-def nullable(schema: dict) -> dict:
-    return {**schema, "type": [schema["type"], "null"]} if "type" in schema else {"anyOf": [schema, {"type": "null"}]}
-
-
-def d(schema: dict, text: str) -> dict:
-    return {**schema, "description": text}
-
-
-def at(text: str) -> dict:
-    """A moment as Unix time (the hosts' wall clock)."""
-    return d(nullable(NUM), f"Unix time: {text}")
-
-
-def rel(text: str) -> dict:
-    """A moment in seconds from timings.workloads_start."""
-    return d(nullable(NUM), f"Seconds from timings.workloads_start: {text}")
-
-
-def dur(text: str) -> dict:
-    return d(nullable(NUM), f"Seconds (a duration): {text}")
-
-
-def obj(props: dict, required=(), closed: bool = True, text: str | None = None) -> dict:
-    out = {"type": "object", "properties": props, "required": list(required), "additionalProperties": not closed}
-    return d(out, text) if text else out
-
-
-def arr(items: dict, text: str | None = None) -> dict:
-    out = {"type": "array", "items": items}
-    return d(out, text) if text else out
-
 
 CHECK = obj({"name": d(STR, "What was checked (a workload's checks are prefixed with its name)."),
              "ok": BOOL, "detail": d(STR, "What was found, in a sentence.")}, ["name", "ok"])
@@ -89,38 +55,6 @@ TIMINGS = obj({
     "image_s": dur("checking or rebuilding the Docker host image, within bring-up."),
     "tear_down_s": dur("tearing the fabric down."),
 }, ["tear_down_s"])
-
-FAULT = obj({
-    "kind": d(STR, "The fault's kind (link-down, link-flap, switch-down, gpu-crash, ...)."),
-    "target": d(STR, "What it struck: a link, switch, GPU host or server."),
-    "at_s": rel("when it was injected (null: never)."),
-    "detected_s": rel("when the controller saw the port change, or (GPU faults) the first peer noticed."),
-    "computed_s": rel("when the controller had computed new routes."),
-    "installed_s": rel("when every switch it changed had acknowledged the new rules."),
-    "recovered_s": rel("routed around (link faults) or the communicator re-formed (GPU faults)."),
-    "resumed_s": rel("when the last flow the fault cut was heard again (receivers' view)."),
-    "flows_cut": d(INT, "Flows that fell silent across the fault."),
-    "restored_s": rel("when the fault was undone."),
-    "first_success_s": rel("when the first collective after the recovery had completed on every member."),
-    "lost_steps": d(nullable(INT), "Started steps run again after the recovery."),
-    "processes": d(INT, "GPU faults: rank processes signalled (0: it hit none)."),
-    "waited_s": dur("a GPU fault timed from a workload: how long it waited, past its `at`, for a rank to start on "
-                    "its target."),
-    "detected_by": d(nullable(STR), "What noticed a GPU fault first (heartbeat, transport, watchdog ...)."),
-    "recovery": d(nullable(STR), "The recovery policy that acted (abort, shrink, spare, migrate)."),
-    "replaced_by": d(nullable({"type": "object", "additionalProperties": STR}), "Failed host -> the spare that "
-                                                                               "took its rank."),
-    "jobs": arr(obj({"workload": STR, "ended": d({"enum": ["completed", "failed", "hung"]}, "How the job ended."),
-                     "exits": d(arr({"type": ["integer", "null"]}), "Exit codes (mpirun's, or each rank's)."),
-                     "ended_s": rel("when the job ended."),
-                     "error_after_s": dur("from the fault to the library's first error (null: none)."),
-                     "stall_s": dur("the silence of the job's traffic that began with the fault (null: none)."),
-                     "stall_from_s": rel("when that silence began."),
-                     "resumed_s": rel("when the job's traffic resumed (null: never)."),
-                     "longest_silence_s": dur("the job's longest silence over its run.")},
-                    ["workload", "ended"], closed=False),
-                "Program jobs running when it struck: how each took it (testbed/faults/program_jobs.py)."),
-}, ["kind", "target", "at_s", "detected_s", "recovered_s", "restored_s"])
 
 CAPTURE = obj({
     "point": d(STR, "HOST/nic, HOST/hb or SWITCH:PORT."), "file": d(STR, "The pcap, relative to the folder."),
@@ -153,10 +87,6 @@ QUEUES = obj({
                    "The ports with the highest peak backlog, as a fraction of their configured queue."),
 }, ["file", "period_s", "ports", "samples", "sampler_cpu", "drops", "drops_by_port", "fullest"])
 
-BYTES_BY_PORT = d({"type": "object", "additionalProperties": INT}, "Bytes per switch port (SWITCH:PORT) or link.")
-PORT_COUNTERS = {"type": "object", "additionalProperties": obj({"tx_bytes": INT, "rx_bytes": INT},
-                                                               ["tx_bytes", "rx_bytes"])}
-
 # Every workload record: what the runner adds around the type's own result.
 WORKLOAD_COMMON = {
     "name": d(STR, "The workload's name (TYPE#INDEX by default)."), "type": STR, "ok": BOOL,
@@ -169,137 +99,12 @@ WORKLOAD_COMMON = {
     "first_error_at": at("when the first rank reported an error (null: none)."),
 }
 
-PHASE = obj({"name": STR, "link": STR, "seconds": dur("the phase's mean time."), "samples": INT,
-             "bound_seconds": dur("its link's bound."), "ratio": d(nullable(NUM), "bound / measured.")},
-            ["name", "link", "seconds"], closed=False)
-
-COLLECTIVE_ROW = obj({
-    "op": STR, "algo": STR, "ranks": INT, "bytes": d(INT, "Bytes per rank's buffer (nccl-tests' size)."),
-    "requested_bytes": d(INT, "The size asked for (bytes ran in whole elements)."), "count": INT, "dtype": STR,
-    "seconds": dur("mean time of the operation (slowest rank per iteration)."),
-    "algbw_MBps": NUM, "busbw_MBps": NUM, "bound_busbw_MBps": d(NUM, "The links' bound on busbw."),
-    "bus_ratio": d(NUM, "busbw / bound."), "correct": d(BOOL, "Equal to numpy's result on every rank."),
-    "fabric_bytes": INT, "uplink_bytes": BYTES_BY_PORT, "uplink_imbalance": d(nullable(NUM), "max / mean uplink."),
-    "out_of_order": INT, "retransmits": INT, "send_nic_bytes": INT, "recovered_chunks": INT, "drops": INT,
-    "transport": d({"type": "object"}, "Non-zero transport counters."),
-    "hb_bytes": d(INT, "Bytes over the HB links, both ways (warm-up included, as every byte counter)."),
-    "link_bytes": d(INT, "Bytes on all links (SPCL): NIC sends + switch egress + hb_bytes."),
-    "tree_min_bytes": d(INT, "algo multicast: each shard once over each link of its minimal tree, per operation run."),
-    "tree_ratio": d(nullable(NUM), "algo multicast: (NIC sends + switch egress) / tree_min_bytes; 1 is the minimum."),
-    "phases": arr(PHASE, "Hierarchical algorithms: each phase against its own link's bound."),
-    "sequential_bound_busbw_MBps": d(NUM, "Pipelined variant: the sequential algorithm's bound it beats."),
-}, ["op", "algo", "bytes", "seconds", "algbw_MBps", "busbw_MBps", "bound_busbw_MBps", "bus_ratio"], closed=False)
-
-RECOVERY = obj({
-    "epoch": INT, "policy": STR, "failed": d(nullable(arr(STR)), "The hosts declared failed."),
-    "replaced": d({"type": ["object", "null"]}, "Failed host -> spare."), "world": d(nullable(INT), "Ranks after."),
-    "lost_steps": d(nullable(INT), "Started steps run again."),
-    "detected_at": at("when the first rank noticed the failure."), "detected_by": nullable(STR),
-    "decided_at": at("when the verdict was reached."), "reformed_at": at("when every member of the new epoch was in."),
-    "first_success_at": at("when the first collective after it completed on every member."),
-    "activation_s": dur("how long the manager took to activate a spare."), "error": nullable(STR),
-}, ["epoch", "policy"], closed=False)
-
-COLLECTIVE = {
-    "op": STR, "algo": STR, "ranks": INT, "rows": arr(COLLECTIVE_ROW, "One row per size, as nccl-tests prints."),
-    "loss_dropped_packets": d(INT, "With `loss`: the packets the ranks' random-loss rules dropped."),
-    "first_recovered_at": at("when the communicator first re-formed after a failure."),
-    "recoveries": arr(RECOVERY, "One record per re-formed epoch."),
-    "heartbeat": obj({"period_s": dur("heartbeat period."), "timeout_s": dur("heartbeat timeout."),
-                      "max_peer_silence_s": dur("longest silence of a live peer."),
-                      "max_own_gap_s": dur("longest gap between a rank's own beats.")}, closed=False),
-}
-
-FLOW = obj({
-    "flow": INT, "proto": {"enum": ["udp", "tcp"]}, "src": STR, "dst": STR, "bytes": d(INT, "Bytes received."),
-    "expected_bytes": INT, "seconds": dur("the flow's transfer time."), "mbps": NUM,
-    "lost_packets": nullable(INT), "error": nullable(STR), "reordered": nullable(INT),
-    "max_gap_s": dur("the longest silence between two arrivals."),
-    "gap_start_s": rel("when that longest silence began."),
-    "silences": arr({"type": "array", "prefixItems": [rel("when it began."), dur("how long it lasted.")],
-                     "items": False, "minItems": 2},
-                    "Every silence of over 1.5 packet times: [start, length]."),
-}, ["flow", "proto", "src", "dst", "bytes", "expected_bytes"], closed=False)
-
-TRAFFIC = {
-    "pattern": STR, "protocol": STR, "flows": INT, "flow_bytes": INT, "rate_mbps": nullable(NUM),
-    "mbps_min": NUM, "mbps_mean": NUM, "mbps_max": NUM, "delivered_bytes": INT,
-    "max_gap_s": dur("the longest silence of any flow."), "lost_packets": INT, "reordered_packets": INT,
-    "uplink_bytes": BYTES_BY_PORT, "uplinks_used": INT, "uplink_imbalance": d(nullable(NUM), "max / mean uplink."),
-    "per_flow": arr(FLOW),
-}
-
-CONNECTIVITY = {"pairs": INT, "expected_reachable": INT, "reachable_ok": INT,
-                "missing": d(arr({}), "Pairs that should reach each other and did not."),
-                "leaked": d(arr({}), "Pairs that reached each other and should not.")}
-
-TRAINING = {
-    "plan": obj({"tp": INT, "pp": INT, "dp": INT}), "micro_batches": INT, "schedule": STR, "gpus": INT,
-    "fabric": STR, "model": {"type": "object"}, "hardware": {"type": "object"}, "layout": arr({"type": "object"}),
-    "rail_aligned": BOOL, "algorithms": {"type": "object"}, "scale": d(NUM, "Model size scale-down."),
-    "dilation_link": d(NUM, "Real / emulated NIC rate."), "dilation": d(NUM, "Emulated / real time."), "activation_bytes": NUM, "gradient_bytes": NUM,
-    "predicted": d({"type": "object"}, "Seconds per iteration and phase, as the model predicts (durations)."),
-    "measured": d({"type": "object"}, "Seconds per iteration and phase, measured (durations)."),
-    "ratio": {"type": "object"}, "per_iteration": arr({"type": "object"}), "bubble_ratio": {"type": "object"},
-    "full_scale": {"type": "object"}, "correct": {"type": "object"}, "per_rank": arr({"type": "object"}),
-    "traffic": d({"type": "object"}, "Bytes between GPU pairs per phase (traffic matrix)."),
-    "fabric_bytes": INT, "nic_bytes": INT, "spine_bytes": nullable(INT),
-}
-
-SPREAD = obj({"median": NUM, "min": NUM, "max": NUM, "runs": INT}, ["median", "min", "max", "runs"])
-OFFLOAD = {
-    "rows": arr(obj({"pipeline": STR, "policy": STR, "throughput_eps": NUM, "steps_per_s": NUM,
-                     "profile_s": dur("FastFlow's profiling."), "epoch_s_with_profiling": dur("the epoch's time."),
-                     "off_ratio": NUM, "candidate": nullable(STR), "seed": INT, "metrics": {"type": "object"}},
-                    ["pipeline", "policy", "steps_per_s", "off_ratio"], closed=False), "One trainer run each."),
-    "policies": arr(obj({"pipeline": STR, "policy": STR, "candidate": nullable(STR), "off_ratio": SPREAD,
-                         "steps_per_s": SPREAD, "epoch_s": d(SPREAD, "Seconds (a duration): the epoch's time, "
-                                                                     "profiling included (median, min, max)."),
-                         "speedup_vs_tf_no": NUM},
-                        ["pipeline", "policy"], closed=False), "Medians and spreads per policy."),
-    "cpu_bound_runs": INT, "candidates": arr(STR), "epoch_steps": INT,
-}
-
-PROGRAM = {
-    "launcher": {"enum": ["env", "mpirun"]}, "command": {"type": ["string", "array"]}, "world": INT,
-    "hosts": arr(STR),
-    "ranks": arr(obj({"rank": INT, "host": STR, "ip": STR, "stdout": STR, "stderr": STR,
-                      "exit": d({"type": ["integer", "null"]}, "Exit status; -N: killed by signal N."),
-                      "ended": STR, "seconds": dur("from the job's start to this rank's end."),
-                      "last_error": STR}, ["rank", "host"], closed=False)),
-    "figures": d({"type": "object", "additionalProperties": nullable(NUM)}, "What the program printed, by name."),
-    "units": {"type": "object"}, "seconds": dur("the job's completion time."),
-    "logs": d(STR, "The ranks' logs folder, relative to the results folder."),
-    "started_at": at("when the job was launched."), "output": arr(STR),
-    "mpirun": {"type": "object"}, "reaction": d(STR, "How the library took a failure, in its words."),
-    "fabric_bytes": INT, "nic_bytes": INT, "link_bytes": PORT_COUNTERS,
-    "silences": arr({"type": "array", "prefixItems": [d(NUM, "seconds from the job's launch (started_at)."),
-                                                      dur("how long it lasted."), d(BOOL, "traffic resumed.")],
-                     "items": False, "minItems": 3},
-                    "Stretches in which the job's NICs received nothing: [start, length, resumed]."),
-    "longest_silence_s": dur("the longest of them."), "traffic_samples": INT,
-}
-
-CHURN = {
-    "duration_s": dur("how long the job ran."), "seed": INT, "ranks": INT, "final_world": d(INT, "Ranks at the end."),
-    "steps_completed": INT, "steps_lost": d(INT, "Started steps run again after failures."),
-    "recovery_s": dur("summed over failures: from the fault to the first step completed after the job re-formed."),
-    "rejoin_s": dur("summed over rejoins: from the admission to the first step completed with the newcomers."),
-    "failures": INT, "rejoins": INT,
-    "divergence": d(nullable({"type": "object"}), "State parity: divergent step states and mismatched copies."),
-    "epochs": arr(RECOVERY, "One record per re-formed epoch (policy rejoin: a growth)."),
-    "events": arr(FAULT, "The seeded faults and their outcomes."),
-}
-
-TYPES = {"collective": COLLECTIVE, "traffic": TRAFFIC, "connectivity": CONNECTIVITY,
-         "training_iteration": TRAINING, "offload": OFFLOAD, "program": PROGRAM, "churn": CHURN}
-
-
 def workload() -> dict:
-    """A workload record: the common keys, then its type's (open: a type may add keys within 1.x)."""
+    """A workload record: the common keys, then its type's RESULT_SCHEMA (open: a type may add keys within 1.x)."""
+    from testbed.workloads import REGISTRY      # the workloads load the runtime: only when the schema is asked for
     cases = [{"if": {"properties": {"type": {"const": t}}},
-              "then": {"properties": props}} for t, props in TYPES.items()]
-    return {"type": "object", "properties": {**WORKLOAD_COMMON, "type": {"enum": list(TYPES)}},
+              "then": {"properties": kind.RESULT_SCHEMA}} for t, kind in REGISTRY.items()]
+    return {"type": "object", "properties": {**WORKLOAD_COMMON, "type": {"enum": list(REGISTRY)}},
             "required": ["name", "type", "ok", "started_s", "wall_s", "cpu_bound"], "allOf": cases}
 
 

@@ -15,11 +15,12 @@ import os
 import shutil
 import time
 
-from testbed.faults import outcomes
+from testbed.faults import outcomes, record
 from testbed.faults.schedule import Schedule
 from testbed.runtime import recovery
 from testbed.runtime.launch import run_on_hosts
 from testbed.scenario.schema import NAME, SIZE, ScenarioError, parse_size
+from testbed.schema_words import INT, arr, d, dur, nullable
 from testbed.workloads import churn_plan, collective, collective_fabric, rank_setup, state_parity
 
 SCHEMA = {
@@ -46,6 +47,18 @@ SCHEMA = {
         "timeout_s": {"type": "number", "minimum": 1, "maximum": 3600, "default": 20,
                       "description": "Seconds a rank waits on its peers before a step fails."},
     },
+}
+
+# Its keys in results.json's workload record (the runner adds the common ones).
+RESULT_SCHEMA = {
+    "duration_s": dur("how long the job ran."), "seed": INT, "ranks": INT, "final_world": d(INT, "Ranks at the end."),
+    "steps_completed": INT, "steps_lost": d(INT, "Started steps run again after failures."),
+    "recovery_s": dur("summed over failures: from the fault to the first step completed after the job re-formed."),
+    "rejoin_s": dur("summed over rejoins: from the admission to the first step completed with the newcomers."),
+    "failures": INT, "rejoins": INT,
+    "divergence": d(nullable({"type": "object"}), "State parity: divergent step states and mismatched copies."),
+    "epochs": arr(collective.RECOVERY, "One record per re-formed epoch (policy rejoin: a growth)."),
+    "events": arr(record.RECORD, "The seeded faults and their outcomes."),
 }
 
 

@@ -22,7 +22,7 @@ from testbed.workloads import collective_phases, collective_rows, rank_setup, st
 from testbed.workloads.collective_fabric import HIERARCHICAL, check_paths, cluster, itemsize, model_algo, \
     multicast_scope, ran_bytes, ranks, sizes
 from testbed.workloads.collective_report import (  # noqa: F401 (its part of the report)
-    comparable, headline, report_plots, report_section, report_table)
+    RECOVERY, RESULT_SCHEMA, comparable, headline, report_plots, report_section, report_table)
 from testbed.workloads.collective_rows import row, summarize, table_header, table_row
 
 # This workload's part of the scenario schema (the scenario file's `workloads:` items of its type).

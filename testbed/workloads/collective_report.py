@@ -1,8 +1,53 @@
-"""The collective workload's part of the run report: its table against the analytical model in summary.md and
-plots/collectives.png (completion time, and busbw beside its bound, per operation, algorithm and size)."""
+"""The collective workload's part of the run report: its record in results.json (RESULT_SCHEMA), its table
+against the analytical model in summary.md and plots/collectives.png (completion time, and busbw beside its bound,
+per operation, algorithm and size)."""
 from __future__ import annotations
 
 import os
+
+from testbed.schema_words import BOOL, BYTES_BY_PORT, INT, NUM, STR, arr, at, d, dur, nullable, obj
+
+PHASE = obj({"name": STR, "link": STR, "seconds": dur("the phase's mean time."), "samples": INT,
+             "bound_seconds": dur("its link's bound."), "ratio": d(nullable(NUM), "bound / measured.")},
+            ["name", "link", "seconds"], closed=False)
+
+ROW = obj({
+    "op": STR, "algo": STR, "ranks": INT, "bytes": d(INT, "Bytes per rank's buffer (nccl-tests' size)."),
+    "requested_bytes": d(INT, "The size asked for (bytes ran in whole elements)."), "count": INT, "dtype": STR,
+    "seconds": dur("mean time of the operation (slowest rank per iteration)."),
+    "algbw_MBps": NUM, "busbw_MBps": NUM, "bound_busbw_MBps": d(NUM, "The links' bound on busbw."),
+    "bus_ratio": d(NUM, "busbw / bound."), "correct": d(BOOL, "Equal to numpy's result on every rank."),
+    "fabric_bytes": INT, "uplink_bytes": BYTES_BY_PORT, "uplink_imbalance": d(nullable(NUM), "max / mean uplink."),
+    "out_of_order": INT, "retransmits": INT, "send_nic_bytes": INT, "recovered_chunks": INT, "drops": INT,
+    "transport": d({"type": "object"}, "Non-zero transport counters."),
+    "hb_bytes": d(INT, "Bytes over the HB links, both ways (warm-up included, as every byte counter)."),
+    "link_bytes": d(INT, "Bytes on all links (SPCL): NIC sends + switch egress + hb_bytes."),
+    "tree_min_bytes": d(INT, "algo multicast: each shard once over each link of its minimal tree, per operation run."),
+    "tree_ratio": d(nullable(NUM), "algo multicast: (NIC sends + switch egress) / tree_min_bytes; 1 is the minimum."),
+    "phases": arr(PHASE, "Hierarchical algorithms: each phase against its own link's bound."),
+    "sequential_bound_busbw_MBps": d(NUM, "Pipelined variant: the sequential algorithm's bound it beats."),
+}, ["op", "algo", "bytes", "seconds", "algbw_MBps", "busbw_MBps", "bound_busbw_MBps", "bus_ratio"], closed=False)
+
+RECOVERY = obj({
+    "epoch": INT, "policy": STR, "failed": d(nullable(arr(STR)), "The hosts declared failed."),
+    "replaced": d({"type": ["object", "null"]}, "Failed host -> spare."), "world": d(nullable(INT), "Ranks after."),
+    "lost_steps": d(nullable(INT), "Started steps run again."),
+    "detected_at": at("when the first rank noticed the failure."), "detected_by": nullable(STR),
+    "decided_at": at("when the verdict was reached."), "reformed_at": at("when every member of the new epoch was in."),
+    "first_success_at": at("when the first collective after it completed on every member."),
+    "activation_s": dur("how long the manager took to activate a spare."), "error": nullable(STR),
+}, ["epoch", "policy"], closed=False)
+
+# Its keys in results.json's workload record (the runner adds the common ones).
+RESULT_SCHEMA = {
+    "op": STR, "algo": STR, "ranks": INT, "rows": arr(ROW, "One row per size, as nccl-tests prints."),
+    "loss_dropped_packets": d(INT, "With `loss`: the packets the ranks' random-loss rules dropped."),
+    "first_recovered_at": at("when the communicator first re-formed after a failure."),
+    "recoveries": arr(RECOVERY, "One record per re-formed epoch."),
+    "heartbeat": obj({"period_s": dur("heartbeat period."), "timeout_s": dur("heartbeat timeout."),
+                      "max_peer_silence_s": dur("longest silence of a live peer."),
+                      "max_own_gap_s": dur("longest gap between a rank's own beats.")}, closed=False),
+}
 
 
 def report_section(workloads: list[dict]) -> list[str]:

@@ -10,6 +10,7 @@ import time
 from hosts.spec.flows import ProbeSpec
 from testbed.runtime.launch import run_on_hosts
 from testbed.scenario.schema import NAME
+from testbed.schema_words import INT, arr, d
 
 # This workload's part of the scenario schema (the scenario file's `workloads:` items of its type).
 SCHEMA = {
@@ -20,6 +21,11 @@ SCHEMA = {
                                  "description": "Seconds the probes have to reach every address (they stop "
                                                 "earlier once every pair is settled)."}},
 }
+
+# Its keys in results.json's workload record (the runner adds the common ones).
+RESULT_SCHEMA = {"pairs": INT, "expected_reachable": INT, "reachable_ok": INT,
+                 "missing": d(arr({}), "Pairs that should reach each other and did not."),
+                 "leaked": d(arr({}), "Pairs that reached each other and should not.")}
 
 
 

@@ -30,6 +30,7 @@ from testbed.monitor.fidelity import CpuSampler
 from testbed.runtime import agent_results, hostlogs
 from testbed.scenario.schema import NAME, RATE, ScenarioError
 from testbed.workloads import offload_compare as compare
+from testbed.workloads.offload_compare import RESULT_SCHEMA  # noqa: F401 (its record)
 
 # This workload's part of the scenario schema (the scenario file's `workloads:` items of its type).
 SCHEMA = {

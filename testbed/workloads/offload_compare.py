@@ -11,9 +11,27 @@ from __future__ import annotations
 
 import statistics
 
+from testbed.schema_words import INT, NUM, STR, arr, d, dur, nullable, obj
+
 BUDGET_TOLERANCE = 1.15        # CPU is sampled over the run's window: a held quota reads at most ~10% above
 RATIO_TOLERANCE = 0.1          # the mixer keeps each source within 2 batches of its share over ~100 steps
 
+
+SPREAD = obj({"median": NUM, "min": NUM, "max": NUM, "runs": INT}, ["median", "min", "max", "runs"])
+
+# The offload workload's keys in results.json's workload record (the runner adds the common ones).
+RESULT_SCHEMA = {
+    "rows": arr(obj({"pipeline": STR, "policy": STR, "throughput_eps": NUM, "steps_per_s": NUM,
+                     "profile_s": dur("FastFlow's profiling."), "epoch_s_with_profiling": dur("the epoch's time."),
+                     "off_ratio": NUM, "candidate": nullable(STR), "seed": INT, "metrics": {"type": "object"}},
+                    ["pipeline", "policy", "steps_per_s", "off_ratio"], closed=False), "One trainer run each."),
+    "policies": arr(obj({"pipeline": STR, "policy": STR, "candidate": nullable(STR), "off_ratio": SPREAD,
+                         "steps_per_s": SPREAD, "epoch_s": d(SPREAD, "Seconds (a duration): the epoch's time, "
+                                                                     "profiling included (median, min, max)."),
+                         "speedup_vs_tf_no": NUM},
+                        ["pipeline", "policy"], closed=False), "Medians and spreads per policy."),
+    "cpu_bound_runs": INT, "candidates": arr(STR), "epoch_steps": INT,
+}
 
 def fixed_policy(ratio: float, candidate: str | None) -> str:
     """A sweep point's name: ratio 0 reads no remote pipeline, so it has no candidate."""

@@ -27,60 +27,8 @@ from testbed.scenario.schema import ScenarioError
 from testbed.workloads import collective_fabric, collective_rows
 from testbed.workloads import program_launch as launch
 from testbed.workloads import program_traffic
+from testbed.workloads.program_schema import RESULT_SCHEMA, SCHEMA  # noqa: F401 (its schemas)
 
-FIGURE = {"type": "object", "additionalProperties": False,
-          "description": "A number the program prints, read from one rank's stdout; min and max make it a check.",
-          "properties": {"regex": {"type": "string", "minLength": 1,
-                                   "description": "The last match of this regular expression (its group `value`, "
-                                                  "else its first group, else the match). Default: none (give "
-                                                  "regex or json)."},
-                         "json": {"type": "string", "minLength": 1,
-                                  "description": "The key (a dotted path) of the last JSON line that has it. "
-                                                 "Default: none (give regex or json)."},
-                         "rank": {"type": "integer", "minimum": 0, "default": 0,
-                                  "description": "The rank whose stdout is read."},
-                         "unit": {"type": "string", "description": "Shown after the figure. Default: none."},
-                         "min": {"type": "number", "description": "The figure must be at least this. Default: no "
-                                                                  "bound."},
-                         "max": {"type": "number", "description": "The figure must be at most this. Default: no "
-                                                                  "bound."}}}
-# This workload's part of the scenario schema (the scenario file's `workloads:` items of its type).
-SCHEMA = {
-    "type": "object", "additionalProperties": False, "required": ["type", "command"],
-    "description": "A user's own distributed program (torch.distributed, tf.distribute, MPI) as the ranks of a job "
-                   "on the emulated hosts; it passes when every rank exits 0 and every figure is within its bounds.",
-    "properties": {
-        "type": {"const": "program", "description": "A user's own program."},
-        "name": {"type": "string", "description": "The workload's name in the results and for a fault's `workload`; "
-                 "letters, digits, '.', '_', '-' (it names the ranks' log folder, programs/NAME/). "
-                 "Default: TYPE#INDEX (its logs in programs/program/)."},
-        "command": {"anyOf": [{"type": "string", "minLength": 1},
-                              {"type": "array", "minItems": 1, "items": {"type": "string"}}],
-                    "description": "What every rank runs: a string (split as a shell would) or a list of words; "
-                                   "{python} stands for the hosts' Python."},
-        "launcher": {"enum": ["env", "mpirun"], "default": "env",
-                     "description": "env: each rank started in its host with the environment torchrun and "
-                                    "tf.distribute expect (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, TF_CONFIG, "
-                                    "...); mpirun: one Open MPI job, a rank per host, its daemons started "
-                                    "by the hosts' remote shell (ssh on Docker hosts)."},
-        "hosts": {"type": "array", "minItems": 1, "uniqueItems": True, "items": {"type": "string"},
-                  "description": "The job's hosts in rank order. Default: every GPU host, server by server."},
-        "port": {"type": "integer", "minimum": 1024, "maximum": 65535, "default": 29500,
-                 "description": "MASTER_PORT and TF_CONFIG's port (launcher env)."},
-        "env": {"type": "object", "additionalProperties": {"type": ["string", "number", "boolean"]}, "default": {},
-                "description": "More environment variables for every rank."},
-        "mpirun_args": {"type": "array", "items": {"type": "string"}, "default": [],
-                        "description": "More arguments to mpirun (launcher mpirun)."},
-        "timeout_s": {"type": "number", "minimum": 1, "maximum": 3600, "default": 300,
-                      "description": "Seconds the job may take before its ranks are killed."},
-        "figures": {"type": "object", "additionalProperties": FIGURE, "default": {},
-                    "description": "Numbers the program prints, by name."},
-        "expect": {"enum": ["success", "failure", "hang"], "default": "success",
-                   "description": "success: every rank exits 0; failure: the job ends on its own with an error (how "
-                                  "a library takes a crashed peer); hang: it is still running at timeout_s (how a "
-                                  "library takes a peer it can no longer reach and never gives up on)."},
-    },
-}
 DEFAULTS = {"launcher": "env", "port": 29500, "env": {}, "mpirun_args": [], "timeout_s": 300, "figures": {},
             "expect": "success"}
 NAME = re.compile(r"^[A-Za-z0-9_.-]+$")

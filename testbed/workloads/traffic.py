@@ -18,6 +18,7 @@ from testbed.fabric import ovs
 from testbed.fabric.links import transport_options
 from testbed.runtime.launch import run_on_hosts
 from testbed.scenario.schema import NAME, RATE, SIZE, ScenarioError, parse_size
+from testbed.schema_words import BYTES_BY_PORT, INT, NUM, STR, arr, d, dur, nullable, obj, rel
 
 # This workload's part of the scenario schema (the scenario file's `workloads:` items of its type).
 SCHEMA = {
@@ -51,6 +52,26 @@ SCHEMA = {
             },
         },
     },
+}
+
+FLOW = obj({
+    "flow": INT, "proto": {"enum": ["udp", "tcp"]}, "src": STR, "dst": STR, "bytes": d(INT, "Bytes received."),
+    "expected_bytes": INT, "seconds": dur("the flow's transfer time."), "mbps": NUM,
+    "lost_packets": nullable(INT), "error": nullable(STR), "reordered": nullable(INT),
+    "max_gap_s": dur("the longest silence between two arrivals."),
+    "gap_start_s": rel("when that longest silence began."),
+    "silences": arr({"type": "array", "prefixItems": [rel("when it began."), dur("how long it lasted.")],
+                     "items": False, "minItems": 2},
+                    "Every silence of over 1.5 packet times: [start, length]."),
+}, ["flow", "proto", "src", "dst", "bytes", "expected_bytes"], closed=False)
+
+# Its keys in results.json's workload record (the runner adds the common ones).
+RESULT_SCHEMA = {
+    "pattern": STR, "protocol": STR, "flows": INT, "flow_bytes": INT, "rate_mbps": nullable(NUM),
+    "mbps_min": NUM, "mbps_mean": NUM, "mbps_max": NUM, "delivered_bytes": INT,
+    "max_gap_s": dur("the longest silence of any flow."), "lost_packets": INT, "reordered_packets": INT,
+    "uplink_bytes": BYTES_BY_PORT, "uplinks_used": INT, "uplink_imbalance": d(nullable(NUM), "max / mean uplink."),
+    "per_flow": arr(FLOW),
 }
 
 

@@ -31,7 +31,8 @@ from testbed.runtime.launch import run_on_hosts
 from testbed.scenario.schema import NAME, POSITIVE_INT, RATE
 from testbed.workloads import collective_fabric, collective_rows, rank_setup, traffic
 from testbed.workloads.training_plan import Plan, make_plan, settings
-from testbed.workloads.training_report import report_plots, report_section  # noqa: F401 (its part of the report)
+from testbed.workloads.training_report import (  # noqa: F401 (its part of the report)
+    RESULT_SCHEMA, report_plots, report_section)
 
 # This workload's part of the scenario schema (the scenario file's `workloads:` items of its type).
 SCHEMA = {

@@ -1,10 +1,27 @@
-"""The training iteration's part of the run report: per iteration, its phases measured against the model in
-summary.md and its traffic matrix in plots/traffic_matrix_NAME.png."""
+"""The training iteration's part of the run report: its record in results.json (RESULT_SCHEMA), per iteration
+its phases measured against the model in summary.md, and its traffic matrix in plots/traffic_matrix_NAME.png."""
 from __future__ import annotations
 
 import os
 
 import numpy as np
+
+from testbed.schema_words import BOOL, INT, NUM, STR, arr, d, nullable, obj
+
+# Its keys in results.json's workload record (the runner adds the common ones).
+RESULT_SCHEMA = {
+    "plan": obj({"tp": INT, "pp": INT, "dp": INT}), "micro_batches": INT, "schedule": STR, "gpus": INT,
+    "fabric": STR, "model": {"type": "object"}, "hardware": {"type": "object"}, "layout": arr({"type": "object"}),
+    "rail_aligned": BOOL, "algorithms": {"type": "object"}, "scale": d(NUM, "Model size scale-down."),
+    "dilation_link": d(NUM, "Real / emulated NIC rate."), "dilation": d(NUM, "Emulated / real time."),
+    "activation_bytes": NUM, "gradient_bytes": NUM,
+    "predicted": d({"type": "object"}, "Seconds per iteration and phase, as the model predicts (durations)."),
+    "measured": d({"type": "object"}, "Seconds per iteration and phase, measured (durations)."),
+    "ratio": {"type": "object"}, "per_iteration": arr({"type": "object"}), "bubble_ratio": {"type": "object"},
+    "full_scale": {"type": "object"}, "correct": {"type": "object"}, "per_rank": arr({"type": "object"}),
+    "traffic": d({"type": "object"}, "Bytes between GPU pairs per phase (traffic matrix)."),
+    "fabric_bytes": INT, "nic_bytes": INT, "spine_bytes": nullable(INT),
+}
 
 
 def report_section(workloads: list[dict]) -> list[str]:

@@ -147,7 +147,8 @@ LAYERS = [
     ("planning", ["testbed.planning"]),                # full-scale counts and predictions
     ("fabric", ["testbed.fabric"]),                    # the emulated network: model, kinds, links, backends
     ("model", ["testbed.model"]),                      # the analytical bounds
-    ("base", ["testbed", "testbed.figures", "testbed.scenario.schema"]),   # constants, matplotlib, vocabulary
+    ("base", ["testbed", "testbed.figures", "testbed.scenario.schema",    # constants, matplotlib, vocabulary
+              "testbed.schema_words"]),
 ]
 
 
