@@ -30,7 +30,7 @@ from testbed.results import results_schema, runs
 from testbed.runtime import progress
 from testbed.scenario import host_limits
 from testbed.scenario.schema import ScenarioError
-from testbed.workloads import REGISTRY
+from testbed.workloads import REGISTRY, attach_struck
 
 class Interrupted(Exception):
     pass
@@ -207,6 +207,7 @@ def _run_workloads(net: Network, scenario: dict, results: dict, live: _Live, rep
     live.queues.stop()
     results["faults"] = schedule.results(net.controller_view().get("port_events", []))
     outcomes.fill(results["faults"], results["workloads"], schedule.t0, net.fabric)
+    attach_struck(results["faults"], results["workloads"], schedule.t0)       # the jobs each fault struck
     results["checks"] += outcomes.checks(results["faults"])
     results["checks"] += timing.late_checks(scenario.get("faults", []), results["faults"], results["workloads"])
     end = net.counters()

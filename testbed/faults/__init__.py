@@ -10,8 +10,8 @@ the kinds and never compare kind names.
     cables.py    nic-down, partition (the cables of GPUs: the job recovers)
     returns.py   gpu-restart, nic-up (GPUs that come back and rejoin)
 The machinery: targets.py (what a target names), cut.py and signals.py (how a fault is done), schedule.py (when),
-outcomes.py, program_jobs.py and timing.py (what it did), echo.py (shown as it happens), running.py (a live run's
-fabric, for `testbed fault`).
+outcomes.py, jobs.py and timing.py (what it did), record.py (its record in results.json), echo.py (shown as it
+happens), running.py (a live run's fabric, for `testbed fault`).
 """
 from __future__ import annotations
 

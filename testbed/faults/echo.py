@@ -69,7 +69,7 @@ class FaultEcho:
         """A workload ended: what its ranks reported about the GPU faults (detection, re-forming)."""
         with self.lock:
             records = self.schedule.results([])
-            outcomes.of_kinds(records, [result], self.schedule.t0, self.net.fabric)
+            outcomes.fill(records, [result], self.schedule.t0, self.net.fabric)
             for i, rec in enumerate(records):
                 if REGISTRY[rec["kind"]].by_job and rec["at_s"] is not None:
                     self._stages(i, rec, ("detected", "detected_s"), ("recovered", "recovered_s"))

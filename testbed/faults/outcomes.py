@@ -1,22 +1,16 @@
 """What the faults of a run did, as results: each kind's outcome from the workloads (when the traffic a link
-fault cut resumed, when a GPU fault was detected, by what, and when the job had re-formed), the program jobs
-each fault struck, a failed check for a fault that did not happen as asked, and each fault's summary line.
+fault cut resumed, when a GPU fault was detected, by what, and when the job had re-formed), a failed check for
+a fault that did not happen as asked, and each fault's summary line.
 testbed/faults/schedule.py injects them and records when.
 """
 from __future__ import annotations
 
-from testbed.faults import REGISTRY, program_jobs
+from testbed.faults import REGISTRY, jobs
 
 
 def fill(records: list[dict], workloads: list[dict], t0: float, fabric) -> None:
-    """Each injected fault's outcome, then the program jobs it struck (seconds after the workloads started)."""
-    of_kinds(records, workloads, t0, fabric)
-    program_jobs.attach(records, workloads, t0)
-
-
-def of_kinds(records: list[dict], workloads: list[dict], t0: float, fabric) -> None:
-    """Each injected fault's outcome as its kind reads it from the workloads (no program jobs: a live view of one
-    workload, or a job that is the whole run, has none to attach)."""
+    """Each injected fault's outcome as its kind reads it from the workloads (seconds after the workloads started).
+    The jobs it struck are the workloads' to add (testbed/workloads/__init__.py attach_struck)."""
     for record in records:
         if record["at_s"] is not None:
             REGISTRY[record["kind"]].outcome(record, workloads, t0, fabric)
@@ -36,5 +30,5 @@ def checks(records: list[dict]) -> list[dict]:
 
 
 def describe(record: dict) -> str:
-    """The fault's line in the run's summary: what its kind says of it, then the program jobs it struck."""
-    return REGISTRY[record["kind"]].describe(record) + program_jobs.describe(record)
+    """The fault's line in the run's summary: what its kind says of it, then the jobs it struck."""
+    return REGISTRY[record["kind"]].describe(record) + jobs.describe(record)

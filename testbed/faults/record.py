@@ -1,6 +1,6 @@
 """A fault's record in results.json (the `faults` items, and churn's seeded `events`): its JSON Schema. The
-schedule writes the times, each kind's outcome the rest (testbed/faults/outcomes.py), and
-testbed/faults/program_jobs.py how the program jobs it struck took it (`jobs`).
+schedule writes the times, each kind's outcome the rest (testbed/faults/outcomes.py), and the workloads it
+struck while they ran their view of it (`jobs`: their type's `struck` hook, testbed/workloads/__init__.py).
 """
 from __future__ import annotations
 
@@ -35,5 +35,6 @@ RECORD = obj({
                      "resumed_s": rel("when the job's traffic resumed (null: never)."),
                      "longest_silence_s": dur("the job's longest silence over its run.")},
                     ["workload", "ended"], closed=False),
-                "Program jobs running when it struck: how each took it (testbed/faults/program_jobs.py)."),
+                "The jobs running when it struck, how each took it (their type's `struck` hook: program jobs, "
+                "testbed/workloads/program_faults.py)."),
 }, ["kind", "target", "at_s", "detected_s", "recovered_s", "restored_s"])

@@ -1,6 +1,7 @@
 """Workloads: what a scenario runs on the fabric, one module per `type`, all with the same interface.
 
     SCHEMA                             its part of the scenario schema (JSON schema of a `workloads:` item)
+    RESULT_SCHEMA                      its keys in results.json's workload record (JSON schema properties)
     validate(fabric, spec, scenario)   raise ScenarioError for what cannot run, before anything is brought up
     warnings(fabric, spec) -> [str]    what will run otherwise than the spec reads (it still runs)
     run(net, spec) -> dict             run it on the fabric; the result carries "ok" and "checks"
@@ -16,9 +17,16 @@ and, where the type has something to say (`hook` falls back to the defaults belo
     comparable(result) -> {key: {figure: value}}   what `testbed runs compare` sets side by side
     report_table(results) -> dict|None  its table in report.html: title, headers, left, rows [(workload, cells)]
     relative_times(result, t0)       put the Unix times its agents report on the run's time base (t0 or None)
+    struck(result, at_s, t0) -> dict|None   its view of a fault that struck while it ran, for the fault's `jobs`
+                                     (testbed/faults/record.py; at_s: seconds from the workloads' start)
+
+What the fault kinds read from a result, whatever its type: `first_error_at` and `recoveries` (GPU faults,
+testbed/faults/recovered.py), `per_flow[].silences` (link faults: when the traffic they cut resumed,
+testbed/faults/links.py).
 
 REGISTRY maps each `type` to its module: adding a workload type is one module, its tests and one line here;
-testbed/scenario/loader.py assembles the scenario schema from the modules' SCHEMA.
+testbed/scenario/loader.py assembles the scenario schema from the modules' SCHEMA, and
+testbed/results/results_schema.py results.json's from their RESULT_SCHEMA.
 """
 from __future__ import annotations
 
@@ -29,6 +37,7 @@ from testbed.workloads import churn, collective, connectivity, offload, program,
 
 class Workload(Protocol):
     SCHEMA: dict
+    RESULT_SCHEMA: dict
 
     def validate(self, fabric, spec: dict, scenario: dict) -> None: ...
     def warnings(self, fabric, spec: dict) -> list[str]: ...
@@ -59,6 +68,10 @@ class _Defaults:
     def relative_times(result: dict, t0: float | None) -> None:
         pass
 
+    @staticmethod
+    def struck(result: dict, at_s: float, t0: float) -> dict | None:
+        return None
+
 
 REGISTRY: dict[str, Workload] = {"connectivity": connectivity, "traffic": traffic, "collective": collective,
                                  "offload": offload, "training_iteration": training, "program": program,
@@ -68,3 +81,14 @@ REGISTRY: dict[str, Workload] = {"connectivity": connectivity, "traffic": traffi
 def hook(type_name: str | None, name: str):
     """A type's optional hook `name`, or the default (also for a type this testbed does not know: an old run)."""
     return getattr(REGISTRY.get(type_name), name, None) or getattr(_Defaults, name)
+
+
+def attach_struck(faults: list[dict], results: list[dict], t0: float) -> None:
+    """Add `jobs` to every fault that struck while workloads ran: each one's view of it (its type's `struck`)."""
+    for fault in faults:
+        if fault.get("at_s") is None:
+            continue
+        jobs = [job for w in results if w["started_s"] <= fault["at_s"] <= w["started_s"] + w["wall_s"]
+                and (job := hook(w.get("type"), "struck")(w, fault["at_s"], t0)) is not None]
+        if jobs:
+            fault["jobs"] = jobs

@@ -138,7 +138,7 @@ def report(spec: dict, world: int, out: dict, failed: list[str], manager, plan, 
     done = [o for o in out.values() if "steps" in o]
     epochs = collective.recovery_records(out.values(), "shrink", manager)
     events = plan.results([])
-    outcomes.of_kinds(events, [{"recoveries": epochs}], plan.t0, fabric)
+    outcomes.fill(events, [{"recoveries": epochs}], plan.t0, fabric)
     failures = [r for r in epochs if r["policy"] != "rejoin"]
     parity = state_parity.check(done, done[0]["count"]) if done else None
     result = {

@@ -27,6 +27,7 @@ from testbed.scenario.schema import ScenarioError
 from testbed.workloads import collective_fabric, collective_rows
 from testbed.workloads import program_launch as launch
 from testbed.workloads import program_traffic
+from testbed.workloads.program_faults import struck  # noqa: F401 (how it took a fault)
 from testbed.workloads.program_schema import RESULT_SCHEMA, SCHEMA  # noqa: F401 (its schemas)
 
 DEFAULTS = {"launcher": "env", "port": 29500, "env": {}, "mpirun_args": [], "timeout_s": 300, "figures": {},
