@@ -37,14 +37,15 @@ class LinkFault(FaultKind):
         return set(resolve(fabric, fault["target"])), set()
 
     def outcome(self, record: dict, workloads: list[dict], t0: float, fabric) -> None:
-        """When traffic resumed, from the receivers' view. Each UDP flow lists its silences (over 1.5 packet
-        times). A flow was cut by the fault if one of its silences ended after the fault and began at most
-        CUT_SILENCE_WITHIN_S after it: the packets already past the cut (in downstream queues) still arrive, so
-        the silence begins a little later than the cut (measured: 3 ms; more on a loaded machine). Its longest
-        such silence is the cut's; the traffic resumed when the last cut flow got a packet again (seconds after
-        the workloads started; None if no flow was silent across it: nothing the receivers could see)."""
-        flows = [f.get("silences") or [] for w in workloads if w.get("type") == "traffic"
-                 for f in w.get("per_flow", [])]
+        """When traffic resumed, from the receivers' view. A workload that measures flows (the traffic
+        workload) lists them under `per_flow`, each UDP flow with its silences (over 1.5 packet times; Unix time
+        until the run's `relative_times`): they are read whatever the workload's type. A flow was cut by the
+        fault if one of its silences ended after the fault and began at most CUT_SILENCE_WITHIN_S after it: the
+        packets already past the cut (in downstream queues) still arrive, so the silence begins a little later
+        than the cut (measured: 3 ms; more on a loaded machine). Its longest such silence is the cut's; the
+        traffic resumed when the last cut flow got a packet again (seconds after the workloads started; None if
+        no flow was silent across it: nothing the receivers could see)."""
+        flows = [f.get("silences") or [] for w in workloads for f in w.get("per_flow", [])]
         at = t0 + record["at_s"]
         ends = []
         for silences in flows:

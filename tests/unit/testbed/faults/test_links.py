@@ -40,3 +40,12 @@ def test_gpu_faults_and_faults_never_injected_are_left_alone():
     gpu, late = {"kind": "gpu-crash", "target": "s0g0", "at_s": 2.0}, cut(at_s=None)
     traffic_outcomes([gpu, late], traffic([[1002.0, 1.0]]), T0)
     assert "resumed_s" not in gpu and "resumed_s" not in late
+
+
+def test_the_flows_of_any_workload_are_heard_and_nothing_else():
+    # the flows are read by their key, not by the workload's type; a program job's own silences (its NICs' quiet
+    # stretches, from its launch) are not a receiver's and stay its own (testbed/workloads/program_faults.py)
+    fault = cut()
+    job = {"type": "program", "started_at": 1000.5, "silences": [[1.5, 0.6, True]]}
+    traffic_outcomes([fault], [job, {"type": "another", "per_flow": [{"silences": [[1002.01, 0.3]]}]}], T0)
+    assert fault["flows_cut"] == 1 and fault["resumed_s"] == 2.31
