@@ -1,9 +1,13 @@
 """The fault kinds' registry: every kind a scenario may name is registered, in the schema's order, and answers
 what the schedule, `testbed fault`, the outcomes and the report ask of it."""
+import os
+
 import pytest
 
 from testbed.fabric.topo import build
 from testbed.faults import HAND, REGISTRY, FaultKind
+
+from tests import compared_names
 
 KINDS = ["link-down", "link-up", "link-flap", "switch-down", "port-disable", "gpu-crash", "gpu-hang", "gpu-stall",
          "gpu-declared", "server-down", "nic-down", "partition", "gpu-restart", "nic-up"]
@@ -64,3 +68,7 @@ def test_a_kind_that_a_gpu_comes_back_from_names_a_registered_kind_that_brings_i
     assert backs == {"gpu-crash": "gpu-restart", "gpu-hang": "gpu-restart", "gpu-stall": "gpu-restart",
                      "nic-down": "nic-up"}
     assert all(REGISTRY[b].steps({"at": 0.0}) == [(0.0, True)] for b in backs.values())
+
+
+def test_no_fault_kind_is_compared_outside_the_faults_package():
+    assert compared_names.outside(REGISTRY, os.path.join("testbed", "faults")) == []

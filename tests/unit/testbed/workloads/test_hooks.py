@@ -1,11 +1,10 @@
-"""The workload hooks results/ asks instead of comparing type names: their defaults, and no type name compared
-in results/ (each type's part lives in its module)."""
-import ast
+"""The workload hooks the runner, the results and the fault outcomes ask instead of comparing type names: their
+defaults, and no type name branched on outside testbed/workloads/ (each type's part lives in its module)."""
 import os
 
 from testbed import workloads
-from testbed.workloads import REGISTRY, hook
-from tests.paths import ROOT
+from testbed.workloads import REGISTRY, attach_struck, hook
+from tests import compared_names
 
 
 def test_a_type_without_a_hook_gets_the_default():
@@ -15,6 +14,14 @@ def test_a_type_without_a_hook_gets_the_default():
     w = {"per_flow": [{"gap_at": 1.0}]}
     hook("churn", "relative_times")(w, 0.0)
     assert w == {"per_flow": [{"gap_at": 1.0}]}
+
+
+def test_every_type_describes_its_record_and_a_fault_gets_only_the_views_of_the_types_that_have_one():
+    assert all(isinstance(kind.RESULT_SCHEMA, dict) and kind.RESULT_SCHEMA for kind in REGISTRY.values())
+    flows = {"name": "t", "type": "traffic", "started_s": 0.0, "wall_s": 10.0, "per_flow": []}
+    fault = {"kind": "link-down", "target": "rail0-spine0", "at_s": 5.0}
+    attach_struck([fault], [flows], 1000.0)
+    assert "jobs" not in fault and hook("traffic", "struck")(flows, 5.0, 1000.0) is None
 
 
 def test_traffic_and_collective_answer_their_hooks():
@@ -33,15 +40,18 @@ def test_traffic_and_collective_answer_their_hooks():
     assert len(table["headers"]) == len(table["rows"][0][1])
 
 
-def test_results_compare_no_workload_type():
-    found = []
-    results = os.path.join(ROOT, "testbed", "results")
-    for name in sorted(os.listdir(results)):
-        if name.endswith(".py"):
-            path = os.path.join(results, name)
-            with open(path) as f:
-                tree = ast.parse(f.read(), path)
-            found += [f"testbed/results/{name}:{node.lineno}" for node in ast.walk(tree)
-                      if isinstance(node, ast.Compare) for operand in [node.left, *node.comparators]
-                      if isinstance(operand, ast.Constant) and operand.value in REGISTRY]
-    assert not found, f"workload types compared in results/ (make it a hook in {workloads.__name__}): {found}"
+def test_the_finder_sees_a_type_name_compared_matched_or_keying_a_table(tmp_path):
+    src = tmp_path / "m.py"
+    src.write_text("def f(w, t):\n"
+                   "    if w['type'] == 'traffic' or t in ('program', 'x'):\n"
+                   "        return {'collective': 1, 'offload': 2}\n"
+                   "    match t:\n"
+                   "        case 'churn':\n"
+                   "            return {'traffic': w}\n")      # one key: a record's field may be named so
+    assert [hit.rsplit(" ", 1)[1] for hit in compared_names.uses(str(src), REGISTRY)] == \
+        ["'traffic'", "'program'", "'collective'", "'offload'", "'churn'"]
+
+
+def test_no_workload_type_is_compared_outside_the_workloads_package():
+    found = compared_names.outside(REGISTRY, os.path.join("testbed", "workloads"))
+    assert not found, f"workload types branched on outside {workloads.__name__} (make it a hook there): {found}"

@@ -1,5 +1,4 @@
 """Fabric kinds as objects: the registry, each kind's cabling and answers, and no kind name compared elsewhere."""
-import ast
 import itertools
 import os
 
@@ -8,7 +7,7 @@ import pytest
 from testbed.fabric import kinds
 from testbed.fabric.topo import build
 
-from tests.paths import ROOT
+from tests import compared_names
 
 SIZES = [(1, 1), (2, 2), (3, 5), (5, 3)]
 
@@ -56,24 +55,5 @@ def test_a_spare_gpu_can_be_switched_onto_the_leaves_its_kind_allows(kind):
                                           [kind.leaf_of(server, j) for j in range(3)])
 
 
-def _compared_kind_names(path: str) -> list[str]:
-    with open(path) as f:
-        tree = ast.parse(f.read(), path)
-    found = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Compare):
-            for operand in [node.left, *node.comparators]:
-                elts = operand.elts if isinstance(operand, (ast.Tuple, ast.List, ast.Set)) else [operand]
-                found += [f"{path}:{node.lineno}" for e in elts
-                          if isinstance(e, ast.Constant) and e.value in kinds.NAMES]
-    return found
-
-
 def test_no_kind_name_is_compared_outside_the_kinds_package():
-    found = []
-    for package in ("testbed", "controllers"):
-        for d, dirs, files in os.walk(os.path.join(ROOT, package)):
-            if os.path.relpath(d, ROOT).startswith(os.path.join("testbed", "fabric", "kinds")):
-                continue
-            found += [hit for f in files if f.endswith(".py") for hit in _compared_kind_names(os.path.join(d, f))]
-    assert found == []
+    assert compared_names.outside(kinds.NAMES, os.path.join("testbed", "fabric", "kinds")) == []
