@@ -72,6 +72,9 @@ def warnings(scenario: dict, fabric: topo.Fabric) -> list[str]:
     """What will run otherwise than the scenario reads (it still runs): one line each, for the user and the results."""
     out = [f"fabric.{k}: a {fabric.kind} fabric has no use for it; ignored"
            for k in ignored_params(fabric.kind, scenario["fabric"])]
+    if not fabric.params.faithful:
+        out.append("fabric.ideal_uplinks: the uplinks are unshaped patch ports that never limit; this fabric is not "
+                   "faithful (ECMP collisions and oversubscription cost nothing)")
     mode = scenario.get("routing", {}).get("mode", "ecmp")
     if not fabric.params.spines and mode not in ("ecmp", "single"):
         out.append(f"routing.mode: {mode} spreads traffic over spines, and a {fabric.kind} fabric has none "
@@ -161,6 +164,8 @@ def _bring_up(net: Network, results: dict, report) -> None:
     report.stage("bring-up")
     report.note(f"bringing up {fabric.kind}: {fabric.params.servers} servers x {fabric.params.gpus_per_server} GPUs, "
          f"{len(fabric.switches)} switches, routing {f['routing']}, hosts {f['host_backend']}")
+    for line in fabric.params.time_scaling():
+        report.note(line)
     if net.placement:
         report.note(f"spread over {len(net.machines)} machines: " + "; ".join(net.placement.describe(fabric)))
         f["placement"] = net.placement.to_json(fabric)

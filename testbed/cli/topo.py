@@ -30,6 +30,8 @@ def cmd_topo(args) -> int:
     if args.json:
         print(json.dumps(fabric.to_json() | ({"placement": spread.to_json(fabric)} if spread else {})))
         return 0
+    for line in fabric.params.time_scaling():
+        print(line)
     c = fabric.counts()
     print(f"{fabric.kind}: {c['servers']} servers x {c['gpus_per_server']} GPUs, "
           f"{c['switches']} switches, {c['hosts']} hosts, {c['links']} links")

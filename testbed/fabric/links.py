@@ -33,9 +33,14 @@ class Link:
     kind: str              # nic | hb | uplink | frontend
     standby: bool = False  # cabled but disabled at bring-up: a spare's NIC
     mtu: int = NIC_MTU
-    shaped: bool = True    # tbf at both ends; False: an OVS patch port, which never limits
+    shaped: bool = True    # tbf at both ends; False (front-end links, ideal_uplinks): no rate limit
     queue_bytes: int | None = None     # each shaped end's queue (tbf limit)
-    delay_ms: float = 0.0  # one-way propagation delay; every link has none yet (nothing applies it so far)
+    delay_us: float = 0.0  # one-way propagation delay, each direction once
+
+    @property
+    def name(self) -> str:
+        """The link's name in scenarios (fabric.links, faults) and results: "A-B"."""
+        return f"{self.a}-{self.b}"
 
 
 def link_mtu(params, kind: str) -> int:
@@ -45,13 +50,20 @@ def link_mtu(params, kind: str) -> int:
 
 def new_link(params, a: str, b: str, mbps: float, a_port: int, b_port: int, kind: str,
              standby: bool = False) -> Link:
-    """A link with every property worked out from the fabric's parameters. Switch-to-switch links are
-    unshaped patch ports (the fastest path here) unless they must be shaped: without oversubscription an
-    uplink never limits below the shaped host NICs, and a front-end link is sized for all its CPU hosts."""
+    """A link with every property worked out from the fabric's parameters: its tier's (kind's) rate, delay and
+    queue, then fabric.links' overrides for it by name. Every link is shaped at both ends, uplinks too,
+    except front-end links (sized for all their CPU hosts) and, with ideal_uplinks, uplinks without an
+    override."""
     mtu = link_mtu(params, kind)
-    shaped = not (kind == "frontend" or (kind == "uplink" and params.oversubscription == 1.0))
-    return Link(a, b, float(mbps), a_port, b_port, kind, standby, mtu, shaped,
-                tbf_limit(float(mbps), mtu) if shaped else None)
+    override = params.link_override(f"{a}-{b}")
+    mbps = float(override.get("mbps", mbps))
+    shaped = "mbps" in override or not (kind == "frontend" or (kind == "uplink" and params.ideal_uplinks))
+    delay = override.get("delay_us", params.tier_value("delay_us", kind, 0.0))
+    queue_kb = override.get("queue_kb", params.tier_value("queue_kb", kind))
+    queue = int(queue_kb * 1024) if queue_kb else default_queue(mbps, mtu, params.time_scale)
+    if shaped and queue < mtu:
+        raise ValueError(f"the queue of {a}-{b}, {queue} bytes, holds no {mtu}-byte frame")
+    return Link(a, b, mbps, a_port, b_port, kind, standby, mtu, shaped, queue if shaped else None, float(delay))
 
 
 def fabric_tag() -> str:
@@ -102,8 +114,8 @@ def ofport(fabric, node: str, port: int) -> int | None:
 
 
 def is_patch(fabric, link) -> bool:
-    """Whether the model makes this link an OVS patch port: an unshaped (switch-to-switch) link."""
-    return not link.shaped
+    """Whether the model makes this link an OVS patch port: an unshaped switch-to-switch link without delay."""
+    return not link.shaped and not link.delay_us
 
 
 def roce_mtus(fabric) -> dict[str, int]:
@@ -113,6 +125,16 @@ def roce_mtus(fabric) -> dict[str, int]:
 
 def tbf_burst(mbps: float, mtu: int) -> int:
     return max(2 * (mtu + 100), int(mbps * 1e6 / 8 / 250))      # ~4 ms of traffic, at least 2 frames
+
+
+PORT_BUFFER_US = 32     # a switch's packet buffer per port, in time at the port's rate (docs/fabrics.md)
+
+
+def default_queue(mbps: float, mtu: int, time_scale: float = 1.0) -> int:
+    """A shaped end's queue when the scenario gives none: a data-centre switch's buffer per port, 32 us of the
+    port's real rate (mbps x time_scale; the bytes are the real ones, as time scaling keeps byte counts), and
+    never less than tbf_limit."""
+    return max(tbf_limit(mbps, mtu), int(PORT_BUFFER_US * mbps * time_scale / 8))
 
 
 def tbf_limit(mbps: float, mtu: int) -> int:
@@ -133,16 +155,16 @@ def tbf_of(dev: str, link: Link) -> str:
 
 
 def worst_queueing_delay(fabric) -> float:
-    """Seconds a packet can wait in full queues on the longest path: host NIC out, two shaped uplink
-    hops when spines are oversubscribed, and the switch port into the destination host. Transport
-    timers must outlast it, or they retransmit packets that are only queued."""
-    nic = next(link for link in fabric.links if link.kind == "nic")
-    delay = 2 * nic.queue_bytes * 8 / (nic.mbps * 1e6)
-    for link in fabric.links:
-        if link.kind == "uplink" and link.shaped:
-            delay += 2 * link.queue_bytes * 8 / (link.mbps * 1e6)
-            break
-    return delay
+    """Seconds a packet can wait on the longest path, and its acknowledgement come back: full queues at the
+    host NIC out, two shaped uplink hops where there are spines, and the switch port into the destination
+    host, plus the round trip's propagation delays. Transport timers must outlast it, or they retransmit
+    packets that are only queued or on the wire."""
+    def worst(kind: str) -> tuple[float, float]:
+        found = [(2 * l.queue_bytes * 8 / (l.mbps * 1e6) if l.shaped else 0.0, 2 * l.delay_us / 1e6)
+                 for l in fabric.links if l.kind == kind]
+        return max(found, default=(0.0, 0.0))
+    (nic_queue, nic_delay), (up_queue, up_delay) = worst("nic"), worst("uplink")
+    return nic_queue + up_queue + 2 * (nic_delay + up_delay)
 
 
 def controller_mode(routing: str) -> str:

@@ -5,8 +5,10 @@
 
 Rail, ToR, spine and front-end switches are OVS bridges (userspace datapath here, kernel where the
 module exists) controlled over OpenFlow 1.5 by controllers/fabric_app.py on loopback; HB domains are
-Linux bridges. Host NICs are shaped with tbf at both ends of their veth; uplinks are OVS patch ports
-(fastest here) unless oversubscribed, then tbf-shaped veths. Hosts use static neighbour entries.
+Linux bridges. Every link is a veth shaped with tbf at both ends, its queue the link's; a link with a
+propagation delay gets it from testbed.fabric.delay (netem, or the user-space delay line). Unshaped links
+(front-end links; uplinks with ideal_uplinks) are OVS patch ports, the fastest path here. Hosts use static
+neighbour entries.
 Everything carries the testbed prefix and is recorded in the run directory for `testbed clean`.
 
 Hosts are network namespaces (Mininet's hosts, the default) or Docker containers (hosts="docker",
@@ -33,6 +35,7 @@ from mininet.nodelib import LinuxBridge
 from testbed import RUN_ROOT
 from testbed.fabric import lifeline, ovs, runstate
 from testbed.fabric.controller import Controller, ControllerError, LoopbackController
+from testbed.fabric.delay import Delays, DelayError, End, LinkDelay, choose_path
 from testbed.fabric.backends import BackendUnavailable, backend_class, softroce
 from testbed.fabric.links import (IFNAMSIZ, TAG_VARIABLE, fabric_tag, interface, is_patch, overlong_names, switch_port,
                                   sysname, tbf_of)
@@ -89,6 +92,8 @@ class Network:
         self.rdma = {"transport": "uroce", "detail": "not brought up"}
         self.run_dir = run_dir or os.path.join(RUN_ROOT, f"run-{os.getpid()}-{int(time.time() * 1000)}")
         self.backend = backend(self.run_dir, **self.host_limits)
+        self.delay_path = self._delay_path()        # before anything is made: DelayUnavailable, one line
+        self.delays: Delays | None = None
         self.mn: Mininet | None = None
         self.controller: Controller | None = None
         self.timings: dict[str, float] = {}
@@ -148,6 +153,12 @@ class Network:
 
     def stop(self) -> None:
         t0 = time.monotonic()
+        try:
+            if self.delays is not None:     # before the links go: it puts their ends back as they were
+                self.delays.close()
+                self.delays = None
+        except DelayError:
+            pass                            # an end already gone; the helpers go with the namespaces and bridges
         try:
             if self.mn is not None:
                 try:
@@ -318,23 +329,47 @@ class Network:
             if l.standby:
                 self.run_at(l.b, ["ovs-ofctl", "-O", "OpenFlow13", "mod-port", sysname(l.b), str(l.b_port), "down"])
 
+    def _delay_path(self) -> str | None:
+        """How the links' delays are made here (testbed.fabric.delay), None if no link has one."""
+        delayed = [l for l in self.fabric.links if l.delay_us]
+        if not delayed:
+            return None
+        if self.machines:
+            raise NetworkError(f"link delay ({delayed[0].name}) is not made on fabrics spread over machines")
+        return choose_path()
+
     def _shape(self) -> None:
-        """tbf at both ends of every shaped link (the host side in the host's namespace)."""
-        fab, cmds = self.fabric, {}
+        """tbf at both ends of every shaped link (the host side in the host's namespace); a delayed link's
+        ends get their rate and queue with the delay (testbed.fabric.delay), which then owns their qdiscs."""
+        fab, cmds, delayed = self.fabric, {}, []
         for l in fab.links:
             if self.is_patch(l):
                 continue
+            ends = []
             for node, port in ((l.a, l.a_port), (l.b, l.b_port)):
                 if node in fab.hosts:
-                    self.mn.get(node).cmd(tbf_of(f"eth{port}", l))
+                    dev, netns = f"eth{port}", f"/proc/{self.mn.get(node).pid}/ns/net"
+                    if l.shaped and not l.delay_us:
+                        self.mn.get(node).cmd(tbf_of(dev, l))
                 else:
-                    dev = switch_port(node, port)
+                    dev, netns = switch_port(node, port), None
                     mine = cmds.setdefault(self.machine_of(node), [])
                     if l.mtu != 1500:         # veths come up at 1500
                         mine.append(f"ip link set {dev} mtu {l.mtu}")
-                    mine.append(tbf_of(dev, l))
+                    if l.shaped and not l.delay_us:
+                        mine.append(tbf_of(dev, l))
+                ends.append(End.of(l, dev, netns))
+            if l.delay_us:
+                delayed.append(LinkDelay(format(len(delayed), "x"), *ends, delay_us=l.delay_us))
         for machine, lines in cmds.items():
             self._run_on(machine, ["sh", "-ec", "\n".join(lines)])
+        if delayed:
+            self.delays = Delays(self.delay_path)
+            try:
+                for link in delayed:
+                    self.delays.apply(link)
+            finally:
+                self._record(**self.delays.state())
 
     def _controller_call(self, fn, *args):
         try:

@@ -12,6 +12,7 @@ defaults filled in, rates as floats, hb_mbps worked out from nic_mbps, spines 0 
 from __future__ import annotations
 
 import dataclasses
+import json
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -27,6 +28,11 @@ MAX_SPARES_PER_SERVER = 16
 MIN_NIC_MTU, MAX_NIC_MTU = 1024 + ROCE_HEADERS, 9216     # RoCE MTU 1024 at least; jumbo frames at most
 MAX_MBPS = 100_000
 MAX_OVERSUBSCRIPTION = 64
+MAX_DELAY_US = 10_000_000               # a link's one-way delay: 10 s at most
+MAX_QUEUE_KB = 1 << 20                  # a queue: 1 GiB at most
+MAX_TIME_SCALE = 1e9
+TIERS = ("nic", "uplink", "hb")         # what fabric.delay_us and fabric.queue_kb may give per tier
+LINK_KEYS = ("mbps", "delay_us", "queue_kb")    # what fabric.links may give per link
 
 
 class TopologyError(ValueError):
@@ -37,8 +43,10 @@ class TopologyError(ValueError):
 class Param:
     """How one fabric parameter is written, checked and shown.
 
-    check: "count" (an integer in [low, high]), "rate" (Mbit/s in (0, MAX_MBPS]) or "ratio" (a number in
-    [low, high]); high may depend on the other values (spare_servers: what servers leave free)."""
+    check: "count" (an integer in [low, high]), "rate" (Mbit/s in (0, MAX_MBPS]), "ratio" (a number in
+    [low, high]; high may depend on the other values: spare_servers, what servers leave free), "delay" (us,
+    >= 0) or "queue" (KiB, > 0), each a number or a per-tier map {nic, uplink, hb}, "links" (per-link
+    overrides by link name) or "flag" (true or false)."""
     check: str
     description: str                       # the scenario schema's (and docs/scenario-reference.md's)
     low: float = 0
@@ -103,21 +111,76 @@ class FabricParams:
     spare_servers: int = _param(
         0, check="count", low=0, high=lambda v: MAX_SERVERS - v["servers"], help="idle spare servers",
         description="Idle spare servers (for recovery: migrate).")
+    delay_us: float | dict = _param(
+        0, check="delay", help="one-way propagation delay of a link, us: a number, or per tier nic=X,uplink=Y,hb=Z",
+        description="A link's one-way propagation delay in microseconds; each direction gets it once. A number for "
+                    "every link, or a map by tier {nic, uplink, hb} (tiers left out: 0). Scaled by time_scale.",
+        result="The links' one-way delay, us (a number, or per tier), after time_scale.")
+    queue_kb: float | dict | None = _param(
+        None, check="queue", help="each shaped link end's queue, KiB: a number, or per tier nic=X,uplink=Y,hb=Z "
+                                  "(default: a switch port's buffer at the rate)",
+        description="Each shaped link end's queue in KiB (a number, or a map by tier {nic, uplink, hb}). Default: "
+                    "a data-centre switch's buffer per port, 32 us of its rate before time scaling, and never "
+                    "less than 1 MiB or 16 ms of traffic (a lossless RoCE fabric's pause headroom stands in for "
+                    "the rest). Not scaled: time scaling keeps byte counts.",
+        result="The shaped ends' queue, KiB (a number, or per tier); null: the default per link.")
+    links: dict | None = _param(
+        None, check="links", help="per-link overrides, JSON: {LINK: {mbps, delay_us, queue_kb}}",
+        description="Per-link overrides by link name (as `testbed topo` lists them, e.g. rail0-spine1): "
+                    "{mbps, delay_us, queue_kb}, each optional; rates and delays in the figures time_scale scales. "
+                    "Default: none.")
+    ideal_uplinks: bool = _param(
+        False, check="flag", help="leave 1:1 uplinks unshaped (patch ports): not a faithful fabric",
+        description="Leave the leaf-spine uplinks unshaped OVS patch ports, which never limit (the fastest "
+                    "path, and not a faithful fabric: results and the summary say so). Default: every link is "
+                    "shaped at both ends.",
+        result="Uplinks left unshaped: the fabric is not faithful.")
+    time_scale: float = _param(
+        1.0, check="ratio", low=1, high=MAX_TIME_SCALE, help="K: rates / K and delays x K (the figures given are a "
+                                                              "real fabric's)",
+        description="K: the fabric's rates and delays are a real fabric's, emulated with rates divided by K and "
+                    "delays multiplied by K, which keeps bandwidth-delay products (in packets) the real ones. "
+                    "E.g. nic_mbps: 400000, delay_us: 2, time_scale: 40000 runs 10 Mbit/s NICs with 80 ms per "
+                    "hop. The derived figures are printed and kept in results.json.",
+        result="K: rates divided and delays multiplied by it.")
 
     def __post_init__(self):
         try:
             design = kinds.get(self.kind)
         except kinds.UnknownKind as exc:
             raise TopologyError(str(exc)) from None
+        scale = _checked("time_scale", next(p for f, p in fields() if f.name == "time_scale"), self.time_scale, {})
         values: dict = {}
+        given: dict = {}        # as given, before time scaling: what to_json keeps, so that it builds the same
         for f, p in fields():
             value = getattr(self, f.name)
             if p.needs and not getattr(design, p.needs):
                 value = 0
+            elif value is None and p.derived:
+                given[f.name] = p.derived(given)
+                value = _checked(f.name, p, p.derived(values), values)
             else:
-                value = _checked(f.name, p, p.derived(values) if value is None and p.derived else value, values)
+                given[f.name] = value
+                value = _checked(f.name, p, _scaled(p.check, value, scale), values)
             values[f.name] = value
             object.__setattr__(self, f.name, value)
+        object.__setattr__(self, "_given", {k: given[k] for k in SCALED} if scale != 1 else {})
+
+    def tier_value(self, name: str, tier: str, default=None):
+        """delay_us or queue_kb for a link of this tier (nic, uplink, hb; another: the default)."""
+        value = getattr(self, name)
+        if isinstance(value, dict):
+            return value.get(tier, default)
+        return default if value is None or tier not in TIERS else value
+
+    def link_override(self, link_name: str) -> dict:
+        """fabric.links' overrides for this link, after time scaling (empty: none)."""
+        return (self.links or {}).get(link_name, {})
+
+    @property
+    def faithful(self) -> bool:
+        """Whether every link is a real link: shaped, none left ideal."""
+        return not self.ideal_uplinks
 
     @property
     def design(self) -> kinds.FabricKind:
@@ -125,11 +188,52 @@ class FabricParams:
         return kinds.get(self.kind)
 
     def to_json(self) -> dict:
-        return dataclasses.asdict(self)
+        """The parameters as given (before time scaling): FabricParams(**to_json()) is the same."""
+        return dataclasses.asdict(self) | self._given
 
     def results_values(self) -> dict:
-        """The parameters the results' fabric block records."""
-        return {"kind": self.kind} | {f.name: getattr(self, f.name) for f, p in fields() if p.result is not None}
+        """The parameters the results' fabric block records (rates and delays after time scaling), and with a
+        time scale the figures given."""
+        out = {"kind": self.kind} | {f.name: getattr(self, f.name) for f, p in fields() if p.result is not None}
+        return out | {"link_overrides": self.links, "faithful": self.faithful} \
+            | ({"time_scaled_from": self._given} if self._given else {})
+
+    def time_scaling(self) -> list[str]:
+        """What time_scale derived, one line per figure (empty without a time scale)."""
+        if not self._given:
+            return []
+        k = _plain(self.time_scale)
+        lines = [f"time_scale {k}: rates / {k}, delays x {k}"]
+        for name in SCALED:
+            if self._given[name] not in (None, 0, {}):
+                lines.append(f"  {name}: {_shown(self._given[name])} -> {_shown(getattr(self, name))}")
+        return lines
+
+
+SCALED = ("nic_mbps", "hb_mbps", "delay_us", "links")       # what time_scale changes
+
+
+def _shown(value) -> str:
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {_shown(v)}" for k, v in value.items()) + "}"
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _scaled(check: str, value, k: float):
+    """A given value after time scaling by k: rates / k, delays x k (what is not a number is left for the
+    checks to refuse)."""
+    if k == 1:
+        return value
+    number = lambda v: not isinstance(v, bool) and isinstance(v, (int, float))
+    if check == "rate" and number(value):
+        return value / k
+    if check == "delay":
+        return {t: v * k if number(v) else v for t, v in value.items()} if isinstance(value, dict) \
+            else value * k if number(value) else value
+    if check == "links" and isinstance(value, dict):
+        return {name: {key: v / k if key == "mbps" and number(v) else v * k if key == "delay_us" and number(v) else v
+                       for key, v in o.items()} if isinstance(o, dict) else o for name, o in value.items()}
+    return value
 
 
 def fields() -> list[tuple[dataclasses.Field, Param]]:
@@ -138,6 +242,14 @@ def fields() -> list[tuple[dataclasses.Field, Param]]:
 
 
 def _checked(name: str, p: Param, value, values: dict):
+    if p.check in ("delay", "queue"):
+        return _checked_tiers(name, p.check, value)
+    if p.check == "links":
+        return _checked_links(value)
+    if p.check == "flag":
+        if not isinstance(value, bool):
+            raise TopologyError(f"{name} must be true or false, got {value!r}")
+        return value
     high = p.high(values) if callable(p.high) else p.high
     if p.check == "count":
         if isinstance(value, bool) or not isinstance(value, int):
@@ -155,6 +267,49 @@ def _checked(name: str, p: Param, value, values: dict):
     return float(value)
 
 
+def _number(name: str, check: str, value):
+    """A delay (us, >= 0) or a queue (KiB, > 0), as a float."""
+    number = not isinstance(value, bool) and isinstance(value, (int, float))
+    if check == "delay" and not (number and 0 <= value <= MAX_DELAY_US):
+        raise TopologyError(f"{name} must be a delay in us in [0, {MAX_DELAY_US}], got {value!r}")
+    if check == "queue" and not (number and 0 < value <= MAX_QUEUE_KB):
+        raise TopologyError(f"{name} must be a queue in KiB in (0, {MAX_QUEUE_KB}], got {value!r}")
+    if check == "rate" and not (number and 0 < value <= MAX_MBPS):
+        raise TopologyError(f"{name} must be a rate in Mbit/s in (0, {MAX_MBPS}], got {value!r}")
+    return float(value)
+
+
+def _checked_tiers(name: str, check: str, value):
+    """A number for every tier, or a map by tier."""
+    if value is None and check == "queue":
+        return None
+    if isinstance(value, dict):
+        unknown = [t for t in value if t not in TIERS]
+        if unknown:
+            raise TopologyError(f"{name}: unknown tier {unknown[0]!r}; tiers are {', '.join(TIERS)}")
+        return {t: _number(f"{name}.{t}", check, v) for t, v in value.items()}
+    return _number(name, check, value)
+
+
+def _checked_links(value):
+    """Per-link overrides: link name -> {mbps, delay_us, queue_kb}; the names are checked against the fabric
+    when it is built (topo.build_from)."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise TopologyError(f"links must be a map of link name to {{{', '.join(LINK_KEYS)}}}, got {value!r}")
+    out = {}
+    for link, o in value.items():
+        if not isinstance(o, dict) or not o:
+            raise TopologyError(f"links.{link} must be a map with some of {', '.join(LINK_KEYS)}, got {o!r}")
+        unknown = [k for k in o if k not in LINK_KEYS]
+        if unknown:
+            raise TopologyError(f"links.{link}: unknown key {unknown[0]!r}; keys are {', '.join(LINK_KEYS)}")
+        checks = {"mbps": "rate", "delay_us": "delay", "queue_kb": "queue"}
+        out[str(link)] = {k: _number(f"links.{link}.{k}", checks[k], v) for k, v in o.items()}
+    return out
+
+
 # -- what the fields generate ------------------------------------------------------------------------
 
 def _plain(value):
@@ -162,8 +317,26 @@ def _plain(value):
     return int(value) if isinstance(value, float) and value.is_integer() else value
 
 
+def _tiers_schema(number: dict) -> dict:
+    return {"anyOf": [number, {"type": "object", "additionalProperties": False, "minProperties": 1,
+                               "properties": {t: number for t in TIERS}}]}
+
+
+NUMBERS = {"delay": {"type": "number", "minimum": 0, "maximum": MAX_DELAY_US},
+           "queue": {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_QUEUE_KB},
+           "rate": {"type": "number", "exclusiveMinimum": 0}}
+
+
 def _schema_of(f: dataclasses.Field, p: Param) -> dict:
-    if p.check == "count":
+    if p.check in ("delay", "queue"):
+        out = _tiers_schema(NUMBERS[p.check])
+    elif p.check == "links":
+        override = {"type": "object", "additionalProperties": False, "minProperties": 1,
+                    "properties": {"mbps": NUMBERS["rate"], "delay_us": NUMBERS["delay"], "queue_kb": NUMBERS["queue"]}}
+        out = {"type": "object", "additionalProperties": override}
+    elif p.check == "flag":
+        out = {"type": "boolean"}
+    elif p.check == "count":
         out = {"type": "integer"} | ({"minimum": p.low} if p.low_in_schema else {})
     elif p.check == "rate":
         out = {"type": "number", "exclusiveMinimum": 0}
@@ -186,9 +359,19 @@ def results_schema() -> tuple[dict, list[str]]:
     props = {"kind": {"enum": list(kinds.NAMES), "description": "The fabric's topology."}}
     for f, p in fields():
         if p.result is not None:
-            props[f.name] = ({"type": "integer", "minimum": 0} if p.check == "count" else {"type": "number"}) \
-                | {"description": p.result}
+            props[f.name] = RESULT_TYPES.get(p.check, {"type": "number"}) | {"description": p.result}
+    props["link_overrides"] = {"type": ["object", "null"], "description": "fabric.links: per-link overrides by "
+                                                                          "link name, after time_scale."}
+    props["faithful"] = {"type": "boolean", "description": "Every link shaped as a real link (false: "
+                                                           "ideal_uplinks)."}
+    props["time_scaled_from"] = {"type": "object", "description": "With a time scale: the rates and delays as "
+                                                                  "given (a real fabric's), before scaling."}
     return props, ["kind"] + [f.name for f, p in fields() if p.result_required]
+
+
+RESULT_TYPES = {"count": {"type": "integer", "minimum": 0}, "flag": {"type": "boolean"},
+                "delay": {"type": ["number", "object"]}, "queue": {"type": ["number", "object", "null"]},
+                "links": {"type": ["object", "null"]}}
 
 
 def add_flags(parser) -> None:
@@ -197,9 +380,26 @@ def add_flags(parser) -> None:
     for f, p in fields():
         names = ([f"--{p.flag}"] if p.flag else []) + ["--" + f.name.replace("_", "-")]
         shown = "" if p.required_flag or f.default is None else f" (default {_plain(f.default)})"
-        parser.add_argument(*names, dest=f.name, type=int if p.check == "count" else float, default=None,
+        parser.add_argument(*names, dest=f.name, type=FLAG_TYPES.get(p.check, float), default=None,
                             required=p.required_flag, metavar="N" if p.check == "count" else "X",
                             help=(p.help or p.description) + shown)
+
+
+def _tiers_flag(text: str):
+    """A topo flag's delay or queue: a number, or TIER=X,TIER=Y."""
+    if "=" not in text:
+        return float(text)
+    pairs = [part.partition("=") for part in text.split(",")]
+    return {tier.strip(): float(v) for tier, _, v in pairs}
+
+
+def _flag(text: str) -> bool:
+    if text.lower() not in ("true", "false", "1", "0", "yes", "no"):
+        raise ValueError(text)
+    return text.lower() in ("true", "1", "yes")
+
+
+FLAG_TYPES = {"count": int, "delay": _tiers_flag, "queue": _tiers_flag, "links": json.loads, "flag": _flag}
 
 
 def given(args) -> dict:

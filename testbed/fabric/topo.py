@@ -213,7 +213,20 @@ def build(kind: str, servers: int, gpus_per_server: int, **values) -> Fabric:
 def build_from(params: FabricParams) -> Fabric:
     """The fabric of checked parameters. spares_per_server: idle GPUs in every server's HB domain (recovery
     `spare`); spare_servers: idle servers (recovery `migrate`). Cabling order fixes port numbers: leaves,
-    spines, HB domains, CPU hosts, spares."""
+    spines, HB domains, CPU hosts, spares. fabric.links' overrides must name links of this fabric."""
+    try:
+        fabric = _cabled(params)
+    except ValueError as exc:           # a link's own property (links.new_link)
+        raise TopologyError(str(exc)) from None
+    names = {l.name for l in fabric.links + [c for cs in fabric.circuits.values() for c in cs]}
+    unknown = [name for name in params.links or {} if name not in names]
+    if unknown:
+        raise TopologyError(f"links: no link named {unknown[0]!r} in this fabric (`testbed topo` lists them, "
+                            f"e.g. {sorted(names)[0]})")
+    return fabric
+
+
+def _cabled(params: FabricParams) -> Fabric:
     fabric = Fabric(params)
     p = params
     for i in range(p.servers):

@@ -3,7 +3,7 @@
 Points:
   s0g0/nic, s0g0/hb     a host's NIC or HB port, captured inside the host's namespace
   rail0:3               a switch port (its veth in the root namespace); OVS patch ports have no
-                        interface to capture on (uplinks are patch ports unless oversubscribed)
+                        interface to capture on (uplinks are, with fabric.ideal_uplinks)
 """
 from __future__ import annotations
 

@@ -112,10 +112,10 @@ def test_topo_warns_about_options_the_fabric_kind_ignores():
     assert p.returncode == 0 and p.stderr == "" and "7 switches" in p.stdout
 
 
-def run_with_extra(tmp_path, extra: str):
+def run_with_extra(tmp_path, extra: str, fabric: str = "{kind: clos}"):
     """`testbed run` on a minimal clos scenario with one more top-level section."""
     path = tmp_path / "scenario.yaml"
-    path.write_text(f"name: f\nfabric: {{kind: clos}}\nworkloads: [{{type: connectivity}}]\n{extra}\n")
+    path.write_text(f"name: f\nfabric: {fabric}\nworkloads: [{{type: connectivity}}]\n{extra}\n")
     return run_cli("run", str(path))
 
 
@@ -125,7 +125,8 @@ def run_with_extra(tmp_path, extra: str):
     ("tor0:9", "capture.0: switch tor0 has no port 9"),
 ])
 def test_bad_capture_points_are_named(point, message, tmp_path):
-    p = run_with_extra(tmp_path, f"capture: [{{point: '{point}'}}]")
+    # uplinks are patch ports only with ideal_uplinks
+    p = run_with_extra(tmp_path, f"capture: [{{point: '{point}'}}]", "{kind: clos, ideal_uplinks: true}")
     assert p.returncode == 2 and message in p.stderr, p.stderr
 
 

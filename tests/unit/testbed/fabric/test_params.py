@@ -28,7 +28,11 @@ def test_every_field_is_in_the_scenario_schema_with_its_default_and_description(
         prop = schema["properties"][f.name]
         assert prop["description"] == p.description
         assert prop.get("default") == f.default        # hb_mbps: worked out from nic_mbps, no default
-        assert prop["type"] == ("integer" if p.check == "count" else "number")
+        if p.check in ("delay", "queue"):             # a number, or a map by tier
+            assert [o["type"] for o in prop["anyOf"]] == ["number", "object"]
+            assert list(prop["anyOf"][1]["properties"]) == list(params.TIERS)
+        else:
+            assert prop["type"] == {"count": "integer", "links": "object", "flag": "boolean"}.get(p.check, "number")
     assert scenario.SCHEMA["properties"]["fabric"] == schema
 
 
@@ -43,9 +47,13 @@ def test_every_field_has_a_topo_flag_and_unset_flags_are_not_given():
     args = topo_parser().parse_args(["clos", "--servers", "3", "--gpus", "2"])
     assert args.kind == "clos" and params.given(args) == {"servers": 3, "gpus_per_server": 2}
     argv = ["clos"]
+    values = {"count": "7", "flag": "true", "links": '{"rail0-spine0": {"mbps": 2}}', "delay": "nic=5,uplink=7.5"}
     for f, p in params.fields():
-        argv += ["--" + f.name.replace("_", "-"), str(7 if p.check == "count" else 7.5)]
-    assert set(params.given(topo_parser().parse_args(argv))) == set(NAMES)
+        argv += ["--" + f.name.replace("_", "-"), values.get(p.check, "7.5")]
+    given = params.given(topo_parser().parse_args(argv))
+    assert set(given) == set(NAMES)
+    assert given["delay_us"] == {"nic": 5.0, "uplink": 7.5} and given["queue_kb"] == 7.5
+    assert given["ideal_uplinks"] is True and given["links"] == {"rail0-spine0": {"mbps": 2}}
 
 
 def test_topo_needs_servers_and_gpus_and_takes_the_long_name_too(capsys):
@@ -67,11 +75,12 @@ def test_up_topo_keys_are_the_fields_and_their_short_names():
 def test_the_results_block_and_its_schema_come_from_the_fields():
     props, required = params.results_schema()
     values = FabricParams("clos", servers=3).results_values()
-    assert list(values) == list(props) and set(required) <= set(props)
+    assert list(values) == [k for k in props if k != "time_scaled_from"] and set(required) <= set(props)
     block = results_schema.FABRIC
     assert all(block["properties"][k] == v for k, v in props.items()) and set(required) <= set(block["required"])
     assert values == {"kind": "clos", "servers": 3, "gpus_per_server": 2, "nic_mbps": 5.0, "hb_mbps": 45.0,
-                      "nic_mtu": 9000}
+                      "nic_mtu": 9000, "delay_us": 0.0, "queue_kb": None, "ideal_uplinks": False,
+                      "time_scale": 1.0, "link_overrides": None, "faithful": True}
 
 
 def test_values_are_resolved_when_made():
