@@ -3,6 +3,7 @@ sets the pace (printed, not asserted).
 
     .venv/bin/python benchmarks/capacity.py [--grids 2x4,4x4,4x8,8x8] [--mtus 1500,9000]
                                             [--rates 5,10,20,40,80] [--floor 0.85] [--seconds 4] [--json FILE]
+                                            [--uplinks shaped,ideal]
 
 For each rail-optimized grid (2 spines) and NIC MTU (1500: RoCE MTU 1024; 9000: jumbo frames, RoCE MTU
 4096), NIC rates are tried in increasing order, one bring-up each: a rank-order ring AllReduce (its ring
@@ -17,6 +18,9 @@ shares of the machine's busy CPU time during the job, start-up of the ranks incl
 Then the machine's limit for this design: what Open vSwitch alone forwards here, two hosts on one switch
 with unshaped links, iperf3 UDP as fast as it can send at the frame size of a full RoCE packet of each MTU,
 as packets per second through the switch.
+
+--uplinks shaped,ideal runs every grid both ways: uplinks shaped like every link (the default, a faithful
+fabric) and unshaped patch ports (fabric.ideal_uplinks), the CPU that shaping the 1:1 uplinks costs.
 """
 import argparse
 import json
@@ -67,8 +71,9 @@ def sized(rate_mbps: float, ranks: int, seconds: float) -> int:
     return max(ranks * MIN_CHUNK, int(nbytes // unit) * unit)
 
 
-def one_run(servers: int, per: int, mtu: int, rate: float, args) -> dict:
-    fabric = build("rail-optimized", servers, per, spines=2, nic_mbps=rate, nic_mtu=mtu)
+def one_run(servers: int, per: int, mtu: int, rate: float, args, uplinks: str = "shaped") -> dict:
+    fabric = build("rail-optimized", servers, per, spines=2, nic_mbps=rate, nic_mtu=mtu,
+                   ideal_uplinks=uplinks == "ideal")
     n = servers * per
     size = sized(rate, n, args.seconds)
     with Network(fabric) as net:
@@ -82,11 +87,12 @@ def one_run(servers: int, per: int, mtu: int, rate: float, args) -> dict:
         ovs_share, kernel_share = (cpu_seconds(VSWITCHD_PID) - ovs0) / busy, (busy1[1] - busy0[1]) / busy
     guard = {**cpu.report(), "ovs_share": round(ovs_share, 2), "kernel_share": round(kernel_share, 2)}
     if not res["rows"]:
-        return {"grid": f"{servers}x{per}", "gpus": n, "mtu": mtu, "rate": rate, "bytes": size, "ok": False,
+        return {"grid": f"{servers}x{per}", "uplinks": uplinks, "gpus": n, "mtu": mtu, "rate": rate, "bytes": size,
+                "ok": False,
                 "failed": "; ".join(c["detail"] for c in res["checks"] if not c["ok"])[:200], **guard}
     row = res["rows"][0]
     op_s = row["seconds"] * 3                  # warm-up + 2 iterations: the counters saw all three
-    return {"grid": f"{servers}x{per}", "gpus": n, "mtu": mtu, "roce_mtu": roce_mtus(fabric)["nic"], "rate": rate,
+    return {"grid": f"{servers}x{per}", "uplinks": uplinks, "gpus": n, "mtu": mtu, "roce_mtu": roce_mtus(fabric)["nic"], "rate": rate,
             "bytes": size, "ratio": row["bus_ratio"], "pps": round(packets / op_s), **guard,
             "ok": row["bus_ratio"] >= args.floor and not guard["cpu_bound"]}
 
@@ -117,6 +123,7 @@ def main() -> None:
     ap.add_argument("--floor", type=float, default=0.85)
     ap.add_argument("--seconds", type=float, default=4.0, help="link time per AllReduce")
     ap.add_argument("--forward-seconds", type=float, default=5.0)
+    ap.add_argument("--uplinks", default="shaped", help="shaped, ideal (fabric.ideal_uplinks) or shaped,ideal")
     ap.add_argument("--json")
     args = ap.parse_args()
     if os.geteuid() != 0:
@@ -125,36 +132,38 @@ def main() -> None:
     mtus = [int(m) for m in args.mtus.split(",")]
     rates = [float(r) for r in args.rates.split(",")]
     runs, capacity = [], {}
-    print(f"{'grid':>5} {'GPUs':>4} {'MTU':>5} {'Mbit/s':>6} {'MiB':>6} {'ratio':>6} {'idle%':>6} {'used':>5} "
+    print(f"{'uplinks':>7} {'grid':>5} {'GPUs':>4} {'MTU':>5} {'Mbit/s':>6} {'MiB':>6} {'ratio':>6} {'idle%':>6} {'used':>5} "
           f"{'switch pps':>10} {'ovs':>5} {'kern':>5}  pass")
+    ways = args.uplinks.split(",")
     for servers, per in grids:
-        for mtu in mtus:
+        for mtu, uplinks in [(m, u) for m in mtus for u in ways]:
             best = None
             for rate in rates:
-                r = one_run(servers, per, mtu, rate, args)
+                r = one_run(servers, per, mtu, rate, args, uplinks)
                 runs.append(r)
-                print(f"{r['grid']:>5} {r['gpus']:>4} {mtu:>5} {rate:>6g} {r['bytes'] / 2**20:>6.2f} "
+                print(f"{uplinks:>7} {r['grid']:>5} {r['gpus']:>4} {mtu:>5} {rate:>6g} {r['bytes'] / 2**20:>6.2f} "
                       f"{r.get('ratio', float('nan')):>6.2f} {r['cpu_idle_mean_pct']:>6} {r['capacity_used']:>5} "
                       f"{r.get('pps', 0):>10} {r['ovs_share']:>5} {r['kernel_share']:>5}  "
                       f"{'yes' if r['ok'] else 'no ' + r.get('failed', '')}", flush=True)
                 if not r["ok"]:
                     break
                 best = rate
-            capacity[f"{servers}x{per}/{mtu}"] = best
+            capacity[f"{servers}x{per}/{mtu}/{uplinks}"] = best
     forwarding = [ovs_forwarding(mtu, args.forward_seconds) for mtu in mtus]
     print(f"\ncapacity: the highest NIC rate at which the ring stays >= {args.floor:.2f} of its bound "
           "with CPU headroom")
     for servers, per in grids:
-        cells = [f"MTU {m}: {capacity[f'{servers}x{per}/{m}'] or '< ' + str(rates[0])} Mbit/s" for m in mtus]
+        cells = [f"MTU {m}{'' if ways == ['shaped'] else ' ' + u + ' uplinks'}: "
+                 f"{capacity[f'{servers}x{per}/{m}/{u}'] or '< ' + str(rates[0])} Mbit/s" for m in mtus for u in ways]
         print(f"  {servers * per:>3} GPUs ({servers}x{per}): " + ", ".join(cells))
     print("\nOpen vSwitch alone, two hosts, unshaped links, iperf3 UDP at full-RoCE-frame size:")
     for f in forwarding:
         print(f"  MTU {f['mtu']} ({f['frame']}-byte frames): {f['switch_pps']} packets/s through the switch "
               f"(iperf3 loss {f['iperf_lost_pct']}%)")
-    at_capacity = [r for r in runs if r["ok"] and capacity.get(f"{r['grid']}/{r['mtu']}") == r["rate"]]
+    at_capacity = [r for r in runs if r["ok"] and capacity.get(f"{r['grid']}/{r['mtu']}/{r['uplinks']}") == r["rate"]]
     for r in at_capacity:
         limit = next(f["switch_pps"] for f in forwarding if f["mtu"] == r["mtu"])
-        print(f"  {r['grid']} MTU {r['mtu']} at {r['rate']:g} Mbit/s: {r['pps']} packets/s, "
+        print(f"  {r['grid']} MTU {r['mtu']} {r['uplinks']} uplinks at {r['rate']:g} Mbit/s: {r['pps']} packets/s, "
               f"{r['pps'] / limit:.2f} of OVS alone")
     if args.json:
         with open(args.json, "w") as f:

@@ -32,7 +32,6 @@ MAX_DELAY_US = 10_000_000               # a link's one-way delay: 10 s at most
 MAX_QUEUE_KB = 1 << 20                  # a queue: 1 GiB at most
 MAX_TIME_SCALE = 1e9
 TIERS = ("nic", "uplink", "hb")         # what fabric.delay_us and fabric.queue_kb may give per tier
-LINK_KEYS = ("mbps", "delay_us", "queue_kb")    # what fabric.links may give per link
 
 
 class TopologyError(ValueError):
@@ -297,16 +296,15 @@ def _checked_links(value):
     if value is None:
         return None
     if not isinstance(value, dict):
-        raise TopologyError(f"links must be a map of link name to {{{', '.join(LINK_KEYS)}}}, got {value!r}")
+        raise TopologyError(f"links must be a map of link name to {{{', '.join(OVERRIDES)}}}, got {value!r}")
     out = {}
     for link, o in value.items():
         if not isinstance(o, dict) or not o:
-            raise TopologyError(f"links.{link} must be a map with some of {', '.join(LINK_KEYS)}, got {o!r}")
-        unknown = [k for k in o if k not in LINK_KEYS]
+            raise TopologyError(f"links.{link} must be a map with some of {', '.join(OVERRIDES)}, got {o!r}")
+        unknown = [k for k in o if k not in OVERRIDES]
         if unknown:
-            raise TopologyError(f"links.{link}: unknown key {unknown[0]!r}; keys are {', '.join(LINK_KEYS)}")
-        checks = {"mbps": "rate", "delay_us": "delay", "queue_kb": "queue"}
-        out[str(link)] = {k: _number(f"links.{link}.{k}", checks[k], v) for k, v in o.items()}
+            raise TopologyError(f"links.{link}: unknown key {unknown[0]!r}; keys are {', '.join(OVERRIDES)}")
+        out[str(link)] = {k: _number(f"links.{link}.{k}", OVERRIDES[k][0], v) for k, v in o.items()}
     return out
 
 
@@ -317,22 +315,27 @@ def _plain(value):
     return int(value) if isinstance(value, float) and value.is_integer() else value
 
 
-def _tiers_schema(number: dict) -> dict:
-    return {"anyOf": [number, {"type": "object", "additionalProperties": False, "minProperties": 1,
-                               "properties": {t: number for t in TIERS}}]}
+def _tiers_schema(check: str) -> dict:
+    default = "0" if check == "delay" else "a switch port's buffer at the link's rate"
+    tier = {t: NUMBERS[check] | {"description": f"On {t} links. Default: {default}."} for t in TIERS}
+    return {"anyOf": [NUMBERS[check], {"type": "object", "additionalProperties": False, "minProperties": 1,
+                                       "properties": tier}]}
 
 
 NUMBERS = {"delay": {"type": "number", "minimum": 0, "maximum": MAX_DELAY_US},
            "queue": {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_QUEUE_KB},
            "rate": {"type": "number", "exclusiveMinimum": 0}}
+OVERRIDES = {"mbps": ("rate", "The link's rate in Mbit/s, at both ends. Default: its tier's."),
+             "delay_us": ("delay", "The link's one-way delay in us. Default: its tier's."),
+             "queue_kb": ("queue", "Each end's queue in KiB. Default: its tier's.")}
 
 
 def _schema_of(f: dataclasses.Field, p: Param) -> dict:
     if p.check in ("delay", "queue"):
-        out = _tiers_schema(NUMBERS[p.check])
+        out = _tiers_schema(p.check)
     elif p.check == "links":
         override = {"type": "object", "additionalProperties": False, "minProperties": 1,
-                    "properties": {"mbps": NUMBERS["rate"], "delay_us": NUMBERS["delay"], "queue_kb": NUMBERS["queue"]}}
+                    "properties": {k: NUMBERS[check] | {"description": text} for k, (check, text) in OVERRIDES.items()}}
         out = {"type": "object", "additionalProperties": override}
     elif p.check == "flag":
         out = {"type": "boolean"}

@@ -1,0 +1,63 @@
+"""Integration (root): every link a real link. On a fabric brought up from the link model, a ping across links
+with a propagation delay measures the configured round trip, on the delay path that runs here; and on a 1:1
+fabric (no oversubscription) the uplinks are shaped, so two flows routed onto one uplink share it, while the
+same flows spread over two uplinks each run at their NIC's rate."""
+import statistics
+
+import pytest
+
+from testbed.fabric.delay import delay_paths
+from testbed.fabric.network import Network
+from testbed.fabric.topo import build
+from testbed.workloads import traffic
+
+pytestmark = [pytest.mark.root, pytest.mark.alone]    # rates measured: they need CPU headroom
+
+CONSTANT_MS = 1.5       # what the machine adds to a round trip over four switch hops and four delay lines
+NIC_MBPS = 10
+
+
+def rtts(net, src: str, dst: str, count: int = 20) -> list[float]:
+    """Round trips in ms, after two pings that warm the path."""
+    ping = f"ping -n -i 0.05 -W 2 {net.fabric.hosts[dst].ip}"
+    net.host(src).cmd(f"{ping} -q -c 2")
+    out = net.host(src).cmd(f"{ping} -c {count}")
+    return [float(w.split("=")[1]) for w in out.split() if w.startswith("time=")]
+
+
+def test_a_ping_across_delayed_links_measures_the_configured_round_trip():
+    print(f"delay paths here: {', '.join(delay_paths())}")
+    fabric = build("rail-optimized", 2, 2, spines=2, nic_mbps=NIC_MBPS, delay_us={"nic": 1000, "uplink": 2000})
+    with Network(fabric, routing="single") as net:
+        # s1g0: the same rail (two NIC links each way); s1g1: over a spine (two NIC links and two uplinks)
+        for dst, want in (("s1g0", 2 * 2 * 1.0), ("s1g1", 2 * (2 * 1.0 + 2 * 2.0))):
+            got = rtts(net, "s0g0", dst)
+            median = statistics.median(got)
+            print(f"s0g0 -> {dst}: want {want:.1f} ms, RTT median {median:.2f} ms, min {min(got):.2f}, "
+                  f"max {max(got):.2f} ({len(got)} pings)")
+            assert len(got) >= 15
+            assert want <= min(got) and median <= 1.1 * want + CONSTANT_MS
+
+
+def flows(mode: str) -> dict:
+    """Two UDP flows leaving rail0 for rail1, each paced just below its NIC's rate. With `single` routing both
+    take the same uplink (the preferred port rotates with the destination, and s0g1 and s1g1 are both odd);
+    with `rr` every flow is spread packet by packet over both uplinks."""
+    fabric = build("rail-optimized", 2, 2, spines=2, nic_mbps=NIC_MBPS)
+    assert all(l.shaped for l in fabric.links if l.kind == "uplink")
+    with Network(fabric, routing=mode) as net:
+        return traffic.run(net, {"pattern": "pairs", "pairs": [["s0g0", "s1g1"], ["s1g0", "s0g1"]],
+                                 "size": "3MiB", "protocol": "udp", "rate_mbps": 0.95 * NIC_MBPS,
+                                 "expect": {"max_loss": 1}})
+
+
+def test_flows_sharing_a_one_to_one_uplink_share_its_rate_and_spread_ones_do_not():
+    shared, spread = flows("single"), flows("rr")
+    for name, result in (("one uplink", shared), ("two uplinks", spread)):
+        rates = [f["mbps"] / NIC_MBPS for f in result["per_flow"]]
+        print(f"{name}: flows at {', '.join(f'{r:.2f}' for r in rates)} of the NIC rate; uplinks "
+              f"{result['uplink_bytes']}")
+    a, b = shared["uplink_bytes"]["rail0-spine0"], shared["uplink_bytes"]["rail0-spine1"]
+    assert min(a, b) == 0 < max(a, b)                                  # both flows on one uplink
+    assert all(f["mbps"] <= 0.6 * NIC_MBPS for f in shared["per_flow"])
+    assert all(f["mbps"] >= 0.85 * NIC_MBPS for f in spread["per_flow"])
