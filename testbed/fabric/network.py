@@ -354,6 +354,10 @@ class Network:
                 else:
                     dev, netns = switch_port(node, port), None
                     mine = cmds.setdefault(self.machine_of(node), [])
+                    # no IPv6 of the root namespace's own (router solicitations, MLD reports) on the wire: on a
+                    # link between two switches it would reach the other switch and its port counters
+                    ipv6 = f"/proc/sys/net/ipv6/conf/{dev}/disable_ipv6"
+                    mine.append(f"[ ! -e {ipv6} ] || echo 1 > {ipv6}")
                     if l.mtu != 1500:         # veths come up at 1500
                         mine.append(f"ip link set {dev} mtu {l.mtu}")
                     if l.shaped and not l.delay_us:
