@@ -215,7 +215,7 @@ SCALED = ("nic_mbps", "hb_mbps", "delay_us", "links")       # what time_scale ch
 def _shown(value) -> str:
     if isinstance(value, dict):
         return "{" + ", ".join(f"{k}: {_shown(v)}" for k, v in value.items()) + "}"
-    return f"{value:g}" if isinstance(value, float) else str(value)
+    return f"{value:.10g}" if isinstance(value, float) else str(value)
 
 
 def _scaled(check: str, value, k: float):
