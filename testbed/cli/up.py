@@ -94,6 +94,13 @@ def cmd_up(args) -> int:
     fabric = runner.fabric_of(doc)                  # sizes checked before anything is touched
     for key in params.ignored_params(fabric.kind, doc["fabric"]):
         print(f"warning: fabric.{key}: a {fabric.kind} fabric has no use for it; ignored", file=sys.stderr)
+    if not fabric.params.faithful:
+        print("warning: fabric.ideal_uplinks: the uplinks never limit; this fabric is not faithful", file=sys.stderr)
+    for line in fabric.params.time_scaling():
+        print(line)
+    if any(l.delay_us for l in fabric.links):
+        from testbed.fabric.delay import choose_path
+        choose_path()               # DelayUnavailable (exit status 2) here, not from the detached process
     _refuse_second_fabric()
     require_machine(doc, "up")
     if args.foreground:
