@@ -81,7 +81,9 @@ def test_shaped_ports_are_both_ends_of_every_shaped_link_in_their_namespaces():
     host = ports["s1g0>rail0"]
     assert host.dev == "eth0" and host.netns.startswith("/proc/") and host.netns.endswith("/ns/net")
     assert "s0g0>hb0" in ports and ports["s0g0>hb0"].dev == "eth1"            # HB links are shaped too
-    assert not any(p.tier == "uplink" for p in ports.values())               # 1:1 uplinks are patch ports here
+    assert "rail0>spine1" in ports and "spine1>rail0" in ports                # 1:1 uplinks are shaped too
+    ideal = build("rail-optimized", 2, 2, spines=2, nic_mbps=10, ideal_uplinks=True)
+    assert not any(p.tier == "uplink" for p in shaped_ports(FakeNet(ideal)))  # patch ports with ideal_uplinks
     assert "rail1>s0spare0" in ports                                          # a spare's reserved circuit
     assert len(ports) == len({(p.node, p.dev, p.netns) for p in ports.values()})
 
