@@ -26,6 +26,23 @@ def same_rail(a, b):
     return a.split("g")[1] == b.split("g")[1]
 
 
+# measured / predicted per phase, floor and ceiling. Spread over 13 runs of this file's two tests with other work
+# on the machine: comp 1.00-1.02, dp 1.06-1.39, bubble 0.89-1.06, iteration 1.00-1.16, tp 1.04-4.90, pp 0.19-3.39.
+# comp, dp, bubble and the iteration fail when their phase is off by 2x. TP is two dozen AllReduces of a few ms at
+# the HB rate each: Python's per-call cost dominates it, so its ceiling only catches TP leaving the HB domain (the
+# NIC is 9x slower). The pipeline's sends are a few ms each and may complete into the shaper's burst: its bounds
+# only catch a model or a measurement off by an order of magnitude.
+PHASE_BOUNDS = {"comp": (0.9, 1.25), "tp": (0.8, 8.0), "pp": (0.1, 6.0), "dp": (0.8, 1.75),
+                "bubble": (0.7, 1.3), "iteration": (0.9, 1.4)}
+
+
+def assert_phases_agree_with_the_model(w):
+    ratios = {k: round(w["measured"][k] / w["predicted"][k], 2) for k in training.PHASES}
+    off = {k: r for k, r in ratios.items() if not PHASE_BOUNDS[k][0] <= r <= PHASE_BOUNDS[k][1]}
+    assert not off, f"measured / predicted out of bounds: {off} (all: {ratios}, bounds: {PHASE_BOUNDS})"
+    assert w["ratio"] == pytest.approx(ratios, abs=0.01)
+
+
 def test_rail_optimized_iteration_stays_in_rails_and_carries_the_model_comparison(tmp_path):
     scenario = {"name": "training", "fabric": {"kind": "rail-optimized", "servers": 4, "gpus_per_server": 2,
                                                "spines": 2, "nic_mbps": 5},
@@ -35,6 +52,7 @@ def test_rail_optimized_iteration_stays_in_rails_and_carries_the_model_compariso
     r = runner.run(scenario, out, echo=lambda *a: None)
     assert r["ok"], r["checks"]
     w = r["workloads"][0]
+    print(training.table(w))
     assert w["correct"] == {"tp": True, "pp": True, "dp": True}
     tr = w["traffic"]
     assert pairs(tr, "tp") and all(same_server(a, b) for a, b in pairs(tr, "tp"))
@@ -43,14 +61,13 @@ def test_rail_optimized_iteration_stays_in_rails_and_carries_the_model_compariso
     assert tr["cross_rail_bytes"] == 0
     assert w["nic_bytes"] > sum(map(sum, tr["pp"])) + sum(map(sum, tr["dp"]))     # the network carried PP and DP
     assert w["spine_bytes"] <= 0.01 * w["nic_bytes"]                             # ... all of it inside the rails
+    assert_phases_agree_with_the_model(w)
     for k in training.PHASES:
-        assert w["predicted"][k] > 0 and w["measured"][k] != 0 and w["ratio"][k] is not None
         assert w["full_scale"]["measured_equivalent"][k] == pytest.approx(w["measured"][k] / w["dilation"])
     assert w["bubble_ratio"]["formula"] == pytest.approx(1 / 3)
     assert os.path.exists(os.path.join(out, "plots", "traffic_matrix_p2t2d2.png"))
     with open(os.path.join(out, "results.json")) as f:
         assert json.load(f)["workloads"][0]["type"] == "training_iteration"
-    print(training.table(w))
 
 
 def test_rail_only_2x4_keeps_tp_and_dp_in_the_hb_domain_and_pp_on_rails():
@@ -67,3 +84,4 @@ def test_rail_only_2x4_keeps_tp_and_dp_in_the_hb_domain_and_pp_on_rails():
     assert pairs(tr, "pp") and all(not same_server(a, b) and same_rail(a, b) for a, b in pairs(tr, "pp"))
     assert w["spine_bytes"] is None and tr["cross_rail_bytes"] == 0
     print(training.table(w))
+    assert_phases_agree_with_the_model(w)
