@@ -14,6 +14,7 @@ import time
 import pytest
 
 from testbed import runner
+from testbed.model.bounds import Cluster, bound_busbw
 from testbed.scenario import load
 from testbed.workloads import program
 from tests.paths import SCENARIOS
@@ -53,6 +54,24 @@ def run(name: str, tmp_path, extra=(), only=None, hosts=None):
     return r, out
 
 
+# The largest size's busbw as a fraction of its ring bound (the NIC rate: every rank's NIC carries the ring), at
+# least half of the median measured, so a library that halves its rate fails. Measured at 512 KiB, 5 runs each
+# with other work on the machine: Open MPI Allreduce 0.33-0.50, Allgather 0.25-0.51 (its algorithms at 4 ranks
+# take more steps than a ring, each paying TCP's latency); gloo's ring all_reduce 0.70-0.95.
+MPI_BUSBW_FLOOR, GLOO_BUSBW_FLOOR = 0.2, 0.5
+
+
+def busbw_fraction(r: dict, row: dict) -> float:
+    """A sweep row's busbw over the analytical bound for its operation and size on the run's fabric."""
+    f = r["fabric"]
+    cluster = Cluster(x=f["gpus_per_server"], y=f["servers"], c_s=f["nic_mbps"] * 1e6 / 8,
+                      c_f=f["hb_mbps"] * 1e6 / 8)
+    fraction = row["busbw_MBps"] * 1e6 / bound_busbw(row.get("op", "allreduce"), "ring", row["bytes"], cluster)
+    print(f"{row.get('op', 'allreduce')} {row['bytes']} B: busbw {row['busbw_MBps']:.2f} MB/s, "
+          f"{fraction:.2f} of the bound")
+    return fraction
+
+
 def rank_logs(out: str, w: dict) -> list[str]:
     texts = []
     for r in w["ranks"]:
@@ -78,9 +97,9 @@ def test_mpi_sweep_under_mpirun_checks_every_result_and_reports_busbw_per_rank_l
     res = last_json(texts[0])
     assert res["correct"] and res["ranks"] == 4 and len(res["rows"]) == 6
     assert all(row["wrong"] == 0 for row in res["rows"])
-    assert w["figures"]["busbw"] > 0
-    # the largest size: at most the NIC rate, 50 Mbit/s (smaller ones may fit in the shapers' bursts)
-    assert all(0 < row["busbw_MBps"] <= 1.1 * 50 / 8 for row in res["rows"] if row["bytes"] >= 500 << 10)
+    assert w["figures"]["busbw"] == pytest.approx(max(row["busbw_MBps"] for row in res["rows"]))
+    # the largest size: near the bound, and not above it (smaller ones may fit in the shapers' bursts)
+    assert all(MPI_BUSBW_FLOOR <= busbw_fraction(r, row) <= 1.1 for row in res["rows"] if row["bytes"] >= 500 << 10)
     # 4 ranks x (3/2 x Allreduce + 3/4 x Allgather) x 580 KiB x 4 runs: the NICs carried at least that
     assert w["nic_bytes"] >= 4 * (1.5 + 0.75) * (4 + 64 + 512) * 1024 * 4
     assert any(port.startswith("spine") for port in w["link_bytes"])   # s0 <-> s1 crossed the spine
@@ -99,8 +118,10 @@ def test_torch_gloo_sweep_and_ddp_steps_and_the_env_launcher_on_a_subset(tmp_pat
     assert [x["exit"] for x in w["ranks"]] == [0, 0, 0, 0]
     res = last_json(rank_logs(out, w)[0])
     assert res["correct"] and res["weight_spread"] == 0 and res["losses"][-1] < 0.9 * res["losses"][0]
-    assert w["figures"]["weight_spread"] == 0 and w["figures"]["busbw"] > 0
-    assert 0 < res["rows"][-1]["busbw_MBps"] <= 1.1 * 50 / 8          # 512 KiB: at most the NIC rate
+    assert w["figures"]["weight_spread"] == 0
+    assert w["figures"]["busbw"] == pytest.approx(max(x["busbw_MBps"] for x in res["rows"]))
+    assert res["rows"][-1]["bytes"] == 512 << 10
+    assert GLOO_BUSBW_FLOOR <= busbw_fraction(r, res["rows"][-1]) <= 1.1    # near the bound, and not above it
     envs = [last_json(t) for t in rank_logs(out, p)]
     assert [e["TB_HOST"] for e in envs] == ["s1g1", "s0g0", "s1g0"]
     assert [e["RANK"] for e in envs] == ["0", "1", "2"] and p["figures"]["world"] == 3
