@@ -1,5 +1,6 @@
 """Delay-based congestion control: its rules on synthetic round trips, and a sender paced at four times
 a bottleneck's rate keeping that bottleneck's queue short (in-process fabric, no privileges)."""
+import statistics
 import threading
 import time
 
@@ -102,13 +103,13 @@ def bottleneck_queue(make_pair, size, cc) -> float:
 @pytest.mark.parametrize("size", [512 * 1024])
 def test_queue_stays_short_under_congestion_control(make_pair, size):
     # Without congestion control the queue grows to most of the transfer (3/4 of 0.84 s) when the sender keeps
-    # its 20 Mbit/s; on a loaded machine the Python sender falls short of that and both queues shrink, so a
-    # pair of runs is tried up to three times: congestion control that does not work fails every time.
+    # its 20 Mbit/s; on a loaded machine the Python sender falls short of that and both queues shrink, so the
+    # comparison is made on the median of seven pairs of runs: one lucky pair cannot pass it, one starved pair
+    # cannot fail it. Measured with other work on the machine (41 pairs): the unpaced queue 400-411 ms, the paced
+    # one 0.08-0.98 of it, above 0.5 in 8 pairs; medians of seven 0.29-0.38. Broken congestion control reads ~1.
     ratios = []
-    for _ in range(3):
+    for _ in range(7):
         unpaced, paced = (bottleneck_queue(make_pair, size, cc) for cc in (None, "delay"))
         ratios.append(paced / unpaced)
         print(f"max bottleneck queue: {unpaced * 1e3:.0f} ms unpaced by CC, {paced * 1e3:.0f} ms with it")
-        if ratios[-1] < 0.5:
-            break
-    assert min(ratios) < 0.5, ratios
+    assert statistics.median(ratios) < 0.5, ratios
