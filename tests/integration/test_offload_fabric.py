@@ -2,15 +2,23 @@
 trainer's local CPU is scarce. Needs tensorflow-cpu in the venv."""
 import glob
 import os
+import statistics
 
 import pytest
 
 from hosts.tfdata import budget
 from testbed.fabric.network import Network
 from testbed.fabric.topo import build
-from testbed.workloads import offload
+from testbed.workloads import offload, offload_compare
 
 pytestmark = [pytest.mark.root, pytest.mark.alone]   # FastFlow's gain: the CPU budgets must be the only scarcity
+
+
+# Rounds of FastFlow and the sweep, interleaved; the figures compared are their medians (one round on a loaded
+# machine profiled the GPU at 23.6 steps/s, 5.6% low). Measured in two runs of 3 rounds with other work on the
+# machine, medians and [rounds' range]: FastFlow 10.73 and 12.20 [9.94-12.93] steps/s, the best fixed ratio (0.5)
+# 8.25 and 8.01 [7.20-8.50], TF-NO 4.26 and 4.21 [3.90-4.34]; the GPU profiled at 23.6-24.9 steps/s.
+REPEATS = 3
 
 
 @pytest.mark.slow
@@ -20,28 +28,34 @@ def test_fastflow_offloads_and_beats_local_only_when_local_cpu_is_scarce():
     import tensorflow  # noqa: F401
     fabric = build("rail-optimized", 1, 2, spines=1, nic_mbps=100, cpu_hosts=2)
     spec = {"pipelines": ["compute"], "gpu_steps_per_s": 25, "local_cores": 0.3, "worker_cores": 0.3,
-            "seconds": 4, "profile_s": 2.5, "ratios": [0, 1], "candidates": ["p'3"], "repeats": 1}
+            "seconds": 4, "profile_s": 2.5, "ratios": [0, 0.5, 1], "candidates": ["p'3"], "repeats": REPEATS}
     with Network(fabric) as net:
         result = offload.run(net, spec)
-    rows = {r["policy"]: r for r in result["rows"]}
-    ff, no, dsr = rows["fastflow"], rows["ratio=0"], rows["ratio=1 p'3"]
-    m = ff["metrics"]
-    print({k: (r["off_ratio"], r["steps_per_s"], r["metrics"]["cpu_idle_mean_pct"]) for k, r in rows.items()})
-    print("profile", m["profile"], "decision", m["decision"]["branch"])
-    # profiling returned sane numbers: GPU at its configured rate, local input the bottleneck
-    assert m["profile"]["Gthp"] == pytest.approx(25, rel=0.05)
-    assert 0 < m["profile"]["Lthp"] < 25 and m["profile"]["Pcycle"] > 0
-    assert all(c["Rthp"] > 0 and c["Ocycle"] >= 0 for c in m["profile"]["candidates"].values())
+    print(offload_compare.comparison_table("compute", result["policies"], ["p'3"], 1000))
+    runs = {p: [r for r in result["rows"] if r["policy"] == p] for p in ("fastflow", "ratio=0", "ratio=1 p'3")}
+    ffs, nos, dsrs = runs["fastflow"], runs["ratio=0"], runs["ratio=1 p'3"]
+    median = {p["policy"]: p["steps_per_s"]["median"] for p in result["policies"]}
+    profiles = [r["metrics"]["profile"] for r in ffs]
+    print("profiles", profiles, "decisions", [r["metrics"]["decision"]["branch"] for r in ffs])
+    # profiling returned sane numbers: GPU at its configured rate (the median of the rounds: one profile on a
+    # loaded machine reads a few % low), local input the bottleneck
+    assert statistics.median(p["Gthp"] for p in profiles) == pytest.approx(25, rel=0.05)
+    assert all(0 < p["Lthp"] < 25 and p["Pcycle"] > 0 for p in profiles)
+    assert all(c["Rthp"] > 0 and c["Ocycle"] >= 0 for p in profiles for c in p["candidates"].values())
     # the service worked across hosts (worker_address set): remote batches arrived over the NIC
-    assert dsr["metrics"]["trainer_rx_bytes"] > 1e6 and dsr["metrics"]["worker_cpu_s"] > 0.5
-    # the decision, and offloading raised throughput
-    assert m["decision"]["offload"] and 0 < ff["off_ratio"] <= 1
-    assert ff["steps_per_s"] > 1.3 * no["steps_per_s"], (ff["steps_per_s"], no["steps_per_s"])
-    # FastFlow's epoch time carries its profiling; the budget and ratio checks passed
-    assert ff["profile_s"] > 2 * 2.5 and ff["epoch_s_with_profiling"] > ff["profile_s"] + 1000 / 25
-    checks = {c["name"]: c["ok"] for c in result["checks"]}
-    assert checks["compute: local CPU budget held"] and checks["compute: off-ratios applied"], result["checks"]
+    assert all(r["metrics"]["trainer_rx_bytes"] > 1e6 and r["metrics"]["worker_cpu_s"] > 0.5 for r in dsrs)
+    # the decision, and offloading raised throughput (medians of the rounds)
+    assert all(r["metrics"]["decision"]["offload"] and 0 < r["off_ratio"] <= 1 for r in ffs)
+    assert median["fastflow"] > 1.3 * median["ratio=0"], median
+    # the workload's own verdict: FastFlow at least TF-NO, its ratio near the sweep's best, budgets and ratios held
+    assert result["ok"], [c for c in result["checks"] if not c["ok"]]
+    # near the best fixed ratio: FastFlow's steady rate at least `best_fraction` (the workload's default, 0.9) of
+    # the rate of the sweep's best fixed ratio, medians of the rounds
+    top = offload_compare.best(offload_compare.sweep_of(result["policies"], "compute", "p'3"))
+    assert median["fastflow"] >= offload.DEFAULTS["best_fraction"] * median[top["policy"]], (top["policy"], median)
+    # FastFlow's epoch time carries its profiling
+    assert all(r["profile_s"] > 2 * 2.5 and r["epoch_s_with_profiling"] > r["profile_s"] + 1000 / 25 for r in ffs)
     # the local CPU budget held (CFS quota; 10% for the sampling window)
-    assert no["metrics"]["local_cpu_cores"] <= 0.3 * 1.1 and no["metrics"]["local_throttled_s"] > 0
+    assert all(r["metrics"]["local_cpu_cores"] <= 0.3 * 1.1 and r["metrics"]["local_throttled_s"] > 0 for r in nos)
     # servers were restarted per run and cleaned up: no cgroups of ours left
     assert glob.glob(budget.group_path(f"{os.getpid()}-*")) == []
