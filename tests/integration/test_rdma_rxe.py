@@ -1,23 +1,18 @@
 """Backend selection and the pyverbs (kernel rxe) backend. Tests that need a kernel RDMA device skip
 with the reason when there is none."""
+import json
 import os
 import socket
+import subprocess
+import sys
 
 import pytest
 
 import hosts.rdma as rdma
-from hosts.rdma import (
-    Access,
-    QPType,
-    RdmaError,
-    RecvWR,
-    SendWR,
-    WCOpcode,
-    WROpcode,
-    open_device,
-)
+from hosts.rdma import RdmaError, open_device
 from hosts.rdma.rxe import find_gid, hw_counters, ipv4_gid, timeout_code
 from hosts.rdma.transport import MemoryFabric
+from tests.paths import ROOT
 
 
 def _fake_sysfs(root, dev, gids):
@@ -80,7 +75,8 @@ def test_rxe_backend_explains_what_is_missing():
 def _rxe_ip():
     devs = rdma.rdma_devices()
     if not devs:
-        pytest.skip("no kernel RDMA device (/sys/class/infiniband is empty): the rxe backend cannot be exercised here")
+        pytest.skip("no kernel RDMA device (/sys/class/infiniband is empty): the rxe backend cannot be exercised here "
+                    "(tests/integration/test_rxe_interop.py runs this loopback in the QEMU guest's kernel rxe)")
     try:
         import pyverbs  # noqa: F401
     except ImportError:
@@ -95,31 +91,46 @@ def _rxe_ip():
     pytest.skip("no RDMA device has an IPv4 RoCE v2 GID")
 
 
+# The kernel-rxe loopback: two RC queue pairs of one device, WRITE, READ and SEND with immediate between them.
+# A script, so that it runs unchanged here (when this machine has an rxe device) and in the QEMU guest's kernel
+# rxe (tests/integration/test_rxe_interop.py), where it always can. Prints what arrived, as JSON.
+LOOPBACK = """
+import json, os, sys
+from hosts.rdma import Access, QPType, RecvWR, SendWR, WCOpcode, WROpcode, open_device
+dev = open_device(sys.argv[1], backend="rxe")
+try:
+    pd, cq = dev.alloc_pd(), dev.create_cq()
+    src, dst, back = bytearray(os.urandom(1 << 20)), bytearray(1 << 20), bytearray(1 << 20)
+    ms, md, mb = pd.reg_mr(src, Access.ALL), pd.reg_mr(dst, Access.ALL), pd.reg_mr(back, Access.LOCAL_WRITE)
+    a, b = dev.create_qp(pd, QPType.RC, cq), dev.create_qp(pd, QPType.RC, cq)
+    a.connect(b.info())
+    b.connect(a.info())
+    a.post_send(SendWR(WROpcode.RDMA_WRITE, [ms.sge()], wr_id=1, remote_addr=md.addr, rkey=md.rkey))
+    write = cq.wait(1, 30)
+    write_ok = bool(write) and write[0].ok and dst == src
+    a.post_send(SendWR(WROpcode.RDMA_READ, [mb.sge()], wr_id=2, remote_addr=md.addr, rkey=md.rkey))
+    read = cq.wait(1, 30)
+    read_ok = bool(read) and read[0].ok and back == src
+    b.post_recv(RecvWR([md.sge(0, 4096)], wr_id=3))
+    a.post_send(SendWR(WROpcode.SEND_WITH_IMM, [ms.sge(0, 3000)], wr_id=4, imm=0x1234))
+    recv = [w for w in cq.wait(2, 30) if w.opcode == WCOpcode.RECV]
+    print(json.dumps({"backend": dev.backend, "write": write_ok, "read": read_ok,
+                      "recv": [{"ok": w.ok, "imm": w.imm, "byte_len": w.byte_len} for w in recv],
+                      "sent": bytes(src[:3000]) == bytes(dst[:3000])}))
+finally:
+    dev.close()
+"""
+
+
+def check_loopback(output: str) -> None:
+    res = json.loads(output.strip().splitlines()[-1])
+    assert res["backend"] == "rxe" and res["write"] and res["read"], res
+    assert res["recv"] == [{"ok": True, "imm": 0x1234, "byte_len": 3000}] and res["sent"], res
+
+
 @pytest.mark.root
 def test_rxe_loopback_write_read_send():
     ip = _rxe_ip()
-    dev = open_device(ip, backend="rxe")
-    assert dev.backend == "rxe"
-    try:
-        pd, cq = dev.alloc_pd(), dev.create_cq()
-        src, dst = bytearray(os.urandom(1 << 20)), bytearray(1 << 20)
-        ms, md = pd.reg_mr(src, Access.ALL), pd.reg_mr(dst, Access.ALL)
-        a = dev.create_qp(pd, QPType.RC, cq)
-        b = dev.create_qp(pd, QPType.RC, cq)
-        a.connect(b.info())
-        b.connect(a.info())
-        a.post_send(SendWR(WROpcode.RDMA_WRITE, [ms.sge()], wr_id=1, remote_addr=md.addr, rkey=md.rkey))
-        wc = cq.wait(1, 30)
-        assert wc and wc[0].ok and dst == src
-        back = bytearray(1 << 20)
-        mb = pd.reg_mr(back, Access.LOCAL_WRITE)
-        a.post_send(SendWR(WROpcode.RDMA_READ, [mb.sge()], wr_id=2, remote_addr=md.addr, rkey=md.rkey))
-        wc = cq.wait(1, 30)
-        assert wc and wc[0].ok and back == src
-        b.post_recv(RecvWR([md.sge(0, 4096)], wr_id=3))
-        a.post_send(SendWR(WROpcode.SEND_WITH_IMM, [ms.sge(0, 3000)], wr_id=4, imm=0x1234))
-        wcs = cq.wait(2, 30)
-        recv = [w for w in wcs if w.opcode == WCOpcode.RECV]
-        assert recv and recv[0].imm == 0x1234 and recv[0].byte_len == 3000
-    finally:
-        dev.close()
+    r = subprocess.run([sys.executable, "-c", LOOPBACK, ip], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    check_loopback(r.stdout)

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.integration.test_rdma_rxe import LOOPBACK, check_loopback
 from tests.paths import ROOT
 from tools.rxe_guest_image import ensure_image, image_has_python
 from tools.rxe_lan import RxeLan, parse_perftest
@@ -374,6 +375,23 @@ def test_pyverbs_backend_in_guest(lab, guest_role, tmp_path):
     assert {0x0D, 0x0E, 0x0F} <= set(rsp_ops) and 0x11 in rsp_ops, dict(rsp_ops)   # READ responses, ACKs
     print(f"pyverbs in the guest as {guest_role}: {sum(CHECK_SIZES)} B per operation, op times {cli['seconds']}, "
           f"{len(pkts)} packets, {elapsed:.1f} s")
+
+
+@pytest.mark.root
+def test_rxe_loopback_in_guest(lab):
+    """tests/integration/test_rdma_rxe.py's kernel-rxe loopback (hosts/rdma/rxe.py: WRITE, READ and SEND with
+    immediate between two queue pairs of rxe0), run in the guest, whose kernel has the rxe this machine lacks."""
+    lan, g, ns = lab
+    if not image_has_python():
+        why = "the guest image has no python3/pyverbs and could not be rebuilt (scripts/rxe-guest-build)"
+        print(f"SKIP: {why}")
+        pytest.skip(why)
+    _upload_hosts_package(g, ns, lan.addr(UROCE_IP_N))
+    t0 = time.monotonic()
+    r = g.run(f"cd {GUEST_SRC} && python3 - {g.ip} <<'PY'\n{LOOPBACK}\nPY", timeout=120)
+    print(f"--- guest (rxe loopback, status {r.status}, {time.monotonic() - t0:.1f} s):\n{r.output}")
+    assert r.ok, r.output
+    check_loopback(r.output)
 
 
 GUEST_BUDGET = """
