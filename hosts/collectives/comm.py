@@ -79,13 +79,17 @@ class Channel:
         # kernel rxe has no per-QP pacing: there the hosts' shaped interfaces (tbf) pace the QPs
         self.rate = comm.rate_limit_bps.get(path) if getattr(dev, "backend", None) != "rxe" else None
         self.lanes = comm.split
-        # The retransmission timer must outlast draining a full window through the shaped link.
+        # A fixed retransmission timer must outlast draining a full window through the shaped link; an adaptive
+        # one (the default) follows the round trip it measures and uses that as its ceiling. The kernel's rxe
+        # has a fixed timer only.
         timeout = comm.rc_timeout if not self.rate else \
             max(comm.rc_timeout, 0.05 + 2 * WINDOW * (dev.mtu + 80) * 8 / self.rate)
+        options = {"rto": comm.rto} if getattr(dev, "backend", None) != "rxe" else {}
+        if comm.congestion and self.rate:
+            options["cc"] = comm.congestion
         self.qps = [dev.create_qp(pd, QPType.RC, cq, rate_limit_bps=self.rate and self.rate / self.lanes,
                                   timeout=timeout, retry_cnt=7, max_outstanding=WINDOW,
-                                  sport_mode=comm.sport_mode,
-                                  **({"cc": comm.congestion} if comm.congestion and self.rate else {}))
+                                  sport_mode=comm.sport_mode, **options)
                     for _ in range(self.lanes)]
         n = SLOTS * self.lanes
         self.chunk = comm.chunk
@@ -167,6 +171,7 @@ class Communicator:
         self.sport_mode = sport_mode      # "packet": a new UDP source port per packet (spraying)
         self.split = split                # queue pairs per peer, each message striped over them
         self.congestion = None            # "delay": paced queue pairs back off when queues build
+        self.rto = "adaptive"             # "fixed": retransmit after rc_timeout (sized for full queues), as rxe
         # multicast AllGather (mcast_allgather.py): where the fabric replicates ("rail": inside a rail only),
         # whether the testbed reports installed trees, how long to stay in the groups after the job
         self.multicast_scope, self.trees_confirmed, self.group_hold_s = "fabric", False, 0.0

@@ -9,6 +9,7 @@ from typing import Optional
 
 from . import headers as H
 from .cc import DelayCC
+from .rto import RetransmitTimeout
 from .verbs import Access, MemoryRegion, QPInfo, QPState, QPType, RdmaError, RecvWR, SendWR, WROpcode
 
 
@@ -94,7 +95,8 @@ class QueuePair:
     # Long on purpose: the queue pair's whole state in one place (the options, then the requester's and responder's).
     def __init__(self, dev, pd, qp_type, send_cq, recv_cq, qpn, psn, *, max_send_wr, max_recv_wr, mtu,
                  timeout, retry_cnt, rnr_retry, min_rnr_timer, rate_limit_bps, sport_mode, retransmit,
-                 reorder_window, reorder_timeout, ack_every, max_outstanding, qkey, cc=None):
+                 reorder_window, reorder_timeout, ack_every, max_outstanding, qkey, cc=None, rto="adaptive",
+                 rto_min=None, rto_max=None):
         self.dev, self.pd, self.qp_type = dev, pd, QPType(qp_type)
         self.send_cq, self.recv_cq = send_cq, recv_cq
         self.qpn, self.psn = qpn, psn
@@ -102,7 +104,13 @@ class QueuePair:
         if mtu not in H.IB_MTUS:
             raise RdmaError(f"mtu must be one of {H.IB_MTUS}, not {mtu}")
         self.mtu = mtu
-        self.timeout, self.retry_cnt, self.rnr_retry, self.min_rnr_timer = timeout, retry_cnt, rnr_retry, min_rnr_timer
+        self.retry_cnt, self.rnr_retry, self.min_rnr_timer = retry_cnt, rnr_retry, min_rnr_timer
+        if rto not in ("adaptive", "fixed"):
+            raise RdmaError(f"rto must be 'adaptive' (RFC 6298) or 'fixed' (the timeout, as rxe), not {rto!r}")
+        try:
+            self._rto = RetransmitTimeout(timeout, adaptive=rto == "adaptive", lo=rto_min, hi=rto_max)
+        except ValueError as e:
+            raise RdmaError(str(e)) from None
         if sport_mode not in ("qp", "packet"):
             raise RdmaError("sport_mode must be 'qp' (rxe formula) or 'packet' (spraying)")
         if retransmit not in ("gbn", "selective"):
@@ -140,7 +148,6 @@ class QueuePair:
         self._since_ackreq = 0
         self._ackreq_t = 0.0
         self._probe = None       # (seq, sent at): the one round trip being measured
-        self.srtt = None         # smoothed round trip (RFC 6298's 1/8 gain), seconds
         self._renaks = 0         # responder: NAKs repeated for the current gap
         self._nak_back = (None, 0.0)   # (seq, when) of the last go-back-N a NAK caused
         # responder
@@ -211,6 +218,16 @@ class QueuePair:
 
     def destroy(self):
         self.dev._destroy_qp(self)
+
+    @property
+    def timeout(self) -> float:
+        """The retransmission timeout now, seconds (adaptive: the estimate, backed off after timeouts)."""
+        return self._rto.rto
+
+    @property
+    def srtt(self):
+        """Smoothed round trip (RFC 6298's 1/8 gain), seconds; None before the first sample."""
+        return self._rto.srtt
 
     @property
     def outstanding(self) -> int:

@@ -123,6 +123,7 @@ class Requester:
                 if qp.cc is not None:
                     qp.cc.lost(now)
                     qp._follow_cc()
+                qp._rto.timed_out()
                 self._go_back(qp, qp._una(), now)
                 dl = now + qp.timeout
             nxt = dl if nxt is None else min(nxt, dl)
@@ -156,6 +157,7 @@ class Requester:
             progressed = True
         if progressed:
             qp._retries = 0
+            qp._rto.progressed()
             qp._progress_t = time.monotonic()
         return progressed
 
@@ -213,6 +215,8 @@ class Requester:
                     if qp.retransmit == "selective":
                         qp._retx.append(seq)
                         qp._progress_t = now
+                        if qp._probe is not None and qp._probe[0] >= seq:
+                            qp._probe = None    # its ACK now waits for the retransmission (Karn)
                     else:
                         self._go_back(qp, seq, now)
                 else:
@@ -243,6 +247,7 @@ class Requester:
         w.nrcvd += 1
         qp._progress_t = time.monotonic()
         qp._retries = 0
+        qp._rto.progressed()
         if qp._una() < seq:
             qp.counters["out_of_order"] += 1
             if qp._read_gap_t is None:
@@ -255,7 +260,7 @@ class Requester:
 
     def _rtt_sample(self, qp, rtt, now):
         qp._probe = None
-        qp.srtt = rtt if qp.srtt is None else 0.875 * qp.srtt + 0.125 * rtt
+        qp._rto.sample(rtt)
         if qp.cc is not None:
             qp.cc.rtt_sample(rtt, now)
             qp._follow_cc()
@@ -275,6 +280,7 @@ class Requester:
                     break
             qp._progress_t = time.monotonic()
             qp._retries = 0
+            qp._rto.progressed()
             qp._rnr_retries = 0 if qp._rnr_until < time.monotonic() else qp._rnr_retries
             if qp._probe is not None and seq > qp._probe[0]:
                 self._rtt_sample(qp, qp._progress_t - qp._probe[1], qp._progress_t)

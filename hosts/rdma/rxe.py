@@ -353,7 +353,11 @@ class RxeDevice:
     def create_qp(self, pd, qp_type, send_cq, recv_cq=None, *, max_send_wr=1024, max_recv_wr=1024, psn=None,
                   mtu=None, timeout=0.067, retry_cnt=7, rnr_retry=7, min_rnr_timer=12, rate_limit_bps=None,
                   sport_mode="qp", retransmit="gbn", reorder_window=None, reorder_timeout=None,
-                  ack_every=None, max_outstanding=None, qkey=0x11111111, cc=None):
+                  ack_every=None, max_outstanding=None, qkey=0x11111111, cc=None, rto="fixed", rto_min=None,
+                  rto_max=None):
+        if rto != "fixed":
+            raise RdmaError("the kernel rxe backend's retransmission timer is fixed (the QP's timeout attribute); "
+                            "rto must be 'fixed'")
         if cc is not None:
             raise RdmaError("the kernel rxe backend does its own congestion control (none in rxe); cc must be None")
         if sport_mode != "qp" or retransmit != "gbn":

@@ -67,11 +67,15 @@ class Device(Engine, ReliableConnection):
                   rate_limit_bps: Optional[float] = None, sport_mode: str = "qp",
                   retransmit: str = "gbn", reorder_window: int = 256, reorder_timeout: float = 0.005,
                   ack_every: int = 64, max_outstanding: int = 256, qkey: int = 0x11111111,
-                  cc: Optional[str] = None) -> QueuePair:
+                  cc: Optional[str] = None, rto: str = "adaptive", rto_min: Optional[float] = None,
+                  rto_max: Optional[float] = None) -> QueuePair:
         """Create a QP. RC: call qp.connect(peer_info) next. UD: ready at once (Q_Key `qkey`).
 
         timeout/retry_cnt: retransmit after `timeout` s without progress (default 67 ms = IB timeout
-        code 14, perftest's), give up after retry_cnt retries (RETRY_EXC_ERR). rnr_retry 7 = retry forever on RNR NAK. sport_mode 'qp': UDP source
+        code 14, perftest's), give up after retry_cnt retries (RETRY_EXC_ERR). rto 'adaptive' (RFC 6298,
+        hosts/rdma/rto.py): `timeout` is only the first value; the timeout follows the measured round trip
+        (smoothed RTT + 4 x its variance) within [rto_min, rto_max] (None: 50 ms or `timeout` if shorter, and
+        `timeout`) and doubles on each timeout until progress; rto 'fixed': always `timeout`, as rxe. rnr_retry 7 = retry forever on RNR NAK. sport_mode 'qp': UDP source
         port from the QPNs like rxe; 'packet': a random one per packet (spraying). retransmit 'gbn'
         (go-back-N, as rxe) or 'selective'. reorder_window=0 NAKs at the first gap, like rxe.
         max_outstanding: packets in flight before the sender waits for ACKs.
@@ -93,7 +97,8 @@ class Device(Engine, ReliableConnection):
                            min_rnr_timer=min_rnr_timer, rate_limit_bps=rate_limit_bps, sport_mode=sport_mode,
                            retransmit=retransmit, reorder_window=reorder_window,
                            reorder_timeout=reorder_timeout, ack_every=ack_every,
-                           max_outstanding=max_outstanding, qkey=qkey, cc=cc)
+                           max_outstanding=max_outstanding, qkey=qkey, cc=cc, rto=rto, rto_min=rto_min,
+                           rto_max=rto_max)
             self._qps[qpn] = qp
         return qp
 

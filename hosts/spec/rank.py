@@ -65,7 +65,8 @@ class RankSpec(Spec):
     sport_mode: Literal["qp", "packet"] = "qp"     # packet: a source port per packet (spraying)
     split: int = 1                            # split:K lanes per peer
     ring: Literal["rail", "rank"] = "rail"
-    rc_timeout: float = 0.05
+    rc_timeout: float = 0.05                  # the retransmission timeout: fixed, or the adaptive one's ceiling
+    rc_rto: Literal["adaptive", "fixed"] = "adaptive"   # hosts/rdma/rto.py
     roce_mtu: PortMtus = PortMtus()
     multicast_scope: Literal["fabric", "rail"] = "fabric"
     multicast_trees_confirmed: bool = False   # the testbed reports installed trees (multicast_ready.py)
