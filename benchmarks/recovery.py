@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/recovery.py [--kinds gpu-crash gpu-hang gpu-stall nic-down partition server-down]
                                             [--policies abort shrink spare migrate] [--at 4] [--size 1MiB]
+                                            [--retransmit-timeout adaptive|fixed]
 
 One rail-optimized fabric, 2 servers x 4 GPUs with a spare GPU per server and a spare server, NIC 5 Mbit/s.
 Per case, a ring AllReduce of 1 MiB (1 warm-up + 3 iterations) runs on the 8 GPUs and the fault hits s1g1
@@ -29,9 +30,9 @@ TARGET = {"gpu-crash": "s1g1", "gpu-hang": "s1g1", "gpu-stall": "s1g1", "nic-dow
           "server-down": "s1"}
 
 
-def case(net, kind: str, policy: str, at: float, size: str, heartbeat=None) -> dict:
+def case(net, kind: str, policy: str, at: float, size: str, heartbeat=None, rto: str = "adaptive") -> dict:
     spec = {"op": "allreduce", "algo": "ring", "sizes": [size], "iterations": 3, "timeout_s": 5,
-            "recovery": policy}
+            "recovery": policy, "retransmit_timeout": rto}
     if heartbeat is not None:
         spec["heartbeat"] = heartbeat
     fault = {"at": at, "kind": kind, "target": TARGET[kind], "duration": 10}     # a hang or cut ends after 10 s
@@ -57,6 +58,8 @@ def main():
     ap.add_argument("--policies", nargs="+", default=["abort", "shrink", "spare", "migrate"])
     ap.add_argument("--at", type=float, default=4.0)
     ap.add_argument("--size", default="1MiB")
+    ap.add_argument("--retransmit-timeout", choices=["adaptive", "fixed"], default="adaptive",
+                    help="the RC queue pairs' timer: adaptive (RFC 6298, the default) or fixed (sized for full queues)")
     ap.add_argument("--nic-mtu", type=int, default=NIC_MTU, help="9000: jumbo frames, RoCE MTU 4096; 1500: RoCE 1024")
     args = ap.parse_args()
     fabric = build("rail-optimized", 2, 4, spines=2, nic_mbps=5, spares_per_server=1, spare_servers=1,
@@ -65,13 +68,15 @@ def main():
     print(f"# ring AllReduce {args.size} on rail-optimized 2x4 (+1 spare GPU per server, +1 spare server), NIC 5 Mbit/s, "
           f"MTU {args.nic_mtu};")
     print("# heartbeats over the NIC / HB domain every 0.15 s, failed after 1 s of silence; watchdog bound 2 s;")
+    print(f"# RC retransmission timeout {args.retransmit_timeout}; timeouts/retransmits: the transport's counters "
+          "summed over the ranks")
     print("# seconds after the failure")
     print(f"# {'fault':<12} {'policy':<8} {'heartbeats':<10} {'detected':>8} {'by':<10} {'re-formed':>9} "
-          f"{'1st success':>11} {'lost':>4} {'ranks':>5} {'correct':>7}  replaced / error")
+          f"{'1st success':>11} {'lost':>4} {'ranks':>5} {'correct':>7} {'timeouts':>8} {'retx':>5}  replaced / error")
     with Network(fabric) as net:
         for kind, policy, heartbeat in cases:
             t0 = time.monotonic()
-            out = case(net, kind, policy, args.at, args.size, heartbeat)
+            out = case(net, kind, policy, args.at, args.size, heartbeat, args.retransmit_timeout)
             r, f = out["result"], out["fault"]
             row = r["rows"][0] if r["rows"] else {}
             what = ", ".join(f"{a}->{b}" for a, b in (f.get("replaced_by") or {}).items())
@@ -80,7 +85,8 @@ def main():
             lost = f.get("lost_steps")
             print(f"  {kind:<12} {policy:<8} {'off' if heartbeat is False else 'on':<10} {since(f, 'detected_s'):>8} "
                   f"{f.get('detected_by') or '-':<10} {since(f, 'recovered_s'):>9} {since(f, 'first_success_s'):>11} "
-                  f"{'-' if lost is None else lost:>4} {row.get('ranks', '-'):>5} {str(row.get('correct', '-')):>7}  "
+                  f"{'-' if lost is None else lost:>4} {row.get('ranks', '-'):>5} {str(row.get('correct', '-')):>7} "
+                  f"{row.get('transport', {}).get('timeouts', 0):>8} {row.get('retransmits', '-'):>5}  "
                   f"{what}  ({time.monotonic() - t0:.0f} s)", flush=True)
 
 
