@@ -49,6 +49,7 @@ class Requester:
             self._emit(qp, H.READ_REQUEST, qp._dst_b, r.ip, r.qpn, qp._wire(seq), hdrs, ackreq=True)
             qp._since_ackreq = 0
             qp._ackreq_t = now
+            qp._ackreq_hi = max(qp._ackreq_hi, w.end)
             return w.end
         only, first, middle, last = _SEGMENTS[wr.opcode]
         n = w.npkts
@@ -73,6 +74,7 @@ class Requester:
         if ackreq:
             qp._since_ackreq = 0
             qp._ackreq_t = now
+            qp._ackreq_hi = max(qp._ackreq_hi, seq + 1)
         ext = H.OPCODE_EXT[op]
         hdrs = b""
         if ext:
@@ -111,8 +113,9 @@ class Requester:
             else:
                 t = qp._read_gap_t + qp.reorder_timeout
                 nxt = t if nxt is None else min(nxt, t)
-        # requester: retransmission timeout
-        if qp.outstanding and qp._sent_hi > qp._una():
+        # requester: retransmission timeout, while a packet that asked for an ACK is unanswered (packets after it
+        # are answered with the next one that asks, or NAKed when it reveals their loss)
+        if qp.outstanding and qp._ackreq_hi > qp._una():
             dl = max(qp._progress_t, qp._ackreq_t) + qp.timeout
             if now >= dl:
                 qp._retries += 1
@@ -157,7 +160,6 @@ class Requester:
             progressed = True
         if progressed:
             qp._retries = 0
-            qp._rto.progressed()
             qp._progress_t = time.monotonic()
         return progressed
 
@@ -247,7 +249,6 @@ class Requester:
         w.nrcvd += 1
         qp._progress_t = time.monotonic()
         qp._retries = 0
-        qp._rto.progressed()
         if qp._una() < seq:
             qp.counters["out_of_order"] += 1
             if qp._read_gap_t is None:
@@ -280,7 +281,6 @@ class Requester:
                     break
             qp._progress_t = time.monotonic()
             qp._retries = 0
-            qp._rto.progressed()
             qp._rnr_retries = 0 if qp._rnr_until < time.monotonic() else qp._rnr_retries
             if qp._probe is not None and seq > qp._probe[0]:
                 self._rtt_sample(qp, qp._progress_t - qp._probe[1], qp._progress_t)

@@ -8,8 +8,10 @@ packet it retransmitted, whose ACK could answer either transmission) updates
     RTTVAR <- 3/4 RTTVAR + 1/4 |SRTT - R|
     RTO     = clamp(SRTT + 4 RTTVAR, lo, hi)
 
-Each timeout doubles the RTO (up to `hi`) until the QP makes progress again. Before the first sample the RTO is
-the initial value. The bounds keep it sane where the estimate is thin: `lo` above the scheduling jitter of the
+Each timeout doubles the RTO (up to `hi`). The doubled value holds until a new sample comes in, which needs new data
+sent once and acknowledged (RFC 6298 5.7, Karn's algorithm): acknowledgements of retransmitted data do not reset it,
+or a path whose round trip has outgrown the estimate would time out again at once. Before the first sample the RTO
+is the initial value. The bounds keep it sane where the estimate is thin: `lo` above the scheduling jitter of the
 hosts, `hi` at what a fixed timer would be sized for (the worst queueing on the path).
 """
 from __future__ import annotations
@@ -50,8 +52,9 @@ class RetransmitTimeout:
         return min(self.base * 2 ** self.backoff, self.hi)
 
     def sample(self, rtt: float) -> None:
-        """A round trip measured on a packet that was sent once."""
+        """A round trip measured on a packet that was sent once: the path works, the backoff ends."""
         self.samples += 1
+        self.backoff = 0
         if self.srtt is None:
             self.srtt, self.rttvar = rtt, rtt / 2
         else:
@@ -62,7 +65,3 @@ class RetransmitTimeout:
         """The timer fired: wait twice as long for the retransmission (a congested or broken path)."""
         if self.adaptive and self.base * 2 ** self.backoff < self.hi:
             self.backoff += 1
-
-    def progressed(self) -> None:
-        """New data acknowledged: the path works, back to the estimate."""
-        self.backoff = 0

@@ -42,7 +42,7 @@ def test_bounds_clamp_the_estimate():
     assert t.hi == 5.0 and t.rto == 5.0      # no ceiling given: the initial (fixed) timeout is it
 
 
-def test_backoff_doubles_up_to_the_ceiling_and_progress_resets_it():
+def test_backoff_doubles_up_to_the_ceiling_until_a_new_sample():
     t = RetransmitTimeout(1.0, lo=0.05, hi=1.0)
     t.sample(0.02)                          # 0.02 + 4 * 0.01 = 0.06
     seen = []
@@ -50,8 +50,9 @@ def test_backoff_doubles_up_to_the_ceiling_and_progress_resets_it():
         t.timed_out()
         seen.append(round(t.rto, 3))
     assert seen == [0.12, 0.24, 0.48, 0.96, 1.0, 1.0]
-    t.progressed()
-    assert t.rto == pytest.approx(0.06) and t.backoff == 0
+    # only a round trip measured on new data ends the backoff (RFC 6298 5.7): 0.02 + 4 * 0.0075, at the floor
+    t.sample(0.02)
+    assert t.backoff == 0 and t.rto == pytest.approx(0.05)
 
 
 def test_fixed_timeout_ignores_samples_and_timeouts():
@@ -103,6 +104,9 @@ def test_a_lost_tail_costs_the_estimate_not_the_ceiling(make_pair):
     dt = time.monotonic() - t
     assert lost and p.qa.counters["timeouts"] == 1 and p.dst[:65536] == p.src[:65536]
     assert dt < 1.0, dt                     # well under the 2 s ceiling
+    # the ACK of the retransmission is no sample: the backoff holds until new data is timed (Karn)
+    assert p.qa._rto.backoff == 1
+    assert write(p, 64 * 1024, wr_id=10).ok and p.qa._rto.backoff == 0
 
 
 def test_karn_no_sample_from_a_retransmitted_packet(make_pair):
