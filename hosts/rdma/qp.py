@@ -148,6 +148,7 @@ class QueuePair:
         self._since_ackreq = 0
         self._ackreq_t = 0.0
         self._ackreq_hi = 0      # seq after the last packet sent with AckReq: what an ACK must come back for
+        self._timeout_head = None    # adaptive timer: the oldest packet, resent alone when the timer fired
         self._probe = None       # (seq, sent at): the one round trip being measured
         self._renaks = 0         # responder: NAKs repeated for the current gap
         self._nak_back = (None, 0.0)   # (seq, when) of the last go-back-N a NAK caused

@@ -65,7 +65,8 @@ class Requester:
         plen = min(qp.mtu, w.length - off)
         qp._since_ackreq += 1
         # AckReq on the last packet, every ack_every packets, and often enough for slow paced QPs
-        ackreq = i == n - 1 or qp._since_ackreq >= qp.ack_every or now - qp._ackreq_t > qp.timeout / 4
+        ackreq = i == n - 1 or qp._since_ackreq >= qp.ack_every or now - qp._ackreq_t > qp.timeout / 4 \
+            or seq == qp._timeout_head
         # one round-trip sample in flight at a time; congestion control asks for one every round
         # trip, otherwise only packets that request an ACK anyway are timed (the wire stays rxe's)
         if first_time and qp._probe is None and (ackreq or qp.cc is not None):
@@ -127,13 +128,29 @@ class Requester:
                     qp.cc.lost(now)
                     qp._follow_cc()
                 qp._rto.timed_out()
-                self._go_back(qp, qp._una(), now)
+                self._timed_out(qp, now)
                 dl = now + qp.timeout
             nxt = dl if nxt is None else min(nxt, dl)
         return nxt
 
+    def _timed_out(self, qp, now):
+        """Fixed timer: go back N, as rxe. Adaptive, on its first timeout since the last round-trip sample: resend
+        the oldest packet alone, asking for an ACK. Behind a queue it arrives after the packets sent before it, so
+        an ACK that covers only it means they were lost (go back N then); if they were only queued, ACKs resume and
+        a timer that fired early has cost one packet, not a window. A second timeout goes back N."""
+        una = qp._una()
+        w = qp._find(una)
+        if not qp._rto.adaptive or qp._rto.backoff > 1 or w is None or w.wr.opcode == WROpcode.RDMA_READ:
+            return self._go_back(qp, una, now)
+        qp._retx.clear()
+        qp._probe = None                    # Karn: no sample while a retransmission is outstanding
+        qp._timeout_head = una
+        qp._retx.append(una)
+        qp._progress_t = now
+
     def _go_back(self, qp, seq, now):
         qp._retx.clear()
+        qp._timeout_head = None
         qp._probe = None                    # its ACK could answer either transmission (Karn)
         qp._send_seq = min(qp._send_seq, seq) if seq >= qp._una() else qp._una()
         qp._progress_t = now
@@ -284,5 +301,10 @@ class Requester:
             qp._rnr_retries = 0 if qp._rnr_until < time.monotonic() else qp._rnr_retries
             if qp._probe is not None and seq > qp._probe[0]:
                 self._rtt_sample(qp, qp._progress_t - qp._probe[1], qp._progress_t)
+            head = qp._timeout_head
+            if head is not None and seq > head:
+                qp._timeout_head = None
+                if seq == head + 1 and seq < qp._sent_hi:   # only the resent oldest packet arrived: the rest was lost
+                    self._go_back(qp, seq, qp._progress_t)
         if qp._send_seq < qp._una():
             qp._send_seq = qp._una()

@@ -44,7 +44,8 @@ SCENARIO = {
     ],
     "faults": [
         # with single-path routing, s0g3's ring hop to s1g0 leaves rail3 (on m2) for spine0 (on m1); the cut
-        # outlasts the RC retransmission timeout (6.8 s at 5 Mbit/s), which recovers what the tunnel's queue lost
+        # outlasts the RC retransmission timeout (at most the fixed 6.8 s at 5 Mbit/s; the adaptive one is its
+        # measured round trip), which recovers what the tunnel's queue lost
         {"workload": "allreduce-ring", "at": 2.0, "kind": "link-down", "target": "path:s0g3>s1g0", "duration": 8.0},
         {"workload": "allreduce-shrink", "at": 3.0, "kind": "gpu-crash", "target": "s1g3"},
     ],

@@ -165,7 +165,7 @@ def test_retry_exceeded_when_peer_vanishes():
     try:
         pd, cq = a.alloc_pd(), a.create_cq()
         mr = pd.reg_mr(bytearray(4096), Access.ALL)
-        qp = a.create_qp(pd, QPType.RC, cq, timeout=0.01, retry_cnt=3)
+        qp = a.create_qp(pd, QPType.RC, cq, timeout=0.01, retry_cnt=3, rto="fixed")   # rxe: go back N
         qp.connect({"ip": "10.9.1.2", "qpn": 0x11, "psn": 0})
         qp.post_send(SendWR(WROpcode.RDMA_WRITE, [mr.sge()], remote_addr=0x1000, rkey=1, wr_id=1))
         wc = one(cq, 5)
@@ -177,7 +177,7 @@ def test_retry_exceeded_when_peer_vanishes():
 
 def test_tail_loss_recovers_after_one_timeout(make_pair):
     """Losing the last packet of a message (nothing follows to reveal the gap) costs one timeout."""
-    p = make_pair(timeout=0.05)
+    p = make_pair(timeout=0.05, rto="fixed")      # rxe's timer (the adaptive one: test_rdma_rto.py)
     lost = []
 
     def hook(pkt):
