@@ -135,9 +135,10 @@ class Requester:
 
     def _timed_out(self, qp, now):
         """Fixed timer: go back N, as rxe. Adaptive, on its first timeout since the last round-trip sample: resend
-        the oldest packet alone, asking for an ACK. Behind a queue it arrives after the packets sent before it, so
-        an ACK that covers only it means they were lost (go back N then); if they were only queued, ACKs resume and
-        a timer that fired early has cost one packet, not a window. A second timeout goes back N."""
+        the oldest packet alone, asking for an ACK. If the packets were only queued, ACKs resume and a timer that
+        fired too early has cost one packet, not a window; if they were lost, the next timeout (twice as long, from
+        the last progress) goes back N. An ACK that covers only the resent packet would not tell: the original may
+        have asked for one too."""
         una = qp._una()
         w = qp._find(una)
         if not qp._rto.adaptive or qp._rto.backoff > 1 or w is None or w.wr.opcode == WROpcode.RDMA_READ:
@@ -301,10 +302,7 @@ class Requester:
             qp._rnr_retries = 0 if qp._rnr_until < time.monotonic() else qp._rnr_retries
             if qp._probe is not None and seq > qp._probe[0]:
                 self._rtt_sample(qp, qp._progress_t - qp._probe[1], qp._progress_t)
-            head = qp._timeout_head
-            if head is not None and seq > head:
+            if qp._timeout_head is not None and seq > qp._timeout_head:
                 qp._timeout_head = None
-                if seq == head + 1 and seq < qp._sent_hi:   # only the resent oldest packet arrived: the rest was lost
-                    self._go_back(qp, seq, qp._progress_t)
         if qp._send_seq < qp._una():
             qp._send_seq = qp._una()
