@@ -84,9 +84,9 @@ class Channel:
         # has a fixed timer only.
         timeout = comm.rc_timeout if not self.rate else \
             max(comm.rc_timeout, 0.05 + 2 * WINDOW * (dev.mtu + 80) * 8 / self.rate)
-        options = {"rto": comm.rto} if getattr(dev, "backend", None) != "rxe" else {}
+        options = dict(rto=comm.rto) if getattr(dev, "backend", None) != "rxe" else {}
         if comm.congestion and self.rate:
-            options["cc"] = comm.congestion
+            options.update(cc=comm.congestion)
         self.qps = [dev.create_qp(pd, QPType.RC, cq, rate_limit_bps=self.rate and self.rate / self.lanes,
                                   timeout=timeout, retry_cnt=7, max_outstanding=WINDOW,
                                   sport_mode=comm.sport_mode, **options)
