@@ -14,6 +14,7 @@ import string
 from dataclasses import dataclass
 
 from hosts.rdma.mtu import HB_MTU, NIC_MTU, roce_mtu
+from hosts.recovery.beats import PORT as BEAT_PORT
 from testbed import PREFIX
 
 ROUTING_MODES = ("single", "ecmp", "spray", "rr", "split:K")
@@ -145,13 +146,39 @@ def tbf_limit(mbps: float, mtu: int) -> int:
 
 def tbf(dev: str, mbps: float, mtu: int = 1500, limit: int | None = None) -> str:
     """A tbf qdisc holding `mbps`, with a queue of `limit` bytes (default tbf_limit)."""
-    return f"tc qdisc replace dev {dev} root tbf rate {mbps}mbit burst {tbf_burst(mbps, mtu)} " \
+    return f"tc qdisc replace dev {dev} root handle 1: tbf rate {mbps}mbit burst {tbf_burst(mbps, mtu)} " \
            f"limit {limit or tbf_limit(mbps, mtu)}"
 
 
 def tbf_of(dev: str, link: Link) -> str:
     """The tbf qdisc at one end of a shaped link."""
     return tbf(dev, link.mbps, link.mtu, link.queue_bytes)
+
+
+# classic BPF (cls_bpf): IPv4, UDP, not a later fragment, destination port BEAT_PORT -> -1 (the filter's class)
+BEAT_MATCH = ",".join(["11", "40 0 0 12", "21 0 8 2048", "48 0 0 23", "21 0 6 17", "40 0 0 20", "69 4 0 8191",
+                       "177 0 0 14", "72 0 0 16", f"21 0 1 {BEAT_PORT}", "6 0 0 4294967295", "6 0 0 0"])
+
+
+def beats_first(dev: str, mbps: float, mtu: int = 1500, limit: int | None = None) -> list[str]:
+    """Heartbeats ahead of the bulk queue of a tbf (handle 1:): as a real NIC gives its control traffic a
+    traffic class of its own, a beat must not wait behind a full data queue (1 MiB is 1.7 s at 5 Mbit/s,
+    longer than the heartbeat timeout). There is no prio qdisc here, so tbf's child is an htb with two
+    classes far above the link's rate (tbf alone sets the rate), served by priority: beats (a cls_bpf
+    match on their UDP port) first, everything else in a byte FIFO of the link's queue size. Added once,
+    after the tbf, on a device that has no child qdisc yet."""
+    quantum, limit = mtu + 100, limit or tbf_limit(mbps, mtu)
+    classes = [f"tc class add dev {dev} parent 10: classid 10:{band} htb rate 100gbit quantum {quantum} "
+               f"prio {band - 1}" for band in (1, 2)]
+    return [f"tc qdisc add dev {dev} parent 1:1 handle 10: htb default 2", *classes,
+            f"tc qdisc add dev {dev} parent 10:2 handle 12: bfifo limit {limit}",
+            f"tc filter add dev {dev} parent 10: protocol all pref 1 handle 1 bpf bytecode '{BEAT_MATCH}' "
+            f"classid 10:1"]
+
+
+def shape(dev: str, link: Link) -> list[str]:
+    """The commands that shape one end of a shaped link: its tbf, heartbeats first."""
+    return [tbf_of(dev, link), *beats_first(dev, link.mbps, link.mtu, link.queue_bytes)]
 
 
 def worst_queueing_delay(fabric) -> float:

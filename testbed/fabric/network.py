@@ -38,7 +38,7 @@ from testbed.fabric.controller import Controller, ControllerError, LoopbackContr
 from testbed.fabric.delay import Delays, DelayError, End, LinkDelay, choose_path
 from testbed.fabric.backends import BackendUnavailable, backend_class, softroce
 from testbed.fabric.links import (IFNAMSIZ, TAG_VARIABLE, fabric_tag, interface, is_patch, overlong_names, switch_port,
-                                  sysname, tbf_of)
+                                  shape, sysname)
 from testbed.fabric.machines import (VNI_BASE, VXLAN_OVERHEAD, ControllerTunnel, Machine, MachineBridge,
                                      MachineError, MachineHost, MachineLink, MachineSwitch)
 from testbed.fabric.machines import check as check_machine
@@ -350,7 +350,9 @@ class Network:
                 if node in fab.hosts:
                     dev, netns = f"eth{port}", f"/proc/{self.mn.get(node).pid}/ns/net"
                     if l.shaped and not l.delay_us:
-                        self.mn.get(node).cmd(tbf_of(dev, l))
+                        said = self.mn.get(node).cmd(" && ".join(shape(dev, l)) + " || echo TESTBED-FAILED")
+                        if "TESTBED-FAILED" in said:
+                            raise NetworkError(f"shaping {node} {dev} failed: {said.strip()}")
                 else:
                     dev, netns = switch_port(node, port), None
                     mine = cmds.setdefault(self.machine_of(node), [])
@@ -361,7 +363,7 @@ class Network:
                     if l.mtu != 1500:         # veths come up at 1500
                         mine.append(f"ip link set {dev} mtu {l.mtu}")
                     if l.shaped and not l.delay_us:
-                        mine.append(tbf_of(dev, l))
+                        mine += shape(dev, l)
                 ends.append(End.of(l, dev, netns))
             if l.delay_us:
                 delayed.append(LinkDelay(format(len(delayed), "x"), *ends, delay_us=l.delay_us))

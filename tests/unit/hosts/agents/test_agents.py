@@ -10,7 +10,8 @@ import pytest
 import hosts
 import hosts.agents
 
-AGENTS = ["collective_rank", "training_rank", "probe", "flows", "tfdata_service", "tfdata_trainer", "fuzz"]
+AGENTS = ["collective_rank", "training_rank", "probe", "flows", "tfdata_service", "tfdata_trainer", "fuzz",
+          "beat_watch"]
 
 
 def _has_main_guard(path: str) -> bool:
