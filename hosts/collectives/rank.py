@@ -31,12 +31,17 @@ def build_comm(spec: RankSpec, peers: list[Peer], me: Peer, store: FileStore, he
     return comm
 
 
+def news_dir(store: str) -> str:
+    """Where a job's heartbeats share their news (hosts/recovery/heartbeat.py), in its store."""
+    return os.path.join(store, "heartbeats")
+
+
 def start_heartbeat(spec: CollectiveRankSpec, me: dict):
     """This rank's heartbeats over the network (None if the spec turns them off); me: its member entry."""
     beat = spec.heartbeat
     if beat is False:
         return None
-    return Heartbeat(os.path.join(spec.store, "heartbeats"), me, period=beat.period_s, timeout=beat.timeout_s,
+    return Heartbeat(news_dir(spec.store), me, period=beat.period_s, timeout=beat.timeout_s,
                      join_grace=spec.timeout_s, stall=beat.stall_s).start()
 
 

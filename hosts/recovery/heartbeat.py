@@ -19,6 +19,12 @@ machine was busy, or the process was stopped) restarts every clock instead of bl
 never heard yet (a spare still starting) gets `join_grace` seconds. A rank that leaves the job normally
 sends LEFT, so its silence afterwards is no failure; a rank whose GPU is declared failed sends DECLARED,
 and is failed at once.
+
+A rank that dies before its beats reach anyone (killed while starting or in rendezvous, before the
+communicator watched its peers) would be given the join grace. Its launcher sees its process end without
+a result, as torchelastic's agent or a cluster scheduler sees a worker's exit, and says so in the job's
+news under its own name (LAUNCHER, report_exit): every watcher reads that file too, and fails the rank
+within a beat.
 """
 from __future__ import annotations
 
@@ -33,6 +39,7 @@ from hosts.recovery import beats
 from hosts.recovery.watchdog import Watchdog
 
 NEWS = "news-{name}.json"
+LAUNCHER = "launcher"          # the news of the processes' launcher: ranks whose process ended (report_exit)
 
 
 class Heartbeat:
@@ -93,6 +100,7 @@ class Heartbeat:
             if names:      # done watching (names empty): beat on to the last members until we stop
                 self._targets = [(path, link["addr"]) for (_, path), link in self._links.items()]
             self.watchdog.forget(self._peers)
+            self._news_seen.pop(LAUNCHER, None)      # read again for the peers now watched
             self._publish_news()
 
     def progress(self, waiting: bool) -> None:
@@ -272,7 +280,7 @@ class Heartbeat:
 
     def _read_news(self) -> bool:
         newly = False
-        for reporter in list(self._peers):
+        for reporter in [*self._peers, LAUNCHER]:
             path = os.path.join(self.directory, NEWS.format(name=reporter))
             try:
                 mtime = os.stat(path).st_mtime_ns
@@ -290,3 +298,22 @@ class Heartbeat:
                 newly |= self._fail(name, f["silence"], f"{f['why']} (seen by {reporter})", f["by"], f["at"],
                                     first_hand=False)
         return newly
+
+
+_launcher_lock = threading.Lock()
+
+
+def report_exit(directory: str, name: str, at: float, how: str) -> None:
+    """The launcher's news (LAUNCHER): the rank `name`'s process ended at `at` (wall time) without its result."""
+    path = os.path.join(directory, NEWS.format(name=LAUNCHER))
+    with _launcher_lock:
+        try:
+            with open(path) as f:
+                news = json.load(f)
+        except (OSError, ValueError):
+            news = {}
+        news[name] = {"silence": 0.0, "at": at, "why": f"ended: {how}", "by": "exit"}
+        os.makedirs(directory, exist_ok=True)
+        with open(path + ".tmp", "w") as out:
+            json.dump(news, out)
+        os.replace(path + ".tmp", path)

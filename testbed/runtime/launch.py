@@ -59,8 +59,9 @@ def stopped(pid: int) -> bool:
     return process_state(pid) in ("T", "t")
 
 
-def run_on_hosts(net, commands: dict[str, list[str]], timeout: float, partial: bool = False):
+def run_on_hosts(net, commands: dict[str, list[str]], timeout: float, partial: bool = False, on_exit=None):
     """commands: host name -> argv after `python -m`; returns host name -> parsed JSON output.
+    on_exit(host, returncode, stdout, stderr), if given, is called the moment each process ends (from a thread).
 
     A process still stopped (a hung GPU) once all the others have ended is not waited for: nothing it could
     do after its resumption would change the job's outcome, and the fault may never resume it. It is killed
@@ -77,7 +78,7 @@ def run_on_hosts(net, commands: dict[str, list[str]], timeout: float, partial: b
             # -X faulthandler: a process that crashes (SIGSEGV, SIGABRT) prints where, which why() reports
             procs[host] = node.popen([node.python, "-X", "faulthandler", "-m", *argv], cwd=PROJECT_ROOT,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        ended, cut_short = _wait(procs, time.monotonic() + timeout)
+        ended, cut_short = _wait(procs, time.monotonic() + timeout, on_exit)
         results, errors = {}, []
         for host, proc in procs.items():
             out, err = ended[host]
@@ -107,13 +108,15 @@ def run_on_hosts(net, commands: dict[str, list[str]], timeout: float, partial: b
                 proc.wait()
 
 
-def _wait(procs: dict[str, subprocess.Popen], deadline: float) -> tuple[dict, dict]:
+def _wait(procs: dict[str, subprocess.Popen], deadline: float, on_exit=None) -> tuple[dict, dict]:
     """({host: (stdout, stderr)}, {host: why it was killed}): every process's output, each read by a thread
     of its own; those that outlive the deadline, or stay stopped once all the others have ended, are killed."""
     ended, cut_short, lock, changed = {}, {}, threading.Lock(), threading.Event()
 
     def read(host: str, proc: subprocess.Popen) -> None:
         out, err = proc.communicate()
+        if on_exit is not None:
+            on_exit(host, proc.returncode, out, err)
         with lock:
             ended[host] = (out, err)
         changed.set()

@@ -34,6 +34,7 @@ from hosts.recovery.membership import Membership, admit, member_entry, spare_spe
 from testbed.fabric import spares
 from testbed.faults import signals
 from testbed.faults.returns import restart_hooks
+from testbed.runtime import exits
 from testbed.runtime.launch import run_on_hosts
 
 RANK_MODULE = signals.RANK_PROGRAM
@@ -225,7 +226,8 @@ class JobManager:
 
         def run() -> None:
             out, errors = run_on_hosts(self.net, {host: [RANK_MODULE, path]},
-                                       timeout=max(5.0, self.deadline - time.monotonic()), partial=True)
+                                       timeout=max(5.0, self.deadline - time.monotonic()), partial=True,
+                                       on_exit=exits.reporter(self.store))
             self.outputs.update(out)
             self.errors += errors
         t = threading.Thread(target=run, daemon=True, name=f"tb-spare-{host}")

@@ -15,7 +15,7 @@ from hosts.collectives.algorithms import ALGOS
 from hosts.spec.rank import CollectiveRankSpec, HeartbeatSpec
 from testbed.fabric import hb_counters
 from testbed.model import bounds
-from testbed.runtime import multicast_ready, progress, recovery
+from testbed.runtime import exits, multicast_ready, progress, recovery
 from testbed.runtime.launch import run_on_hosts
 from testbed.scenario.schema import NAME, SIZE, ScenarioError
 from testbed.workloads import collective_phases, collective_rows, rank_setup, state_parity
@@ -199,7 +199,7 @@ def _run(net, spec: dict, hosts: list) -> dict:
         before, hb_before = net.counters(), hb_counters.read(fabric)
         trees = multicast_ready.TreesReady(net, store).start() if base.multicast_trees_confirmed else None
         try:
-            out, failed = run_on_hosts(net, commands, timeout=budget, partial=True)
+            out, failed = run_on_hosts(net, commands, timeout=budget, partial=True, on_exit=exits.reporter(store))
         finally:
             if trees is not None:
                 trees.stop()

@@ -20,7 +20,7 @@ from hosts.collectives import CollectiveError, Communicator, FileStore, Peer, al
 from hosts.rdma import open_device
 from hosts.rdma.transport import MemoryFabric
 from hosts.recovery.beats import paths_to
-from hosts.recovery.heartbeat import Heartbeat
+from hosts.recovery.heartbeat import Heartbeat, report_exit
 from tests.paths import ROOT
 
 PEER = """
@@ -163,6 +163,27 @@ def test_a_peer_that_left_is_not_a_failure_and_one_that_never_came_is(tmp_path, 
         assert set(me.failed()) == {"s2g0"}
     finally:
         me.stop()
+
+
+def test_a_peer_whose_launcher_saw_it_end_before_it_ever_beat_is_failed_within_a_beat(tmp_path, members):
+    """A rank killed while starting never beats: its launcher's word fails it at once, not after the join
+    grace; a word older than a peer's re-admission is not news."""
+    a, b, starting = members(0, 0), members(1, 0), members(2, 0)
+    peer = beat(tmp_path, b, [a])
+    me = beat(tmp_path, a, [b, starting], join_grace=30.0)
+    try:
+        report_exit(str(tmp_path), "s1g0", time.time() - 60, "was killed: no output")    # a previous life
+        time.sleep(0.3)
+        assert me.failed() == {}
+        t = time.monotonic()
+        report_exit(str(tmp_path), "s2g0", time.time(), "was killed: no output")
+        assert wait_for(lambda: "s2g0" in me.failed(), limit=5.0)
+        assert time.monotonic() - t < 1.0                   # within a few beats of 0.05 s, far below 30 s
+        assert me.detected_by("s2g0") == "exit" and "ended: was killed" in me.why("s2g0")
+        assert set(me.failed()) == {"s2g0"} and me.suspects() == {}     # told, not found first hand
+    finally:
+        me.stop()
+        peer.stop()
 
 
 def test_a_cut_nic_is_found_on_its_path_and_the_news_reaches_a_rank_with_no_path(tmp_path, members):
