@@ -23,8 +23,9 @@ and is failed at once.
 A rank that dies before its beats reach anyone (killed while starting or in rendezvous, before the
 communicator watched its peers) would be given the join grace. Its launcher sees its process end without
 a result, as torchelastic's agent or a cluster scheduler sees a worker's exit, and says so in the job's
-news under its own name (LAUNCHER, report_exit): every watcher reads that file too, and fails the rank
-within a beat.
+news under its own name (LAUNCHER, report_exit): every watcher reads that file too, and fails a rank it
+never heard within a beat (one it heard is left to its silence: detection stays the network's once beats
+flow). The launcher takes its word back when it starts the rank again.
 """
 from __future__ import annotations
 
@@ -293,8 +294,13 @@ class Heartbeat:
                 continue
             for name, f in news.items():
                 peer = self._peers.get(name)
-                if peer is None or name in self._failed or f["at"] < peer["readmitted"]:
-                    continue             # not ours to watch, known already, or older than its re-admission
+                if peer is None or name in self._failed:
+                    continue             # not ours to watch, or known already
+                if reporter == LAUNCHER:
+                    if any(link["heard"] for (n, _), link in self._links.items() if n == name):
+                        continue         # it beat: its silence will tell (the launcher covers the time before)
+                elif f["at"] < peer["readmitted"]:
+                    continue             # older than its re-admission (the launcher's word is of the process now)
                 newly |= self._fail(name, f["silence"], f"{f['why']} (seen by {reporter})", f["by"], f["at"],
                                     first_hand=False)
         return newly
@@ -303,8 +309,9 @@ class Heartbeat:
 _launcher_lock = threading.Lock()
 
 
-def report_exit(directory: str, name: str, at: float, how: str) -> None:
-    """The launcher's news (LAUNCHER): the rank `name`'s process ended at `at` (wall time) without its result."""
+def report_exit(directory: str, name: str, at: float | None, how: str = "") -> None:
+    """The launcher's news (LAUNCHER): the rank `name`'s process ended at `at` (wall time) without its result;
+    at=None: a process of it was started again (what was said of its previous life no longer holds)."""
     path = os.path.join(directory, NEWS.format(name=LAUNCHER))
     with _launcher_lock:
         try:
@@ -312,7 +319,10 @@ def report_exit(directory: str, name: str, at: float, how: str) -> None:
                 news = json.load(f)
         except (OSError, ValueError):
             news = {}
-        news[name] = {"silence": 0.0, "at": at, "why": f"ended: {how}", "by": "exit"}
+        if at is None:
+            news.pop(name, None)
+        else:
+            news[name] = {"silence": 0.0, "at": at, "why": f"ended: {how}", "by": "exit"}
         os.makedirs(directory, exist_ok=True)
         with open(path + ".tmp", "w") as out:
             json.dump(news, out)

@@ -223,6 +223,7 @@ class JobManager:
     def _start_rank(self, host: str, path: str, spec: CollectiveRankSpec) -> None:
         """A rank process on `host` with this spec, by the launcher, in a thread (its output: self.outputs)."""
         spec.save(path)
+        exits.restarting(self.store, host)
 
         def run() -> None:
             out, errors = run_on_hosts(self.net, {host: [RANK_MODULE, path]},

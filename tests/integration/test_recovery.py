@@ -6,6 +6,8 @@ killed, stopped or stalled, its NIC cable cut, its server cut off) and check tha
 numpy's result and that results.json's `faults` entry reports how and when the failure was detected and
 when the job re-formed, within generous bounds. The fabric-model and validation tests need no root.
 """
+import json
+
 import pytest
 
 from testbed import runner
@@ -252,3 +254,34 @@ def test_a_partitioned_server_is_cut_off_and_its_ranks_migrate(tmp_path):
     assert rec["failed"] == ["s1g0", "s1g1"] and rec["replaced"] == {"s1g0": "s2g0", "s1g1": "s2g1"}
     assert fault["detected_by"] == "heartbeats" and fault["recovery"] == "migrate"
     report("partition, migrate", fault)
+
+
+@pytest.mark.root
+@pytest.mark.slow
+@pytest.mark.parametrize("policy", ["abort", "spare"])
+def test_a_rank_killed_while_starting_is_found_at_once_not_after_the_rendezvous_timeout(policy, tmp_path):
+    """gpu-crash timed 0 s into its workload waits for the target's rank process and kills it as it starts:
+    before its heartbeats reach anyone, before rendezvous. Its launcher sees it end without a result and the
+    job's news fails it within a beat; before, its peers waited out the join grace (the workload's 60 s
+    timeout) in rendezvous."""
+    fabric = {"kind": "rail-only", "servers": 2, "gpus_per_server": 2, "spares_per_server": 1}
+    doc = scenario(f"early-crash-{policy}", policy, {"workload": "collective#0", "at": 0.0, "kind": "gpu-crash",
+                                                     "target": "s1g1"}, fabric=fabric, size="256KiB")
+    doc["workloads"][0]["timeout_s"] = 60
+    r = run(tmp_path, doc)
+    w = r["workloads"][0]
+    fault, = r["faults"]
+    print(f"{policy}: killed {fault['at_s']:.2f} s in (waited {fault.get('waited_s')} s for its process), "
+          f"detected {fault['detected_s'] - fault['at_s']:.2f} s later; the workload took {w['wall_s']:.1f} s")
+    assert fault["processes"] == 1
+    assert fault["detected_s"] - fault["at_s"] <= DETECT_WITHIN_S          # the join grace was 60 s
+    assert w["wall_s"] < 30
+    if policy == "abort":
+        assert not r["ok"] and "rank 3 (s1g1) ended: was killed" in json.dumps(r["checks"])
+    else:
+        assert r["ok"], r["checks"]
+        assert fault["detected_by"] == "exit"
+        row, = w["rows"]
+        assert row["ranks"] == 4 and row["correct"]
+        rec, = w["recoveries"]
+        assert rec["failed"] == ["s1g1"] and rec["replaced"] == {"s1g1": "s1spare0"}
