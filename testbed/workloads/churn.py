@@ -17,7 +17,7 @@ import time
 
 from testbed.faults import outcomes, record
 from testbed.faults.schedule import Schedule
-from testbed.runtime import recovery
+from testbed.runtime import exits, recovery
 from testbed.runtime.launch import run_on_hosts
 from testbed.scenario.schema import NAME, SIZE, ScenarioError, parse_size
 from testbed.schema_words import INT, arr, d, dur, nullable
@@ -117,7 +117,7 @@ def run(net, spec: dict) -> dict:
     plan = Schedule(net, schedule(fabric, spec))
     plan.start()
     try:
-        out, failed = run_on_hosts(net, commands, timeout=budget, partial=True)
+        out, failed = run_on_hosts(net, commands, timeout=budget, partial=True, on_exit=exits.reporter(store))
         # Every first rank may have failed by now and come back as a rank the manager started: the job, and
         # its faults, go on until it ends.
         while time.time() < base.until and manager.running():
