@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import time
 
+from hosts.recovery.beats import paths_to
 from testbed import PROJECT_ROOT
 from testbed.fabric.links import BEAT_MATCH
 from testbed.workloads import rank_setup
@@ -33,9 +34,10 @@ def beat_priority(net, on: bool) -> None:
 def run(net, seconds: float, period: float = 0.15, timeout: float = 1.0, loss: float = 0.0,
         flood: bool = False, kill: str | None = None, kill_at: float | None = None) -> dict:
     """Every GPU host watches its peers for `seconds`; `kill` (a host) has its watcher SIGKILLed `kill_at`
-    seconds in. Returns {"hosts": {host: its line}, "false": [(watcher, peer, why)] (live peers found
-    failed), "detected_s": seconds from the kill to the first watcher that found it first hand (None if
-    none did), "max_silence_s": the longest silence of a live peer, "dropped": packets the loss dropped}."""
+    seconds in. Returns {"hosts": {host: its line}, "false": [{watcher, peer, why, after_s, first_hand}]
+    (live peers found failed, seconds after the start, by the watcher itself or by news), "detected_s": seconds from the kill to the first watcher that found it first hand (None if
+    none did), "max_silence_s": the longest silence of a live peer, "dropped": packets the loss dropped, "paths":
+    the (watcher, peer) pairs watched first hand}."""
     hosts = ranks(net.fabric)
     members = [p.entry() for p in rank_setup.peers(hosts)]
     news = os.path.join(net.run_dir, f"beat-watch-{os.getpid()}")
@@ -45,7 +47,7 @@ def run(net, seconds: float, period: float = 0.15, timeout: float = 1.0, loss: f
             "--timeout", str(timeout)] + (["--flood-mbps", str(FLOOD * nic.mbps), "--burst", str(nic.queue_bytes)] if flood else [])
     if loss:
         random_loss(net, hosts, loss, on=True)
-    procs, killed_at, dropped = {}, None, 0
+    procs, killed_at, dropped, started = {}, None, 0, time.time()
     try:
         for m in members:
             node = net.host(m["name"])
@@ -72,10 +74,12 @@ def run(net, seconds: float, period: float = 0.15, timeout: float = 1.0, loss: f
             dropped = random_loss(net, hosts, loss, on=False)
         shutil.rmtree(news, ignore_errors=True)
     # a live peer found failed, or the one killed found failed before its kill
-    false = [(w, peer, f["why"]) for w, line in lines.items() for peer, f in line["failed"].items()
-             if peer != kill or f["at"] < killed_at]
+    false = [{"watcher": w, "peer": peer, "why": f["why"], "after_s": round(f["at"] - started, 2),
+              "first_hand": peer in line["first_hand"]}
+             for w, line in lines.items() for peer, f in line["failed"].items() if peer != kill or f["at"] < killed_at]
     found = [line["failed"][kill]["at"] for line in lines.values()
              if kill in line["first_hand"] and line["failed"][kill]["at"] >= killed_at]
     return {"hosts": lines, "false": false, "dropped": dropped,
             "detected_s": round(min(found) - killed_at, 3) if found else None,
-            "max_silence_s": max(line["heartbeat"]["max_peer_silence_s"] for line in lines.values())}
+            "max_silence_s": max(line["heartbeat"]["max_peer_silence_s"] for line in lines.values()),
+            "paths": sum(1 for m in members for p in members if p is not m and paths_to(m, p))}
