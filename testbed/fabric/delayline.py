@@ -28,7 +28,7 @@ from pyroute2 import IPRoute
 from testbed import PREFIX
 from testbed.fabric.delayd import MARK
 from testbed.fabric.linuxcalls import bpf_load, netns
-from testbed.fabric.links import fabric_tag, tbf
+from testbed.fabric.links import beats_first, fabric_tag, tbf
 
 PREF = 49                               # the divert filter's preference on the end's egress
 CLSACT_EGRESS = 0xFFFFFFF3
@@ -52,7 +52,8 @@ def setup(end: str, key: str, side: str, mbps: float | None, mtu: int, queue: in
     for dev in (h, hp):     # no IPv6 link-local address: H must send nothing of its own into the link
         cmds += [f"ip link set {dev} addrgenmode none", f"ip link set {dev} up"]
     if mbps:
-        cmds += [tbf(h, mbps, mtu, queue), f"-tc qdisc del dev {end} root"]     # "-": it may have none
+        cmds += [tbf(h, mbps, mtu, queue), *beats_first(h, mbps, mtu, queue),
+                 f"-tc qdisc del dev {end} root"]     # "-": it may have none
     return cmds
 
 
@@ -89,7 +90,8 @@ def attach_divert(end: str, helper: str, netns_path: str | None) -> None:
 
 def undivert(end: str, mbps: float | None, mtu: int, queue: int | None = None) -> list[str]:
     """The end's rate back on the end, then frames straight to the wire again (the held ones follow)."""
-    return ([tbf(end, mbps, mtu, queue)] if mbps else []) + [f"-tc filter del dev {end} egress pref {PREF}"]
+    return ([tbf(end, mbps, mtu, queue), *beats_first(end, mbps, mtu, queue)] if mbps else []) + \
+        [f"-tc filter del dev {end} egress pref {PREF}"]
 
 
 def teardown(end: str, key: str, side: str, made_clsact: bool) -> list[str]:

@@ -7,7 +7,7 @@ followed by a wire of that delay.
 """
 from __future__ import annotations
 
-from testbed.fabric.links import tbf, tbf_burst, tbf_limit
+from testbed.fabric.links import beats_first, tbf, tbf_burst, tbf_limit
 
 NETEM_MIN_LIMIT = 1000      # packets; netem's own default
 
@@ -29,13 +29,14 @@ def apply(dev: str, delay_us: float, mbps: float | None = None, mtu: int = 1500,
         return [f"tc qdisc replace dev {dev} root handle 1: {netem}"]
     return [f"tc qdisc replace dev {dev} root handle 1: tbf rate {mbps}mbit burst {tbf_burst(mbps, mtu)} "
             f"limit {queue or tbf_limit(mbps, mtu)}",
-            f"tc qdisc replace dev {dev} parent 1:1 handle 10: {netem}"]
+            f"tc qdisc replace dev {dev} parent 1:1 handle 20: {netem}"]     # in the place of the beats' htb
 
 
 def remove(dev: str, mbps: float | None = None, mtu: int = 1500, queue: int | None = None) -> list[str]:
     """Command lines that take the delay away and leave the end as it was: its tbf alone, or no qdisc."""
     gone = f"tc qdisc del dev {dev} root"
-    return [gone, tbf(dev, mbps, mtu, queue)] if mbps else [gone]   # a replaced tbf would keep netem as its child
+    # a replaced tbf would keep netem as its child
+    return [gone, tbf(dev, mbps, mtu, queue), *beats_first(dev, mbps, mtu, queue)] if mbps else [gone]
 
 
 PROBE = "tc qdisc add dev {dev} root netem delay 1ms"

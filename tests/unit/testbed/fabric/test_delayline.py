@@ -6,7 +6,7 @@ import pytest
 
 from testbed.fabric import delayline
 from testbed.fabric.delayd import MARK
-from testbed.fabric.links import IFNAMSIZ, tbf
+from testbed.fabric.links import IFNAMSIZ, beats_first, tbf
 
 
 @pytest.fixture(autouse=True)
@@ -24,7 +24,7 @@ def test_setup_moves_the_rate_onto_the_helper():
     cmds = delayline.setup("eth0", "7", "a", 10, 9000)
     assert cmds[0] == "ip link add tb-ddl7a mtu 65535 type veth peer name tb-ddl7ap mtu 65535"
     assert "ip link set tb-ddl7a addrgenmode none" in cmds and "ip link set tb-ddl7ap up" in cmds
-    assert cmds[-2:] == [tbf("tb-ddl7a", 10, 9000), "-tc qdisc del dev eth0 root"]
+    assert cmds[-7:] == [tbf("tb-ddl7a", 10, 9000), *beats_first("tb-ddl7a", 10, 9000), "-tc qdisc del dev eth0 root"]
     assert not any("tbf" in c for c in delayline.setup("eth0", "7", "a", None, 9000))
 
 
@@ -65,7 +65,8 @@ def test_the_divert_sends_unmarked_frames_to_the_helpers_egress_and_lets_marked_
 
 
 def test_undivert_puts_the_rate_back_before_frames_go_straight_again():
-    assert delayline.undivert("eth0", 10, 9000) == [tbf("eth0", 10, 9000), f"-tc filter del dev eth0 egress pref 49"]
+    assert delayline.undivert("eth0", 10, 9000) == [tbf("eth0", 10, 9000), *beats_first("eth0", 10, 9000),
+                                                     "-tc filter del dev eth0 egress pref 49"]
     assert delayline.undivert("eth0", None, 9000) == ["-tc filter del dev eth0 egress pref 49"]
 
 
@@ -75,5 +76,6 @@ def test_teardown_removes_the_helpers_and_only_a_clsact_it_made():
 
 
 def test_the_links_queue_moves_with_its_rate():
-    assert delayline.setup("eth0", "7", "a", 10, 9000, 300_000)[-2] == tbf("tb-ddl7a", 10, 9000, 300_000)
+    assert delayline.setup("eth0", "7", "a", 10, 9000, 300_000)[-7] == tbf("tb-ddl7a", 10, 9000, 300_000)
+    assert "bfifo limit 300000" in delayline.setup("eth0", "7", "a", 10, 9000, 300_000)[-3]
     assert delayline.undivert("eth0", 10, 9000, 300_000)[0] == tbf("eth0", 10, 9000, 300_000)

@@ -3,6 +3,7 @@ from the fabric's parameters: tiers, per-link overrides, ideal_uplinks and time_
 import pytest
 
 from hosts.rdma.mtu import HB_MTU
+from hosts.recovery.beats import PORT as BEAT_PORT
 from testbed.fabric import kinds, links
 from testbed.fabric.topo import TopologyError, build
 
@@ -94,3 +95,19 @@ def test_transport_timers_outlast_the_uplink_queues_and_the_round_trips_delay():
     assert delayed == pytest.approx(plain + 2 * (2 * 1000 + 2 * 2000) / 1e6)
     ideal = links.worst_queueing_delay(build("rail-optimized", 2, 2, ideal_uplinks=True))
     assert ideal < plain
+
+
+def test_a_shaped_end_serves_heartbeats_ahead_of_its_data_queue():
+    """tbf sets the rate; under it an htb serves the beats' class first and the data from a byte FIFO of the
+    link's own queue; the filter matches the beats' UDP port and hands them to that class (-1: its classid)."""
+    link = build("rail-optimized", 2, 2).links[0]
+    cmds = links.shape("eth0", link)
+    assert cmds[0] == links.tbf_of("eth0", link) and " root handle 1: tbf " in cmds[0]
+    assert cmds[1] == "tc qdisc add dev eth0 parent 1:1 handle 10: htb default 2"
+    assert "classid 10:1 htb" in cmds[2] and cmds[2].endswith("prio 0")
+    assert "classid 10:2 htb" in cmds[3] and cmds[3].endswith("prio 1")
+    assert cmds[4] == f"tc qdisc add dev eth0 parent 10:2 handle 12: bfifo limit {link.queue_bytes}"
+    assert cmds[5].endswith("classid 10:1") and f"'{links.BEAT_MATCH}'" in cmds[5]
+    program = links.BEAT_MATCH.split(",")
+    assert int(program[0]) == len(program) - 1
+    assert f"21 0 1 {BEAT_PORT}" in program and "6 0 0 4294967295" in program

@@ -1,7 +1,7 @@
 """The netem path's command lines (netem cannot run on our machines): a direction's delay on its sending end,
 under its tbf when it has a rate, and taken away leaving the end as it was."""
 from testbed.fabric import netem
-from testbed.fabric.links import tbf, tbf_burst, tbf_limit
+from testbed.fabric.links import beats_first, tbf, tbf_burst, tbf_limit
 
 
 def test_an_unshaped_end_gets_netem_as_its_root():
@@ -13,8 +13,9 @@ def test_a_shaped_end_gets_netem_under_its_tbf_and_its_tbf_back_alone():
     cmds = netem.apply("tb-rail0-p3", 2000, mbps=10, mtu=9000)
     assert cmds[0] == (f"tc qdisc replace dev tb-rail0-p3 root handle 1: tbf rate 10mbit burst {tbf_burst(10, 9000)} "
                        f"limit {tbf_limit(10, 9000)}")
-    assert cmds[1].startswith("tc qdisc replace dev tb-rail0-p3 parent 1:1 handle 10: netem delay 2000us limit ")
-    assert netem.remove("tb-rail0-p3", 10, 9000) == ["tc qdisc del dev tb-rail0-p3 root", tbf("tb-rail0-p3", 10, 9000)]
+    assert cmds[1].startswith("tc qdisc replace dev tb-rail0-p3 parent 1:1 handle 20: netem delay 2000us limit ")
+    assert netem.remove("tb-rail0-p3", 10, 9000) == ["tc qdisc del dev tb-rail0-p3 root", tbf("tb-rail0-p3", 10, 9000),
+                                                     *beats_first("tb-rail0-p3", 10, 9000)]
 
 
 def test_netem_holds_a_full_tbf_queue_plus_a_delay_of_traffic():
