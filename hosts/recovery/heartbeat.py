@@ -14,8 +14,9 @@ other rails and servers within a beat of its first detection, as TorchFT's light
 carry it. Detection itself always comes from the network or the watchdog; the news only carries it.
 
 Silence is measured on the watcher's own monotonic clock, from the last beat heard, so the ranks' clocks
-need not agree. A watcher that was itself starved (its loop late by more than half the timeout: the
-machine was busy, or the process was stopped) restarts every clock instead of blaming anyone. A path
+need not agree. A watcher that was itself starved (its loop late by more than half the timeout, and by more
+than a period: the machine was busy, or the process was stopped) restarts every clock instead of blaming
+anyone. A path
 never heard yet (a spare still starting) gets `join_grace` seconds. A rank that leaves the job normally
 sends LEFT, so its silence afterwards is no failure; a rank whose GPU is declared failed sends DECLARED,
 and is failed at once.
@@ -235,7 +236,10 @@ class Heartbeat:
             next_beat = now + self.period
             self.max_loop_gap = max(self.max_loop_gap, gap)
             self._beat()
-            if self._judge(now, starved=gap > self.timeout / 2) and self.on_failure is not None:
+            # starved: late by more than half the timeout (and than a period: a timeout of two periods or less
+            # would find every loop starved, and nobody ever failed)
+            starved = gap > max(self.timeout / 2, 2 * self.period)
+            if self._judge(now, starved=starved) and self.on_failure is not None:
                 self.on_failure()
 
     def _judge(self, now: float, starved: bool) -> bool:

@@ -185,6 +185,16 @@ def test_a_peer_whose_launcher_saw_it_end_before_it_ever_beat_is_failed_within_a
         peer.stop()
 
 
+def test_a_timeout_of_two_periods_still_fails_a_silent_peer(tmp_path, members):
+    """A loop a period apart is on time, not starved, however short the timeout."""
+    a, ghost = members(0, 0), members(1, 0)
+    me = beat(tmp_path, a, [ghost], period=0.1, timeout=0.2, join_grace=0.3)
+    try:
+        assert wait_for(lambda: "s1g0" in me.failed(), limit=5.0)
+    finally:
+        me.stop()
+
+
 def test_a_cut_nic_is_found_on_its_path_and_the_news_reaches_a_rank_with_no_path(tmp_path, members):
     """s1g1's NIC stops carrying beats (its socket gone: a dead port) while its process and HB domain live on.
     s0g1 (same rail) finds it over the NIC; s1g0 still hears it over the HB domain; s0g0 (another rail of
