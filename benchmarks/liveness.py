@@ -1,6 +1,6 @@
 """Benchmark: the failure detector's trade-off, detection time against false alarms (printed).
 
-    .venv/bin/python benchmarks/liveness.py [--seconds 120] [--loss 0.05] [--timeouts 0.3 0.5 1.0]
+    .venv/bin/python benchmarks/liveness.py [--seconds 120] [--loss 0.05] [--timeouts 0.3 0.45 1.0]
 
 One rail-optimized fabric, 2 servers x 2 GPUs, NIC 5 Mbit/s (a full NIC queue, 1 MiB, is 1.7 s of data).
 Per setting, every GPU runs its heartbeats alone (testbed/workloads/beat_watch.py: beats every 0.15 s) for
@@ -26,7 +26,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=120)
     ap.add_argument("--loss", type=float, default=0.05)
-    ap.add_argument("--timeouts", type=float, nargs="+", default=[0.3, 0.5, 1.0])
+    ap.add_argument("--timeouts", type=float, nargs="+", default=[0.3, 0.45, 1.0])
     args = ap.parse_args()
     settings = [(t, True) for t in args.timeouts] + [(1.0, False)]
     print(f"# rail-optimized 2x2, NIC 5 Mbit/s; beats every {PERIOD} s for {args.seconds:.0f} s per setting, "

@@ -24,9 +24,10 @@ and is failed at once.
 A rank that dies before its beats reach anyone (killed while starting or in rendezvous, before the
 communicator watched its peers) would be given the join grace. Its launcher sees its process end without
 a result, as torchelastic's agent or a cluster scheduler sees a worker's exit, and says so in the job's
-news under its own name (LAUNCHER, report_exit): every watcher reads that file too, and fails a rank it
-never heard within a beat (one it heard is left to its silence: detection stays the network's once beats
-flow). The launcher takes its word back when it starts the rank again.
+news under its own name (LAUNCHER, report_exit): every watcher reads that file too, and fails within a
+beat a rank that never beat. A rank marks in the directory (BEATING) that its beats go out, once the first
+has left: from then on its silence tells, so detection stays the network's. The launcher takes its word back
+when it starts the rank again, and the rank its mark.
 """
 from __future__ import annotations
 
@@ -42,6 +43,7 @@ from hosts.recovery.watchdog import Watchdog
 
 NEWS = "news-{name}.json"
 LAUNCHER = "launcher"          # the news of the processes' launcher: ranks whose process ended (report_exit)
+BEATING = "beating-{name}"     # a rank's mark, once its beats go out: the launcher's word no longer applies
 
 
 class Heartbeat:
@@ -73,8 +75,12 @@ class Heartbeat:
     # -- what the rank program and the communicator use ----------------------------------------
     def start(self) -> "Heartbeat":
         # a rank that comes back must not let its peers read the verdicts of its previous life (a cut-off
-        # rank found everyone failed): its news starts empty
+        # rank found everyone failed): its news starts empty, and it has not beaten in this life
         self._publish_news()
+        try:
+            os.remove(self._beating_path(self.name))
+        except FileNotFoundError:
+            pass
         self._beat()
         self._thread.start()
         return self
@@ -104,6 +110,9 @@ class Heartbeat:
             self.watchdog.forget(self._peers)
             self._news_seen.pop(LAUNCHER, None)      # read again for the peers now watched
             self._publish_news()
+        if names and not os.path.exists(self._beating_path(self.name)):
+            self._beat()              # the first beat out, then the mark that beats flow (the launcher's word)
+            open(self._beating_path(self.name), "w").close()
 
     def progress(self, waiting: bool) -> None:
         """This rank moved on (watchdog.py); `waiting`: it now waits on its peers."""
@@ -275,6 +284,9 @@ class Heartbeat:
         return True
 
     # -- news: first-hand verdicts shared through the store directory --------------------------
+    def _beating_path(self, name: str) -> str:
+        return os.path.join(self.directory, BEATING.format(name=name))
+
     def _publish_news(self) -> None:
         news = {n: {k: f[k] for k in ("silence", "at", "why", "by")}
                 for n, f in self._failed.items() if f["first_hand"] and n in self._peers}
@@ -301,7 +313,7 @@ class Heartbeat:
                 if peer is None or name in self._failed:
                     continue             # not ours to watch, or known already
                 if reporter == LAUNCHER:
-                    if any(link["heard"] for (n, _), link in self._links.items() if n == name):
+                    if os.path.exists(self._beating_path(name)):
                         continue         # it beat: its silence will tell (the launcher covers the time before)
                 elif f["at"] < peer["readmitted"]:
                     continue             # older than its re-admission (the launcher's word is of the process now)

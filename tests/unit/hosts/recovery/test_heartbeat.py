@@ -167,7 +167,8 @@ def test_a_peer_that_left_is_not_a_failure_and_one_that_never_came_is(tmp_path, 
 
 def test_a_peer_whose_launcher_saw_it_end_before_it_ever_beat_is_failed_within_a_beat(tmp_path, members):
     """A rank killed while starting never beats: its launcher's word fails it at once (even one said before
-    this watcher watched it), not after the join grace; a word the launcher took back is not news."""
+    this watcher watched it), not after the join grace; a word the launcher took back is not news, nor one
+    about a rank that beats (its heartbeats decide)."""
     a, b, starting = members(0, 0), members(1, 0), members(2, 0)
     report_exit(str(tmp_path), "s2g0", time.time(), "was killed: no output")
     report_exit(str(tmp_path), "s1g0", time.time(), "was killed: no output")    # a previous life: started again
@@ -180,6 +181,9 @@ def test_a_peer_whose_launcher_saw_it_end_before_it_ever_beat_is_failed_within_a
         assert time.monotonic() - t < 1.0                   # within a few beats of 0.05 s, far below 30 s
         assert me.detected_by("s2g0") == "exit" and "ended: was killed" in me.why("s2g0")
         assert set(me.failed()) == {"s2g0"} and me.suspects() == {}     # told, not found first hand
+        report_exit(str(tmp_path), "s1g0", time.time(), "was killed: no output")   # it beats: its silence tells
+        time.sleep(0.5)
+        assert set(me.failed()) == {"s2g0"}
     finally:
         me.stop()
         peer.stop()
