@@ -40,6 +40,7 @@ def test_no_false_suspicion_for_a_minute_and_a_crash_still_found(net):
 
 
 @pytest.mark.long
+@pytest.mark.timeout(900)
 def test_no_false_suspicion_for_ten_minutes_and_a_crash_still_found(net):
     watch_and_kill(net, 600)
 
