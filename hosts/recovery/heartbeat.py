@@ -139,10 +139,13 @@ class Heartbeat:
 
     def alive_since_failed(self, name: str) -> bool:
         """Whether the peer wrote its news after it fell silent (it found others failed, or joined a new
-        membership): its process lives, cut off from us, while a dead one's last news predates its silence."""
+        membership): its process lives, cut off from us, while a dead one's last news predates its silence.
+        A peer declared failed, or whose process ended, is not alive whenever it last wrote (news written at
+        its communicator's start, just before a declaration, would otherwise keep the job from deciding)."""
         with self._lock:
             f, written = self._failed.get(name), self._news_seen.get(name)
-        return f is not None and written is not None and written / 1e9 >= f["at"] - self.timeout
+        return f is not None and f["by"] not in ("declared", "exit") and written is not None \
+            and written / 1e9 >= f["at"] - self.timeout
 
     def why(self, name: str) -> str | None:
         with self._lock:

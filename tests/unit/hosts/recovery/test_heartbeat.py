@@ -325,5 +325,7 @@ def test_a_declared_failure_is_seen_at_once_and_named(tmp_path, members):
         peer.declare_failed()
         assert wait_for(lambda: watcher.failure() is not None, limit=5.0)
         assert watcher.failure() == "s1g0 was declared failed" and watcher.was_declared("s1g0")
+        # its news, written when it began watching (just now), is no sign of life: the job can decide
+        assert not watcher.alive_since_failed("s1g0")
     finally:
         watcher.stop()
