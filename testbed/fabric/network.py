@@ -339,8 +339,9 @@ class Network:
         return choose_path()
 
     def _shape(self) -> None:
-        """tbf at both ends of every shaped link, heartbeats first (the host side in the host's namespace); a delayed link's
-        ends get their rate and queue with the delay (testbed.fabric.delay), which then owns their qdiscs."""
+        """tbf at both ends of every shaped link, heartbeats first (the host side in the host's namespace); a
+        delayed link's ends get their rate and queue with the delay (testbed.fabric.delay), which then owns their
+        qdiscs."""
         fab, cmds, delayed = self.fabric, {}, []
         for l in fab.links:
             if self.is_patch(l):
