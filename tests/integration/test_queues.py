@@ -2,8 +2,9 @@
 
 Three paced UDP senders at 0.9 x NIC each converge on s1g0: the switch port into it (rail0>s1g0) gets 2.7
 times what it can send. Its queue fills and then drops; the sampled backlog never exceeds the queue the
-port's tbf is configured with. tbf queues in a bfifo that admits a packet only while backlog + the packet's
-length <= limit (net/sched/sch_fifo.c), so the bound is the limit itself, with no slack.
+port's tbf is configured with, give or take one frame: the port's bulk queue is a bfifo that admits a packet only
+while backlog + the packet's length <= limit (net/sched/sch_fifo.c), and tbf holds one more, the packet it has
+peeked at and waits to have tokens for, which it counts but the bfifo (under the heartbeats' htb) no longer does.
 """
 import json
 import os
@@ -12,10 +13,12 @@ import sys
 
 import pytest
 
+from hosts.rdma.mtu import NIC_MTU
 from tests.paths import ROOT
 
 pytestmark = [pytest.mark.root, pytest.mark.alone]   # paced senders need the CPU to keep their pace
 
+ONE_FRAME = NIC_MTU + 14                # the packet tbf holds as it waits for tokens: an Ethernet frame at most
 FABRIC = "fabric: {kind: rail-optimized, servers: 2, gpus_per_server: 2, spines: 2, nic_mbps: 10}\n"
 INCAST = """
 name: queues-incast
@@ -64,7 +67,7 @@ def test_an_incast_fills_the_port_queue_to_its_limit_and_drops_beyond_it(tmp_pat
     limit = port["limit_bytes"]
     assert port["qdisc"] == "tbf" and limit and limit > 0, port
     backlog = [b for b in port["backlog_bytes"] if b is not None]
-    assert max(backlog) <= limit, (max(backlog), limit)
+    assert max(backlog) <= limit + ONE_FRAME, (max(backlog), limit)
     assert max(backlog) >= 0.5 * limit, (max(backlog), limit)          # the queue built up, as sampled
     by_port = {r["port"]: r for r in results["queues"]["drops_by_port"]}
     assert by_port[BOTTLENECK]["overflow"] > 0, by_port
