@@ -74,11 +74,14 @@ class CpuCgroups:
     def path(self, name: str) -> str:
         return os.path.join(self.root, name)
 
-    def enable_controller(self) -> None:
-        """v2: make the cpu controller available to the root's children (no-op on v1 or if already on)."""
+    def enable_controller(self, parent: str | None = None) -> None:
+        """v2: make the cpu controller available to the children of `parent` (default the root) and of every
+        group above it (no-op on v1 or where it is already on)."""
         if self.version != 2:
             return
-        ctl = os.path.join(self.root, "cgroup.subtree_control")
+        if parent and os.path.normpath(parent) != os.path.normpath(self.root):
+            self.enable_controller(os.path.dirname(os.path.normpath(parent)))
+        ctl = os.path.join(parent or self.root, "cgroup.subtree_control")
         try:
             enabled = {c.lstrip("+") for c in _read(ctl).split()}
         except OSError as e:
@@ -91,8 +94,8 @@ class CpuCgroups:
         if not cores or cores <= 0:
             raise ValueError(f"cores must be positive, not {cores!r}")
         quota = max(1000, int(cores * period_us))
-        self.enable_controller()
-        path = self.path(name)
+        path = self.path(name)              # name may be a path under the root (a group in a container's)
+        self.enable_controller(os.path.dirname(path))
         try:
             os.makedirs(path, exist_ok=True)
         except OSError as e:

@@ -5,6 +5,8 @@ pools included) together, in a cgroup of its own: cgroup v1 (cpu.cfs_quota_us) o
 the machine has (hosts.cgroups detects it); optionally CPU affinity. The launcher applies it from the
 machine's root namespace right after starting the process (namespaced shells such as `ip netns exec` do
 not see the cgroup tree), before TensorFlow has started its threads; threads made later inherit it.
+`within`: the group's parent, a cgroup directory (a Docker host's container: the budget then holds inside the
+container's own limits); by default the hierarchy's root.
 """
 from __future__ import annotations
 
@@ -24,12 +26,19 @@ def hierarchy() -> cgroups.CpuCgroups:
     return _detected
 
 
-def group_path(name: str, hier: cgroups.CpuCgroups | None = None) -> str:
-    return (hier or hierarchy()).path(f"tb-tfdata-{name}")
+def _relative(name: str, h: cgroups.CpuCgroups, within: str | None) -> str:
+    """The group's path relative to the hierarchy's root."""
+    rel = os.path.relpath(within, h.root) if within else "."
+    return os.path.normpath(os.path.join(rel, f"tb-tfdata-{name}"))
+
+
+def group_path(name: str, hier: cgroups.CpuCgroups | None = None, within: str | None = None) -> str:
+    h = hier or hierarchy()
+    return h.path(_relative(name, h, within))
 
 
 def limit(name: str, pid: int, cores: float | None, cpus: list[int] | None = None,
-          hier: cgroups.CpuCgroups | None = None) -> dict:
+          hier: cgroups.CpuCgroups | None = None, within: str | None = None) -> dict:
     """Put process `pid` in cgroup tb-tfdata-<name> with a quota of `cores`; returns what was applied."""
     applied = {"cores": None, "cpus": None}
     if cpus:
@@ -37,29 +46,29 @@ def limit(name: str, pid: int, cores: float | None, cpus: list[int] | None = Non
         applied["cpus"] = sorted(os.sched_getaffinity(pid))
     if cores:
         h = hier or hierarchy()
-        path = h.create(f"tb-tfdata-{name}", cores, PERIOD_US)
+        path = h.create(_relative(name, h, within), cores, PERIOD_US)
         h.add(path, pid)
         applied["cores"] = cores
         applied["cgroup"] = f"v{h.version}"
     return applied
 
 
-def remove(name: str, hier: cgroups.CpuCgroups | None = None) -> None:
+def remove(name: str, hier: cgroups.CpuCgroups | None = None, within: str | None = None) -> None:
     """Remove the group once its processes have ended (a group with processes in it stays)."""
     try:
         h = hier or hierarchy()
     except cgroups.CgroupError:
         return
-    h.remove(group_path(name, h))
+    h.remove(group_path(name, h, within))
 
 
-def throttled_s(name: str, hier: cgroups.CpuCgroups | None = None) -> float:
+def throttled_s(name: str, hier: cgroups.CpuCgroups | None = None, within: str | None = None) -> float:
     """Seconds the group spent throttled (quota exhausted): evidence that the budget was binding."""
     try:
         h = hier or hierarchy()
     except cgroups.CgroupError:
         return 0.0
-    return h.throttled_s(group_path(name, h))
+    return h.throttled_s(group_path(name, h, within))
 
 
 def cpu_seconds(pid: int | str = "self") -> float:

@@ -36,7 +36,7 @@ CAPTURE = {"type": "object", "additionalProperties": False, "required": ["point"
 ROUTING_MODES = ["single", "ecmp", "spray", "split:2", "split:4", "rr"]
 
 # host_image: a flavour of the host image, or an image reference NAME:TAG (with an optional registry path)
-HOST_IMAGE = re.compile(r"^(default|torch|[a-z0-9][a-z0-9._/-]*:[A-Za-z0-9._-]+)$")
+HOST_IMAGE = re.compile(r"^(default|torch|tf|[a-z0-9][a-z0-9._/-]*:[A-Za-z0-9._-]+)$")
 
 SCHEMA = {
     "type": "object", "additionalProperties": False, "required": ["name", "fabric", "workloads"],
@@ -97,11 +97,12 @@ SCHEMA = {
                                    "python": {"type": "string", "default": "python3",
                                               "description": "The machine's interpreter (with numpy)."}}}},
         "host_image": {"type": "string", "default": "default", "pattern": HOST_IMAGE.pattern,
-                       "examples": ["default", "torch", "tb-tensorflow:latest"],
+                       "examples": ["default", "torch", "tf", "tb-mine:latest"],
                        "description": "The Docker hosts' image (with hosts: docker only): default (Python, numpy, "
-                       "Open MPI, mpi4py, ssh), torch (that and Debian's python3-torch 1.13 with gloo; +1 GB, "
-                       "built on first use) or NAME:TAG, an image of yours built FROM tb-host:latest (with "
-                       "TensorFlow, say: docs/docker.md)."},
+                       "Open MPI, mpi4py, ssh; with an offload workload, tf), torch (that and Debian's "
+                       "python3-torch 1.13 with gloo; +1 GB, built on first use), tf (that and tensorflow-cpu "
+                       "from PyPI, pinned as requirements-tf.txt; built on first use) or NAME:TAG, an image of "
+                       "yours built FROM tb-host:latest (docs/docker.md)."},
         "host_limits": {"type": "object", "additionalProperties": False, "default": {},
                         "description": "CPU and memory limits of each Docker host (with hosts: docker only).",
                         "properties": {"cpus": {"type": "number", "exclusiveMinimum": 0, "maximum": 64, "default": 1,
@@ -193,13 +194,20 @@ def validate(doc) -> dict:
     return doc
 
 
+# The image Docker hosts take by default when a scenario runs a workload that needs more than the host image.
+IMAGE_OF_WORKLOAD = {"offload": "tf"}
+
+
 def host_limits(doc: dict) -> dict:
     """What a Docker-hosts scenario asks of each host, as the backend takes it: {cpus, memory (bytes), image}."""
     limits = dict(doc.get("host_limits", {}))
     if "memory" in limits:
         limits["memory"] = parse_size(limits["memory"], MIN_HOST_MEMORY, MAX_HOST_MEMORY)
+    needed = [IMAGE_OF_WORKLOAD[w["type"]] for w in doc.get("workloads", []) if w.get("type") in IMAGE_OF_WORKLOAD]
     if doc.get("host_image", "default") != "default":
         limits["image"] = doc["host_image"]
+    elif needed:
+        limits["image"] = needed[0]
     return limits
 
 

@@ -17,7 +17,6 @@ import json
 import os
 import select
 import subprocess
-import sys
 import tempfile
 import time
 
@@ -25,7 +24,6 @@ from hosts.cgroups import CgroupError
 from hosts.spec.tfdata import ServiceSpec, TrainerSpec
 from hosts.tfdata import budget
 from testbed import PROJECT_ROOT
-from testbed.fabric.backends import backend_class
 from testbed.monitor.fidelity import CpuSampler
 from testbed.runtime import agent_results, hostlogs
 from testbed.scenario.schema import NAME, RATE, ScenarioError
@@ -36,7 +34,8 @@ from testbed.workloads.offload_compare import RESULT_SCHEMA  # noqa: F401 (its r
 SCHEMA = {
     "type": "object", "additionalProperties": False, "required": ["type"],
     "description": "Input-pipeline offloading to tf.data.service on CPU hosts: FastFlow against a sweep of fixed "
-                   "off-ratios (TF-NO, TF-DSLR, TF-DSR among them); needs fabric.cpu_hosts and hosts: netns.",
+                   "off-ratios (TF-NO, TF-DSLR, TF-DSR among them); needs fabric.cpu_hosts (on hosts: docker, "
+                   "the image with TensorFlow, host_image tf, built on first use).",
     "properties": {
         "type": {"const": "offload", "description": "Input-pipeline offloading."}, "name": NAME,
         "pipelines": {"type": "array", "minItems": 1, "items": {"enum": ["compute", "data"]}, "default": ["compute"],
@@ -96,10 +95,12 @@ def tensorflow_installed() -> bool:
 
 def validate(fabric, spec: dict, scenario: dict | None = None) -> dict:
     """The spec with its defaults filled in; ScenarioError for what this fabric (or host backend) cannot run."""
-    backend = (scenario or {}).get("hosts", "netns")
-    if not backend_class(backend).carries_tensorflow:
-        raise ScenarioError(f"offload runs TensorFlow, which hosts: {backend} do not carry; run it with hosts: netns")
-    if not tensorflow_installed():
+    scenario = scenario or {}
+    if scenario.get("hosts", "netns") == "docker":
+        if scenario.get("host_image", "default") not in ("default", "tf") and ":" not in scenario["host_image"]:
+            raise ScenarioError(f"offload runs TensorFlow, which host_image {scenario['host_image']} does not "
+                                "carry; use host_image tf (the default for offload) or an image of yours with it")
+    elif not tensorflow_installed():
         raise ScenarioError("offload needs TensorFlow, an optional extra: run `make setup EXTRAS=tf` "
                             "(scripts/setup --extras tf)")
     s = {**DEFAULTS, **spec}
@@ -133,7 +134,8 @@ class Servers:
     def _start(self, key: str, host: str, args: list[str]) -> None:
         err = self.logs[key] = tempfile.TemporaryFile(prefix="tb-tfdata-")   # TF logs a lot to stderr
         self.where[key] = host
-        self.procs[key] = self.net.host(host).popen([sys.executable, "-m", "hosts.agents.tfdata_service", *args],
+        node = self.net.host(host)
+        self.procs[key] = node.popen([node.python, "-m", "hosts.agents.tfdata_service", *args],
                                                     cwd=PROJECT_ROOT, stdout=subprocess.PIPE, stderr=err)
 
     def __enter__(self) -> "Servers":
@@ -160,7 +162,7 @@ class Servers:
                 self.__exit__()
                 raise RuntimeError(f"tf.data.service {key} did not start ({how}): {why}")
             if key.startswith("worker-"):             # once TensorFlow is up: its start is not the budget's
-                budget.limit(f"{os.getpid()}-{key}", proc.pid, self.cores)
+                budget.limit(f"{os.getpid()}-{key}", process_id(proc), self.cores, within=within(self.net, key[7:]))
         return self
 
     def last_error(self, key: str) -> str:
@@ -174,7 +176,7 @@ class Servers:
         return f"grpc://{self.ip}:{DISPATCHER_PORT}"
 
     def worker_cpu_s(self) -> float:
-        return sum(budget.cpu_seconds(p.pid) for k, p in self.procs.items() if k.startswith("worker"))
+        return sum(budget.cpu_seconds(process_id(p)) for k, p in self.procs.items() if k.startswith("worker"))
 
     def __exit__(self, *exc) -> None:
         for proc in self.procs.values():
@@ -188,7 +190,20 @@ class Servers:
                           log.read().decode(errors="replace"))
             log.close()
         for h in self.hosts:
-            budget.remove(f"{os.getpid()}-worker-{h}")
+            budget.remove(f"{os.getpid()}-worker-{h}", within=within(self.net, h))
+
+
+def process_id(proc) -> int:
+    """The PID of the program itself (in a Docker host, the child nsenter started), for its budget and CPU time."""
+    inner = getattr(proc, "inner_pid", None)
+    return (inner() if inner else None) or proc.pid
+
+
+def within(net, host: str) -> str | None:
+    """Where a process's CPU budget group goes: in a Docker host, under its container's cgroup (so that the
+    container's own limits hold too); on namespaces, None (the hierarchy's root)."""
+    pid = getattr(net.host(host), "container_pid", None)
+    return None if pid is None else budget.hierarchy().of_process(pid)
 
 
 def rx_bytes(net, host: str) -> int:
@@ -205,7 +220,8 @@ def run_trainer(net, host: str, spec: TrainerSpec, cores: float, timeout: float)
     """The trainer process, its local CPU budget applied by PID once TensorFlow is imported (before any
     preprocessing: the trainer waits for the go on its stdin)."""
     group = f"{os.getpid()}-trainer-{host}"          # unique: other runs may be up at the same time
-    proc = net.host(host).popen([sys.executable, "-m", "hosts.agents.tfdata_trainer",
+    node, parent = net.host(host), within(net, host)
+    proc = node.popen([node.python, "-m", "hosts.agents.tfdata_trainer",
                                  dataclasses.replace(spec, start_signal=True).to_json()], cwd=PROJECT_ROOT,
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + timeout
@@ -214,7 +230,7 @@ def run_trainer(net, host: str, spec: TrainerSpec, cores: float, timeout: float)
         applied = {}    # unless it gets there: it exited before it was ready, its stderr says why below
         if ready and proc.stdout.readline().strip():
             try:
-                applied = budget.limit(group, proc.pid, cores)
+                applied = budget.limit(group, process_id(proc), cores, within=parent)
                 proc.stdin.write("go\n")
                 proc.stdin.flush()
             except (CgroupError, BrokenPipeError):
@@ -232,14 +248,15 @@ def run_trainer(net, host: str, spec: TrainerSpec, cores: float, timeout: float)
         bad = agent_results.problem("hosts.agents.tfdata_trainer", result)
         if bad:
             raise RuntimeError(f"trainer on {host} printed a result its schema rejects: {bad}")
-        return result | {"throttled_s": round(budget.throttled_s(group), 3), "cgroup": applied.get("cgroup")}
+        return result | {"throttled_s": round(budget.throttled_s(group, within=parent), 3),
+                         "cgroup": applied.get("cgroup"), "cgroup_parent": parent}
     except subprocess.TimeoutExpired:
         raise RuntimeError(f"trainer on {host} still running after {timeout:.0f} s") from None
     finally:
         if proc.poll() is None:
             proc.kill()
         proc.wait()
-        budget.remove(group)
+        budget.remove(group, within=parent)
 
 
 def with_servers(net, s: dict, trainer: TrainerSpec) -> tuple[dict, dict]:
@@ -288,6 +305,7 @@ def one_run(net, s: dict, pipeline: str, policy: str, ratio: float | None, candi
             "candidate": out.get("candidate"), "seed": seed,
             "metrics": {"measured_ratio": round(out["measured_ratio"], 3), "local_cpu_cores": round(out["cpu_cores"], 3),
                         "local_cpu_per_step_s": round(out["cpu_per_step"], 4), "local_throttled_s": out["throttled_s"],
+                        "local_cgroup_parent": out["cgroup_parent"],
                         "worker_cpu_s": round(fid["worker_cpu_s"], 2), "trainer_rx_bytes": fid["rx"],
                         "cpu_idle_mean_pct": fid["cpu_idle_mean_pct"], "cpu_bound": fid["cpu_bound"], **extra}}
 

@@ -44,12 +44,17 @@ def test_a_restarted_gpu_rejoins_with_the_state_copied_from_a_live_peer(tmp_path
           f"{back['first_success_s'] - back['at_s']:.2f} s; {state['steps']} steps, divergence 0")
 
 
-def test_a_short_churn_run_recovers_every_failure_and_keeps_the_state_exact(tmp_path):
+@pytest.mark.parametrize("hosts", ["netns", pytest.param("docker", marks=pytest.mark.docker)])
+def test_a_short_churn_run_recovers_every_failure_and_keeps_the_state_exact(tmp_path, hosts, request):
     # seed 44: a crash, a crash of rank 0, a NIC cut, a hang and a stall, each GPU back 4-5 s later, and 4 s
-    # (gap_s) between a return and the next failure
-    doc = {"name": "churn-short", "fabric": FABRIC,
+    # (gap_s) between a return and the next failure. On Docker hosts a crash kills the container, a hang
+    # pauses it, and the returning rank starts it again.
+    if hosts == "docker":
+        request.getfixturevalue("docker_engine")
+    doc = {"name": "churn-short", "fabric": FABRIC, "hosts": hosts,
            "workloads": [{"type": "churn", "duration_s": 60, "seed": 44, "interval_s": 2, "down_s": [3, 6]}]}
     r = run(tmp_path, doc)
+    assert r["fabric"]["host_backend"] == hosts
     w = r["workloads"][0]
     assert r["ok"], (w["checks"], w["events"])
     kinds = [e["kind"] for e in w["events"]]

@@ -2,6 +2,7 @@
 trainer's local CPU is scarce. Needs tensorflow-cpu in the venv."""
 import glob
 import os
+import re
 import statistics
 
 import pytest
@@ -58,4 +59,43 @@ def test_fastflow_offloads_and_beats_local_only_when_local_cpu_is_scarce():
     # the local CPU budget held (CFS quota; 10% for the sampling window)
     assert all(r["metrics"]["local_cpu_cores"] <= 0.3 * 1.1 and r["metrics"]["local_throttled_s"] > 0 for r in nos)
     # servers were restarted per run and cleaned up: no cgroups of ours left
+    assert glob.glob(budget.group_path(f"{os.getpid()}-*")) == []
+
+
+@pytest.mark.slow
+@pytest.mark.docker
+def test_offload_runs_in_docker_hosts_of_the_tf_image_with_its_budgets_in_the_containers_cgroups(docker_engine,
+                                                                                                   tmp_path):
+    """The same short run on Docker hosts, as a scenario: the image with TensorFlow (tf, chosen for offload and
+    built on first use), the dispatcher, workers and trainer in containers, FastFlow's profile and decision, and
+    the local CPU budget a group inside the trainer's container's cgroup (its own limit holds around it)."""
+    from testbed import runner
+    from testbed.scenario import validate
+    doc = validate({"name": "offload-docker", "hosts": "docker",
+                    "fabric": {"kind": "rail-optimized", "servers": 1, "gpus_per_server": 2, "spines": 1,
+                               "nic_mbps": 100, "cpu_hosts": 2},
+                    "workloads": [{"type": "offload", "pipelines": ["compute"], "gpu_steps_per_s": 25,
+                                   "local_cores": 0.3, "worker_cores": 0.3, "seconds": 4, "profile_s": 2.5,
+                                   "ratios": [0, 1], "candidates": ["p'3"], "repeats": 1}]})
+    r = runner.run(doc, str(tmp_path / "offload"), echo=lambda *a: None)
+    print(runner.summary_table(r))
+    assert r["fabric"]["host_backend"] == "docker"
+    result = r["workloads"][0]
+    rows = {x["policy"]: x for x in result["rows"]}
+    ff, no, dsr = rows["fastflow"], rows["ratio=0"], rows["ratio=1 p'3"]
+    m = ff["metrics"]
+    print({k: (x["off_ratio"], x["steps_per_s"], x["metrics"]["local_cpu_cores"]) for k, x in rows.items()})
+    print("profile", m["profile"], "decision", m["decision"]["branch"])
+    assert m["profile"]["Gthp"] == pytest.approx(25, rel=0.05)
+    assert 0 < m["profile"]["Lthp"] < 25 and m["profile"]["Pcycle"] > 0
+    assert dsr["metrics"]["trainer_rx_bytes"] > 1e6 and dsr["metrics"]["worker_cpu_s"] > 0.5
+    assert m["decision"]["offload"] and 0 < ff["off_ratio"] <= 1
+    assert ff["steps_per_s"] > 1.3 * no["steps_per_s"], (ff["steps_per_s"], no["steps_per_s"])
+    assert r["ok"], [c for c in r["checks"] if not c["ok"]]
+    checks = {c["name"] for c in r["checks"]}
+    assert {"offload#0: compute: local CPU budget held", "offload#0: compute: off-ratios applied"} <= checks
+    assert no["metrics"]["local_cpu_cores"] <= 0.3 * 1.1 and no["metrics"]["local_throttled_s"] > 0
+    # the budget's group was made in the trainer's container's cgroup, and is gone with the run
+    parent = no["metrics"]["local_cgroup_parent"]
+    assert re.search(r"/[0-9a-f]{64}$", parent or ""), parent       # .../docker/<container ID>
     assert glob.glob(budget.group_path(f"{os.getpid()}-*")) == []

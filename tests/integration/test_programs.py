@@ -17,7 +17,7 @@ from testbed import runner
 from testbed.model.bounds import Cluster, bound_busbw
 from testbed.scenario import load
 from testbed.workloads import program
-from tests.paths import SCENARIOS
+from tests.paths import ROOT, SCENARIOS
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
@@ -336,3 +336,27 @@ def test_program_torch_runs_in_docker_hosts_of_the_torch_image(tmp_path):
     res = last_json(rank_logs(out, w)[0])
     assert res["torch"].startswith("1.13") and res["correct"] and res["weight_spread"] == 0
     assert res["losses"][-1] < 0.9 * res["losses"][0] and w["figures"]["busbw"] > 0
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_tf_multi_worker_mirrored_strategy_runs_in_docker_hosts_of_the_tf_image(tmp_path):
+    """scenarios/program-tf.yaml on Docker hosts of `host_image: tf` (tensorflow-cpu from PyPI at the venv's pin,
+    built FROM the host image on first use): the workers train with identical weights, as on namespaces."""
+    need_docker()
+    doc = load(os.path.join(SCENARIOS, "program-tf.yaml"), ["hosts=docker", "host_image=tf"])
+    out = str(tmp_path / "tf-docker")
+    r = runner.run(doc, out, echo=lambda *a: None)
+    print(runner.summary_table(r))
+    assert r["ok"], [c for c in r["checks"] if not c["ok"]]
+    assert r["fabric"]["host_backend"] == "docker"
+    w = r["workloads"][0]
+    results = [last_json(t) for t in rank_logs(out, w)]
+    assert [x["worker"] for x in results] == [0, 1, 2, 3] and {x["workers"] for x in results} == {4}
+    assert all(x["weight_spread"] == 0 for x in results)
+    assert all(x["losses"][-1] < 0.5 * x["losses"][0] for x in results)
+    assert len({tuple(x["losses"]) for x in results}) == 1
+    assert w["nic_bytes"] > 0
+    with open(os.path.join(ROOT, "requirements-tf.txt")) as f:          # the venv's pin, in the image too
+        pin = next(line.split("==")[1].strip() for line in f if line.startswith("tensorflow"))
+    assert {x["tensorflow"] for x in results} == {pin}

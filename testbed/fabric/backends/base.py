@@ -53,7 +53,6 @@ class HostBackend(Protocol):
     """What the network needs of a backend: its hosts' Mininet class and parameters, before and after."""
 
     name: str
-    carries_tensorflow: bool        # whether programs in its hosts can import TensorFlow
 
     @staticmethod
     def require() -> None: ...
@@ -146,7 +145,7 @@ class AttachedHost(LocalProcesses):
 class Namespaces:
     """Hosts as bare network namespaces: nothing to start or stop beyond what Mininet does."""
 
-    name, carries_tensorflow = "netns", True
+    name = "netns"
 
     def __init__(self, run_dir: str, **limits):
         self.run_dir = run_dir

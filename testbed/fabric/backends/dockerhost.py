@@ -291,7 +291,7 @@ class Docker:
     """Hosts as Docker containers (a HostBackend): one pair per host from the host image, rebuilt first
     only if its inputs changed."""
 
-    name, carries_tensorflow = "docker", False      # the host image has no TensorFlow
+    name = "docker"
 
     def __init__(self, run_dir: str, image: str = "default", **limits):
         self.run_dir, self.image, self.limits = run_dir, image, limits

@@ -227,7 +227,12 @@ def ensure(client, echo=print) -> str:
     return IMAGE
 
 
-FLAVOURS = ("default", "torch")      # what Docker hosts may run on: the host image, or it plus docker/torch/
+FLAVOURS = ("default", "torch", "tf")   # what Docker hosts may run on: the host image, or it plus docker/NAME/
+# Files of the project a derived image shares with the venv (one pin for both), added to its context.
+SHARED = {"tf": ("requirements-tf.txt",)}
+# The machine's CA bundle, in every derived image's context as machine-ca.crt: pip in a build trusts what the
+# machine trusts. Not in the digest (a new bundle does not make a new image).
+CA_BUNDLES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt")
 
 
 def derived(client, name: str, echo=print) -> str:
@@ -236,18 +241,25 @@ def derived(client, name: str, echo=print) -> str:
     changed. Installing needs Debian's mirror."""
     base = ensure(client, echo=echo)
     folder, tag = os.path.join(DOCKER_DIR, name), f"{PREFIX}{name}:latest"
-    files = sorted(f for f in os.listdir(folder) if os.path.isfile(os.path.join(folder, f)))
+    files = {f: os.path.join(folder, f) for f in sorted(os.listdir(folder)) if os.path.isfile(os.path.join(folder, f))}
+    files.update({os.path.basename(rel): os.path.join(PROJECT_ROOT, rel) for rel in SHARED.get(name, ())})
     h = hashlib.sha256(client.images.get(base).id.encode())
-    for f in files:
-        with open(os.path.join(folder, f), "rb") as fh:
+    for f, path in files.items():
+        with open(path, "rb") as fh:
             h.update(f.encode() + b"\0" + fh.read() + b"\0")
     digest = h.hexdigest()[:16]
     if _label(client, tag, "testbed.inputs") == digest:
         return tag
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
-        for f in files:
-            tar.add(os.path.join(folder, f), f)
+        for f, path in files.items():
+            tar.add(path, f)
+        ca = next((c for c in CA_BUNDLES if os.path.exists(c)), None)
+        if ca:
+            tar.add(ca, "machine-ca.crt")
+        else:                       # an empty one: pip then uses its own (certifi's)
+            info = tarfile.TarInfo("machine-ca.crt")
+            tar.addfile(info, io.BytesIO(b""))
     buf.seek(0)
     t0 = time.monotonic()
     _build(client, tag, buf, {"HOST": base, "DEPS": deps_tag(base)}, {"testbed": "1", "testbed.inputs": digest})

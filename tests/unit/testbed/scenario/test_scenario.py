@@ -106,6 +106,9 @@ def test_the_hosts_image_is_asked_of_docker_hosts_only():
     doc = load(os.path.join(FIXTURES, "mode.yaml"), ["hosts=docker", "host_image=torch"])
     assert host_limits(doc) == {"image": "torch"}
     assert host_limits(load(os.path.join(FIXTURES, "mode.yaml"), ["hosts=docker"])) == {}
+    offload = {**load(os.path.join(FIXTURES, "mode.yaml"), ["hosts=docker"]), "workloads": [{"type": "offload"}]}
+    assert host_limits(offload) == {"image": "tf"}                        # the image with TensorFlow, by itself
+    assert host_limits({**offload, "host_image": "tb-mine:latest"}) == {"image": "tb-mine:latest"}
     with pytest.raises(ScenarioError, match="^host_image: the image of Docker hosts; set hosts: docker$"):
         validate({**doc, "hosts": "netns"})
     with pytest.raises(ScenarioError, match="host_image"):

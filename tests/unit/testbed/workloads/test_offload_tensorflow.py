@@ -42,3 +42,14 @@ def test_cli_names_the_fix_in_one_line(verb):
     assert p.returncode == 2, p.stdout + p.stderr
     assert p.stderr.count("\n") == 1 and FIX in p.stderr and "Traceback" not in p.stderr, p.stderr
     assert "offload needs TensorFlow" in p.stderr and "workloads.0" in p.stderr
+
+
+def test_on_docker_hosts_the_image_carries_tensorflow_and_the_venv_need_not(monkeypatch):
+    """hosts: docker runs offload in the tf image (or an image of the user's): the venv's TensorFlow is not
+    asked for; the torch image, which has none, is refused in one line."""
+    monkeypatch.setitem(sys.modules, "tensorflow", None)
+    for image in ("default", "tf", "tb-mine:latest"):
+        assert offload.validate(fabric(), {"type": "offload"}, {"hosts": "docker", "host_image": image})
+    with pytest.raises(ScenarioError, match="^offload runs TensorFlow, which host_image torch does not carry; "
+                                            "use host_image tf"):
+        offload.validate(fabric(), {"type": "offload"}, {"hosts": "docker", "host_image": "torch"})
