@@ -76,7 +76,8 @@ def main() -> int:
     print(f"# worker {task['index']} of {strategy.num_replicas_in_sync}: loss {losses[0]:.4f} -> {losses[-1]:.4f}, "
           f"weights differ by at most {diff}")
     print(json.dumps({"worker": task["index"], "workers": strategy.num_replicas_in_sync, "losses": losses,
-                      "loss_ratio": losses[-1] / losses[0], "weight_spread": diff, "tensorflow": tf.__version__}), flush=True)
+                      "loss_ratio": losses[-1] / losses[0], "weight_spread": diff,
+                      "tensorflow": tf.__version__}), flush=True)
     return 0 if diff == 0 else 1
 
 

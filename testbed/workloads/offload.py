@@ -330,7 +330,7 @@ ROW_HEADER = (f"{'pipeline':8} {'policy':15} {'ratio':>5} {'steps/s':>8} {'epoch
 
 
 def run(net, spec: dict) -> dict:
-    s = validate(net.fabric, spec)
+    s = validate(net.fabric, spec, {"hosts": net.backend.name, "host_image": getattr(net.backend, "image", "default")})
     rows = []
     print(ROW_HEADER, flush=True)
     for seed in range(s["repeats"]):                # rounds interleaved: load drift falls on every policy

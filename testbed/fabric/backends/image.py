@@ -4,7 +4,7 @@
     build(client, base="debootstrap")   -> the same, built now (scripts/docker-image)
 
 The image is docker/Dockerfile FROM a base, in two stages: everything but the `hosts` package, tagged
-tb-host-deps (deps_tag), then the package. Derived images (docker/torch, docker/machine) install their
+tb-host-deps (deps_tag), then the package. Derived images (docker/torch, docker/tf, docker/machine) install their
 packages on the first and copy the package from the second, so a change to hosts/ reinstalls nothing.
 The image a rebuild replaces is removed when nothing uses it any more.
 
@@ -237,8 +237,9 @@ CA_BUNDLES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundl
 
 def derived(client, name: str, echo=print) -> str:
     """tb-NAME:latest, built from the host image's two stages (its Dockerfile's HOST and DEPS) with docker/NAME/
-    as its context (its Dockerfile and the files beside it); (re)built only when those files or the host image
-    changed. Installing needs Debian's mirror."""
+    as its context (its Dockerfile and the files beside it, the project's files it SHAREs, the machine's CA
+    bundle); (re)built only when those files (not the bundle) or the host image changed. Installing needs
+    Debian's mirror (and PyPI for docker/tf)."""
     base = ensure(client, echo=echo)
     folder, tag = os.path.join(DOCKER_DIR, name), f"{PREFIX}{name}:latest"
     files = {f: os.path.join(folder, f) for f in sorted(os.listdir(folder)) if os.path.isfile(os.path.join(folder, f))}
