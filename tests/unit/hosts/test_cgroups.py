@@ -89,6 +89,35 @@ def test_v2_controller_already_enabled_is_left_alone(tmp_path):
     assert (root / "tb-tfdata-t3" / "cpu.max").read_text() == "150000 100000"
 
 
+@pytest.mark.parametrize("fake,version", [(fake_v1, 1), (fake_v2, 2)])
+def test_a_budget_within_a_containers_group_is_made_under_it(tmp_path, fake, version):
+    """Docker hosts: the group goes under the container's, whose own limit then holds around it; on v2 the cpu
+    controller is handed down from the root to the container's group."""
+    mi, _ = fake(tmp_path)
+    h = cgroups.detect(str(mi))
+    container = os.path.join(h.root, "docker", "c0ffee")
+    os.makedirs(container)
+    if version == 2:
+        for d in (os.path.join(h.root, "docker"), container):
+            with open(os.path.join(d, "cgroup.subtree_control"), "w") as f:
+                f.write("\n")
+    budget.limit("t4", 4444, 0.3, hier=h, within=container)
+    g = os.path.join(container, "tb-tfdata-t4")
+    assert budget.group_path("t4", hier=h, within=container) == g
+    with open(os.path.join(g, "cgroup.procs")) as f:
+        assert f.read() == "4444"
+    assert h.limit_cores(g) == pytest.approx(0.3)
+    assert not os.path.exists(budget.group_path("t4", hier=h))          # nothing at the root
+    if version == 2:
+        for d in (h.root, os.path.join(h.root, "docker"), container):
+            with open(os.path.join(d, "cgroup.subtree_control")) as f:
+                assert f.read() == "+cpu", d
+    for f in os.listdir(g):
+        os.unlink(os.path.join(g, f))
+    budget.remove("t4", hier=h, within=container)
+    assert not os.path.exists(g) and os.path.isdir(container)
+
+
 def test_no_usable_cpu_controller_is_a_clear_error(tmp_path):
     mi, root = fake_v2(tmp_path, controllers="memory pids")
     with pytest.raises(cgroups.CgroupError, match="does not offer the cpu controller"):

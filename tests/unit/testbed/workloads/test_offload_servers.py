@@ -16,6 +16,8 @@ TRAINER = TrainerSpec(pipeline="compute", policy="fixed", gpu_steps_per_s=10)
 class FakeHost:
     """Runs the given program instead of the service (the namespace does not matter here)."""
 
+    python = sys.executable
+
     def __init__(self, program: str):
         self.program = program
 
@@ -83,7 +85,7 @@ def budget_recorder(monkeypatch, fail=None):
     as the kernel refuses to move a PID that is gone. The rest of the budget is a no-op."""
     calls = []
 
-    def limit(name, pid, cores):
+    def limit(name, pid, cores, within=None):
         calls.append(pid)
         if fail:
             deadline = time.monotonic() + 10
