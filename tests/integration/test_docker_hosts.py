@@ -19,6 +19,7 @@ import pytest
 
 from testbed import runner
 from testbed.fabric.backends import image
+from testbed.fabric.backends.dockerhost import container_name, holder_name
 from testbed.fabric.network import Network
 from testbed.fabric.topo import build
 from testbed.scenario import validate
@@ -144,8 +145,8 @@ def test_bring_up_connectivity_limits_and_processes_inside_containers(client, ho
     fabric = build("rail-optimized", 2, 2, spines=2, nic_mbps=10)
     with Network(fabric, hosts="docker", host_limits={"cpus": 0.5, "memory": 256 << 20}) as net:
         names = sorted(c.name for c in our_containers(client) if c.labels.get("testbed.run") == net.run_dir)
-        assert names == sorted(n for h in fabric.hosts for n in (f"tb-{h}", f"tb-{h}-net"))
-        c, holder = client.containers.get("tb-s1g0"), client.containers.get("tb-s1g0-net")
+        assert names == sorted(n for h in fabric.hosts for n in (container_name(h), holder_name(h)))
+        c, holder = client.containers.get(container_name("s1g0")), client.containers.get(holder_name("s1g0"))
         assert holder.attrs["HostConfig"]["NetworkMode"] == "none"
         assert c.attrs["HostConfig"]["NetworkMode"] == f"container:{holder.id}"
         assert c.attrs["HostConfig"]["NanoCpus"] == 500_000_000 and c.attrs["HostConfig"]["Memory"] == 256 << 20
@@ -185,7 +186,7 @@ def test_collective_is_correct_and_a_killed_container_is_detected(client, host_i
                                       "timeout_s": 8})
         took = time.monotonic() - t0
         killer.join()
-        victim = client.containers.get("tb-s1g1")
+        victim = client.containers.get(container_name("s1g1"))
         assert victim.status == "exited" and victim.attrs["State"]["ExitCode"] == 137    # docker kill
         assert hit == [1]                                    # its rank process was the one hit
         assert not failed["ok"]
@@ -196,14 +197,14 @@ def test_collective_is_correct_and_a_killed_container_is_detected(client, host_i
         # the next workload finds the host again, as on namespaces: its container restarts in the same cabling
         again = collective.run(net, {"op": "allreduce", "algo": "ring", "sizes": ["256KiB"], "iterations": 1})
         assert again["ok"], again["checks"]
-        assert client.containers.get("tb-s1g1").status == "running"
+        assert client.containers.get(container_name("s1g1")).status == "running"
         print(f"killed container detected by its peers; collective failed after {took:.1f} s: {detail[:160]}")
         # by hand, from another process (`testbed fault`): the run's backend attaches the container, and the
         # crash is the container's, as in a scenario
         by_hand = subprocess.run([sys.executable, "-m", "testbed.cli", "fault", "s0g1", "crash"], cwd=ROOT,
                                  capture_output=True, text=True, timeout=60)
         assert by_hand.returncode == 0 and "s0g1: crash" in by_hand.stdout, by_hand.stdout + by_hand.stderr
-        crashed = client.containers.get("tb-s0g1")
+        crashed = client.containers.get(container_name("s0g1"))
         assert crashed.status == "exited" and crashed.attrs["State"]["ExitCode"] == 137
 
 
@@ -243,7 +244,7 @@ def test_clean_removes_the_containers_a_killed_run_left(client, host_image):
     p = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
     run_dir = p.stdout.strip()
     left = [c.name for c in our_containers(client) if c.labels.get("testbed.run") == run_dir]
-    assert sorted(left) == sorted(n for h in ("s0g0", "s0g1", "s1g0", "s1g1") for n in (f"tb-{h}", f"tb-{h}-net")), \
+    assert sorted(left) == sorted(n for h in ("s0g0", "s0g1", "s1g0", "s1g1") for n in (container_name(h), holder_name(h))), \
         p.stderr
     cli = subprocess.run([sys.executable, "-m", "testbed.cli", "clean"], cwd=ROOT, capture_output=True, text=True)
     assert cli.returncode == 0 and re.search(r"[1-9]\d* containers", cli.stdout), cli.stdout + cli.stderr
