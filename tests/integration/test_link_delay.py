@@ -14,7 +14,7 @@ import pytest
 
 from testbed import PREFIX
 from testbed.fabric.delay import Delays, End, LinkDelay, choose_path
-from testbed.fabric.links import fabric_tag, tbf
+from testbed.fabric.links import beats_first, fabric_tag, tbf
 
 pytestmark = [pytest.mark.root]
 
@@ -46,8 +46,9 @@ class Pair:
         for i, s in enumerate("ab"):
             sh(self.at(s, f"ip addr add 10.77.0.{i + 1}/24 dev {self.dev[s]}"))
             sh(self.at(s, f"ip link set {self.dev[s]} up"))
-            if mbps:        # shaped as the link model shapes ends
-                sh(self.at(s, tbf(self.dev[s], mbps, mtu)))
+            if mbps:        # shaped as the link model shapes ends: its tbf, heartbeats first
+                for cmd in (tbf(self.dev[s], mbps, mtu), *beats_first(self.dev[s], mbps, mtu)):
+                    sh(self.at(s, cmd))
 
     def at(self, s: str, cmd: str) -> str:
         return f"ip netns exec {self.ns[s]} {cmd}" if s in self.ns else cmd
@@ -72,8 +73,10 @@ class Pair:
         return [n for n in names if s in self.ns or n == self.dev[s] or n.startswith(f"{self.tagged}dl")]
 
     def qdiscs(self, s: str) -> str:
-        """The end's qdiscs without their handles (a tbf put back gets a new one)."""
-        return re.sub(r"qdisc (\S+) \S+:", r"qdisc \1", sh(self.at(s, f"tc qdisc show dev {self.dev[s]}")))
+        """The end's qdiscs without their handles (a tbf put back gets a new one) or counters (htb's count of
+        packets it sent directly: the traffic's, not the configuration's)."""
+        shown = sh(self.at(s, f"tc qdisc show dev {self.dev[s]}"))
+        return re.sub(r" direct_packets_stat \d+", "", re.sub(r"qdisc (\S+) \S+:", r"qdisc \1", shown))
 
     def close(self):
         for ns in self.ns.values():      # the link goes with a's namespace
