@@ -171,7 +171,7 @@ class Communicator:
         self.sport_mode = sport_mode      # "packet": a new UDP source port per packet (spraying)
         self.split = split                # queue pairs per peer, each message striped over them
         self.congestion = None            # "delay": paced queue pairs back off when queues build
-        self.rto = "adaptive"             # "fixed": retransmit after rc_timeout (sized for full queues), as rxe
+        self.rto = "fixed"                # as rxe: after rc_timeout (sized for full queues); "adaptive": RFC 6298
         # multicast AllGather (mcast_allgather.py): where the fabric replicates ("rail": inside a rail only),
         # whether the testbed reports installed trees, how long to stay in the groups after the job
         self.multicast_scope, self.trees_confirmed, self.group_hold_s = "fabric", False, 0.0

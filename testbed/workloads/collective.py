@@ -63,10 +63,11 @@ SCHEMA = {
                                 "retransmission."},
         "congestion": {"enum": ["delay", "none"], "default": "none",
                        "description": "delay: delay-based congestion control in the transport (Swift-like)."},
-        "retransmit_timeout": {"enum": ["adaptive", "fixed"], "default": "adaptive",
+        "retransmit_timeout": {"enum": ["adaptive", "fixed"], "default": "fixed",
                                "description": "adaptive: each queue pair's timeout follows its measured round trip "
-                                              "(RFC 6298), up to the fixed one; fixed: sized for full queues on the "
-                                              "path, as rxe's timeout attribute."},
+                                              "(RFC 6298), up to the fixed one (not the default yet: after a link "
+                                              "flap it can stall a ring); fixed: sized for full queues on the path, "
+                                              "as rxe's timeout attribute."},
         "ring": {"enum": ["rail", "rank"], "default": "rail",
                  "description": "The ring's order: rail (rail-aware: down each rail, across the HB domain) or "
                                 "rank (rank order, whose server-crossing hops use the spines)."},
@@ -284,7 +285,7 @@ def _base_spec(net, spec: dict, peers: tuple, store: str, size: int) -> Collecti
         multicast_hold_s=multicast_ready.HOLD_S if spec["algo"] == "multicast" else 0,
         # opt-in delay-based congestion control (hosts/rdma/cc.py)
         congestion="delay" if spec.get("congestion", "none") == "delay" else None,
-        rc_rto=spec.get("retransmit_timeout", "adaptive"),
+        rc_rto=spec.get("retransmit_timeout", "fixed"),
         **collective_phases.rank_options(spec, size, cluster(fabric)))
 
 

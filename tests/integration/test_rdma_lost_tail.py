@@ -54,7 +54,7 @@ def test_a_lost_tail_is_recovered_well_under_the_fixed_timeout(link):
         pa, pb, ca, cb = a.alloc_pd(), b.alloc_pd(), a.create_cq(), b.create_cq()
         src, dst = bytearray(os.urandom(MiB)), bytearray(MiB)
         ma, mb = pa.reg_mr(src, Access.ALL), pb.reg_mr(dst, Access.ALL)
-        opts = dict(timeout=FIXED_S, retry_cnt=7, rate_limit_bps=0.95 * MBPS * 1e6, max_outstanding=256)
+        opts = dict(timeout=FIXED_S, rto="adaptive", retry_cnt=7, rate_limit_bps=0.95 * MBPS * 1e6, max_outstanding=256)
         qa, qb = a.create_qp(pa, QPType.RC, ca, **opts), b.create_qp(pb, QPType.RC, cb, **opts)
         qa.connect(qb.info())
         qb.connect(qa.info())

@@ -75,7 +75,7 @@ def test_create_qp_refuses_an_unknown_mode_and_bad_bounds():
         with pytest.raises(RdmaError, match="rto must be"):
             dev.create_qp(pd, QPType.RC, cq, rto="tcp")
         with pytest.raises(RdmaError, match="bounds"):
-            dev.create_qp(pd, QPType.RC, cq, timeout=1.0, rto_min=2.0, rto_max=1.0)
+            dev.create_qp(pd, QPType.RC, cq, timeout=1.0, rto="adaptive", rto_min=2.0, rto_max=1.0)
     finally:
         dev.close()
 
@@ -93,7 +93,7 @@ def delayed(seconds):
 def test_a_lost_tail_costs_the_estimate_not_the_ceiling(make_pair):
     """A 10 ms round trip under a 2 s ceiling: after a few messages the timer is near the floor, so losing the
     last packet of a message (nothing follows to reveal it) costs ~0.05 s; a fixed timer would cost 2 s."""
-    p = make_pair(fabric=delayed(0.005), timeout=2.0, rto_min=0.05)
+    p = make_pair(fabric=delayed(0.005), timeout=2.0, rto="adaptive", rto_min=0.05)
     for i in range(5):
         assert write(p, 64 * 1024, wr_id=i).ok
     assert p.qa.srtt is not None and p.qa.timeout < 0.2
@@ -113,7 +113,7 @@ def test_a_lost_tail_costs_the_estimate_not_the_ceiling(make_pair):
 def test_karn_no_sample_from_a_retransmitted_packet(make_pair):
     """The packet lost and retransmitted is the one being timed: its ACK must not be taken as its round trip
     (it would include the timeout), so every sample stays below the floor the timeout cannot be shorter than."""
-    p = make_pair(fabric=delayed(0.002), timeout=0.4, rto_min=0.3)
+    p = make_pair(fabric=delayed(0.002), timeout=0.4, rto="adaptive", rto_min=0.3)
     samples = []
     sample = p.qa._rto.sample
     p.qa._rto.sample = lambda rtt: samples.append(rtt) or sample(rtt)
@@ -134,7 +134,7 @@ def test_backoff_while_the_peer_is_gone_then_retry_exceeded():
     try:
         pd, cq = a.alloc_pd(), a.create_cq()
         mr = pd.reg_mr(bytearray(4096), Access.ALL)
-        qp = a.create_qp(pd, QPType.RC, cq, timeout=0.4, rto_min=0.025, retry_cnt=5)
+        qp = a.create_qp(pd, QPType.RC, cq, timeout=0.4, rto="adaptive", rto_min=0.025, retry_cnt=5)
         qp._rto.sample(0.001)                     # as if it had seen a short round trip: the floor, 25 ms
         qp.connect({"ip": "10.9.4.2", "qpn": 0x11, "psn": 0})
         qp.post_send(SendWR(WROpcode.RDMA_WRITE, [mr.sge(0, 100)], remote_addr=0x1000, rkey=1, wr_id=1))
