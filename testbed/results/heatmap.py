@@ -114,27 +114,34 @@ def figure(doc: dict, faults: list[dict], title: str):
     fig.colorbar(mesh, ax=ax, extend="max", pad=0.09, label="utilisation (busier direction / link rate)")
     ax.set_facecolor("#d9d9d9")                         # grey: not sampled (the switch did not answer)
     ax.set_ylim(len(links), 0)                          # first row on top
-    for k in range(1, len(links)):                      # tier and rail boundaries
-        if links[k]["group"] != links[k - 1]["group"]:
-            ax.axhline(k, color="white", linewidth=1.2)
-    if len(links) <= LABELS_UP_TO:
-        ax.set_yticks(np.arange(len(links)) + 0.5, [link["link"] for link in links], fontsize=6)
-    groups = {}
-    for k, link in enumerate(links):
-        groups.setdefault(link["group"], []).append(k)
-    for name, ks in groups.items():                      # group names in the right margin
-        ax.annotate(name, (1.01, 1 - (min(ks) + max(ks) + 1) / 2 / len(links)), xycoords="axes fraction",
-                    fontsize=7, va="center")
-    top = ax.get_ylim()[1]
-    for x, style, label in fault_lines(faults):
-        ax.axvline(x, color="#00e5ff", linewidth=1.4, linestyle=style)
-        if label:
-            ax.annotate(label, (x, top), xytext=(2, -2), textcoords="offset points", va="top", fontsize=7,
-                        color="#00e5ff", rotation=90)
-    ax.set_xlabel("time since the workloads started (s)")
-    ax.set_title(title, fontsize=10)
+    label_rows(ax, [link["link"] for link in links], [link["group"] for link in links], faults, "#00e5ff", title)
     fig.tight_layout()
     return fig
+
+
+def label_rows(ax, names: list, groups: list, faults: list, fault_color: str, title: str) -> None:
+    """What every heatmap of rows over time draws around its cells: white lines between groups (tiers, rails),
+    the row names when they fit, the group names in the right margin, faults as vertical lines, the titles."""
+    n = len(names)
+    for k in range(1, n):
+        if groups[k] != groups[k - 1]:
+            ax.axhline(k, color="white", linewidth=1.2)
+    if n <= LABELS_UP_TO:
+        ax.set_yticks(np.arange(n) + 0.5, names, fontsize=6)
+    spans: dict = {}
+    for k, group in enumerate(groups):
+        spans.setdefault(group, []).append(k)
+    for name, ks in spans.items():
+        ax.annotate(name, (1.01, 1 - (min(ks) + max(ks) + 1) / 2 / n), xycoords="axes fraction", fontsize=7,
+                    va="center")
+    top = ax.get_ylim()[1]
+    for x, style, label in fault_lines(faults):
+        ax.axvline(x, color=fault_color, linewidth=1.4, linestyle=style)
+        if label:
+            ax.annotate(label, (x, top), xytext=(2, -2), textcoords="offset points", va="top", fontsize=7,
+                        color=fault_color, rotation=90)
+    ax.set_xlabel("time since the workloads started (s)")
+    ax.set_title(title, fontsize=10)
 
 
 def write(fabric, timeline, results: dict, out_dir: str) -> list[str]:

@@ -22,7 +22,7 @@ import numpy as np
 from testbed.faults import REGISTRY as FAULT_KINDS
 from testbed.figures import plt
 from testbed.monitor.timeline import counter_delta
-from testbed.results.heatmap import LABELS_UP_TO, fault_lines
+from testbed.results.heatmap import label_rows
 
 FULLEST = 5                # ports named in the reports
 TIER_ORDER = {"nic": 0, "hb": 1, "uplink": 2, "frontend": 3}
@@ -125,25 +125,7 @@ def figure(doc: dict, faults: list[dict], title: str):
         xs = [times[i + 1] for i, d in enumerate(grew) if d]
         if xs:
             ax.scatter(xs, [k + 0.5] * len(xs), marker="x", s=14, color="#ff3b30", linewidths=1)
-    for k in range(1, len(ports)):
-        if ports[k]["tier"] != ports[k - 1]["tier"]:
-            ax.axhline(k, color="white", linewidth=1.2)
-    if len(ports) <= LABELS_UP_TO:
-        ax.set_yticks(np.arange(len(ports)) + 0.5, [p["port"] for p in ports], fontsize=6)
-    tiers: dict = {}
-    for k, p in enumerate(ports):
-        tiers.setdefault(p["tier"], []).append(k)
-    for name, ks in tiers.items():
-        ax.annotate(name, (1.01, 1 - (min(ks) + max(ks) + 1) / 2 / len(ports)), xycoords="axes fraction",
-                    fontsize=7, va="center")
-    top = ax.get_ylim()[1]
-    for x, style, label in fault_lines(faults):
-        ax.axvline(x, color="#ff9500", linewidth=1.4, linestyle=style)
-        if label:
-            ax.annotate(label, (x, top), xytext=(2, -2), textcoords="offset points", va="top", fontsize=7,
-                        color="#ff9500", rotation=90)
-    ax.set_xlabel("time since the workloads started (s)")
-    ax.set_title(title, fontsize=10)
+    label_rows(ax, [p["port"] for p in ports], [p["tier"] for p in ports], faults, "#ff9500", title)
     fig.tight_layout()
     return fig
 
