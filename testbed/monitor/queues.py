@@ -17,7 +17,6 @@ which the report tells apart from the queues' overflow drops.
 from __future__ import annotations
 
 import struct
-import threading
 import time
 from dataclasses import dataclass
 
@@ -29,6 +28,7 @@ from pyroute2.netlink.rtnl.tcmsg import tcmsg
 
 from testbed.fabric.linuxcalls import netns
 from testbed.fabric.links import interface
+from testbed.monitor.background import Background
 
 TC_H_ROOT = 0xFFFFFFFF
 PERIOD_S = 0.05             # fine enough to see a queue build: a NIC queue drains in tenths of a second
@@ -208,7 +208,7 @@ class _Namespace:
         self.ipr.close()
 
 
-class QueueSampler:
+class QueueSampler(Background):
     """Samples every port's queue in a thread:
     samples = [(epoch, {port name: (backlog bytes, backlog packets, qdisc drops)})],
     device_drops = [(epoch, {port name: tx_dropped})], and each port's last seen qdisc kind and limit.
@@ -224,8 +224,7 @@ class QueueSampler:
         self.limits: dict[str, int | None] = {}
         self.cpu_s = 0.0
         self.started = self.ended = None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True, name="tb-queues")
+        super().__init__("tb-queues")
 
     @classmethod
     def of(cls, net, **kwargs) -> "QueueSampler":
@@ -283,16 +282,6 @@ class QueueSampler:
                 ns.close()
             self.ended = time.monotonic()
             self.cpu_s = time.thread_time() - cpu0
-
-    def start(self) -> "QueueSampler":
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        """Stop sampling (idempotent)."""
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join()
 
     def mean_period(self) -> float | None:
         """The period kept: the mean interval between samples."""

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import subprocess
-import threading
 import time
 
 from testbed.fabric import ovs
+from testbed.monitor.background import Background
 
 
 def counter_delta(then: int, now: int) -> int:
@@ -15,7 +15,7 @@ def counter_delta(then: int, now: int) -> int:
     return now - then if now >= then else now
 
 
-class Timeline:
+class Timeline(Background):
     """Samples the tx and rx byte counters of every SDN switch port in a thread:
     samples = [(epoch, {"SWITCH:PORT": (tx_bytes, rx_bytes)})].
 
@@ -27,8 +27,7 @@ class Timeline:
     def __init__(self, net, period: float = 0.25):
         self.net, self.period = net, period
         self.samples: list[tuple[float, dict[str, tuple[int, int]]]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True, name="tb-timeline")
+        super().__init__("tb-timeline")
 
     def sample(self) -> None:
         """Take one sample now (the thread's step; callable directly). Each machine's switches are read on it."""
@@ -60,16 +59,6 @@ class Timeline:
                 pass
             if self._stop.wait(max(0.0, self.period - (time.monotonic() - started))):
                 return
-
-    def start(self) -> "Timeline":
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        """Stop sampling (idempotent)."""
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join()
 
     def rates(self, ports: list[str]) -> tuple[list[float], list[float]]:
         """(mid-interval times, Mbit/s out of `ports`, summed) between consecutive samples."""
