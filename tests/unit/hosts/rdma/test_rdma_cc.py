@@ -100,6 +100,7 @@ def bottleneck_queue(make_pair, size, cc) -> float:
     return link.max_queue
 
 
+@pytest.mark.alone      # beside three other workers on 2 cores the paced queue doubled in 4 of 7 pairs (0.60 median)
 @pytest.mark.parametrize("size", [512 * 1024])
 def test_queue_stays_short_under_congestion_control(make_pair, size):
     # Without congestion control the queue grows to most of the transfer (3/4 of 0.84 s) when the sender keeps
