@@ -369,7 +369,8 @@ class Network:
             if l.delay_us:
                 delayed.append(LinkDelay(format(len(delayed), "x"), *ends, delay_us=l.delay_us))
         for machine, lines in cmds.items():
-            self._run_on(machine, ["sh", "-ec", "\n".join(lines)])
+            for script in scripts_of(lines):
+                self._run_on(machine, ["sh", "-ec", script])
         if delayed:
             self.delays = Delays(self.delay_path)
             try:
@@ -421,3 +422,18 @@ class Network:
     def _record(self, **items) -> None:
         """Merge into the run's state file, which `testbed clean` reads after a crash."""
         runstate.record(self.run_dir, **items)
+
+
+ARG_MAX_BYTES = 64 << 10       # one argument may not exceed 128 KiB (MAX_ARG_STRLEN): 64 fabric hosts' ports do
+
+
+def scripts_of(lines: list[str], limit: int = ARG_MAX_BYTES) -> list[str]:
+    """Shell lines joined into as few scripts as fit one argument each, in order."""
+    scripts, current, size = [], [], 0
+    for line in lines:
+        if current and size + len(line) + 1 > limit:
+            scripts.append("\n".join(current))
+            current, size = [], 0
+        current.append(line)
+        size += len(line) + 1
+    return scripts + (["\n".join(current)] if current else [])

@@ -69,6 +69,14 @@ def test_a_held_number_more_than_15_percent_worse_is_caught(better, was, now, fl
     assert bool(measured.worse(fig, entry(a=was), entry(a=now))) == flagged
 
 
+def test_one_run_is_held_against_the_worst_published_repeat():
+    fig = measured.Figure("x", "x", "x", held={"t": "lower"})
+    published = entry(t=[1.0, 1.1, 1.5])
+    assert measured.worse(fig, published, entry(t=[1.6]))                       # 45% above the median
+    assert not measured.worse(fig, published, entry(t=[1.6]), against="worst")  # 7% above the worst repeat
+    assert measured.worse(fig, published, entry(t=[1.8]), against="worst")
+
+
 def test_a_figure_first_measured_has_nothing_to_be_worse_than():
     fig = measured.Figure("x", "x", "x", held={"a": "higher"})
     assert measured.worse(fig, {"text": "by hand"}, entry(a=[0.1])) == []
