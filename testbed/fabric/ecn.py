@@ -71,6 +71,13 @@ def missing() -> str | None:
     return None
 
 
+def require() -> None:
+    """EcnUnavailable, naming what is missing, where this machine cannot mark."""
+    lacking = missing()
+    if lacking:
+        raise EcnUnavailable(f"fabric.ecn: this machine cannot mark ECN: {lacking}")
+
+
 def compiled() -> str:
     """The program's object, compiled on first use and kept (by the source's and the compiler's hash)."""
     clang = subprocess.run(["clang", "--version"], capture_output=True, text=True).stdout

@@ -387,7 +387,7 @@ def _ecn_schema() -> dict:
             "pmax": {"type": "number", "exclusiveMinimum": 0, "maximum": 1,
                      "description": "Marking probability at kmax_kb."}}
     thresholds = {"type": "object", "additionalProperties": False, "required": list(ECN_KEYS), "properties": keys}
-    tiers = {t: thresholds | {"description": f"On {t} links' switch ports."} for t in TIERS}
+    tiers = {t: thresholds | {"description": f"On {t} links' switch ports. Default: no marking."} for t in TIERS}
     return {"anyOf": [thresholds, {"type": "object", "additionalProperties": False, "minProperties": 1,
                                    "properties": tiers}]}
 
