@@ -18,7 +18,7 @@ from testbed.fabric import ecn
 from testbed.fabric.links import switch_port
 from testbed.fabric.network import Network
 from testbed.fabric.topo import build
-from testbed.monitor.queues import root_qdiscs
+from testbed.workloads import beat_watch
 
 pytestmark = [pytest.mark.root, pytest.mark.alone]   # paced senders need the CPU to keep their pace
 
@@ -93,3 +93,15 @@ def test_an_incast_marks_ect_packets_above_kmin_only_never_not_ect_and_not_on_id
     assert building, pairs
     for real, virtual in building:
         assert abs(virtual - real) <= 0.25 * real + 64 * 1024, pairs
+
+
+@pytest.mark.slow
+def test_with_marking_on_every_port_heartbeats_still_go_first():
+    """The marking program runs ahead of each port's qdiscs and leaves their classes alone: heartbeats keep their
+    priority over filling queues (test_liveness.py has the control, where without it live peers go silent)."""
+    fabric = build("rail-optimized", 2, 2, nic_mbps=5, ecn=RED)
+    with Network(fabric, routing="ecmp") as net:
+        r = beat_watch.run(net, 20, timeout=1.0, flood=True)
+        seen = net.ecn_counters()
+    assert r["false"] == [] and r["max_silence_s"] < 1.0, r
+    assert len(seen) == len(ecn.port_ends(fabric)) and sum(c["packets"] for c in seen.values()) > 0, seen
