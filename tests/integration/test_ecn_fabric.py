@@ -19,6 +19,7 @@ from testbed.fabric.links import switch_port
 from testbed.fabric.network import Network
 from testbed.fabric.topo import build
 from testbed.workloads import beat_watch
+from tests.paths import ROOT
 
 pytestmark = [pytest.mark.root, pytest.mark.alone]   # paced senders need the CPU to keep their pace
 
@@ -112,3 +113,35 @@ def test_with_marking_on_every_port_heartbeats_still_go_first():
         seen = net.ecn_counters()
     assert r["false"] == [] and r["max_silence_s"] < 1.0, r
     assert len(seen) == len(ecn.port_ends(fabric)) and sum(c["packets"] for c in seen.values()) > 0, seen
+
+
+INCAST = """
+name: ecn-incast
+fabric: {kind: rail-optimized, servers: 2, gpus_per_server: 2, spines: 2, nic_mbps: 10,
+         ecn: {kmin_kb: 20, kmax_kb: 200, pmax: 0.2}}
+workloads:
+  - {type: traffic, name: incast, pattern: pairs, pairs: [[s0g0, s1g0], [s0g1, s1g0]], protocol: udp, size: 2MiB,
+     rate_mbps: 9, expect: {max_loss: 1}}
+"""
+
+
+def test_a_run_writes_the_ports_marks_to_queues_json_results_and_summary(tmp_path):
+    """The traffic workload's UDP is Not-ECT: the congested port sees it and marks none of it."""
+    path = tmp_path / "scenario.yaml"
+    path.write_text(INCAST)
+    out = tmp_path / "run"
+    p = subprocess.run([sys.executable, "-m", "testbed.cli", "run", str(path), "--out", str(out)],
+                       capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert p.returncode == 0, p.stdout + p.stderr
+    results = json.loads((out / "results.json").read_text())
+    rows = {r["port"]: r for r in json.loads((out / "queues.json").read_text())["ports"]}
+    fabric = build("rail-optimized", 2, 2, spines=2, nic_mbps=10, ecn=RED)
+    assert {name for name, r in rows.items() if "ecn" in r} == \
+        {f"{node}>{l.b if node == l.a else l.a}" for node, _, l in ecn.port_ends(fabric)}
+    hot = rows["rail0>s1g0"]["ecn"]
+    assert hot["packets"] > 1000 and max(rows["rail0>s1g0"]["backlog_bytes"]) > RED["kmax_kb"] * 1024, hot
+    assert hot["ect_packets"] == hot["marked_packets"] == 0, hot
+    e = results["queues"]["ecn"]
+    assert e["ports"] == len(ecn.port_ends(fabric)) and e["marked_packets"] == 0 and e["most_marked"] == []
+    summary = (out / "summary.md").read_text()
+    assert f"ECN marking on {e['ports']} switch ports: 0 packets marked CE of 0 ECN-capable" in summary
