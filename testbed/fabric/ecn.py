@@ -117,14 +117,18 @@ def run(args: list[str], netns: str | None = None) -> str:
     return done.stdout
 
 
-def attach(dev: str, obj: str, value: bytes, netns: str | None = None) -> None:
-    """The program on dev's clsact egress (made if missing), then its config written."""
+def attach(dev: str, obj: str, netns: str | None = None) -> None:
+    """The program on dev's clsact egress (made if missing); it passes every frame until configured."""
     qdiscs = json.loads(run(["tc", "-j", "qdisc", "show", "dev", dev], netns) or "[]")
     if not any(q.get("kind") == "clsact" for q in qdiscs):
         run(["tc", "qdisc", "add", "dev", dev, "clsact"], netns)
     run(["tc", "filter", "replace", "dev", dev, "egress", "pref", str(PREF), "handle", "1", "bpf", "da",
          "obj", obj, "sec", SECTION], netns)
-    write_map(maps(dev, netns)["ecn_config"], value)
+
+
+def configure(dev: str, value: bytes, netns: str | None = None, names: dict[int, str] | None = None) -> None:
+    """The config map of the program on dev written (value: config())."""
+    write_map(maps(dev, netns, names)["ecn_config"], value)
 
 
 def program_id(dev: str, netns: str | None = None) -> int:
@@ -136,13 +140,16 @@ def program_id(dev: str, netns: str | None = None) -> int:
     raise EcnUnavailable(f"{dev} has no ECN program on its egress")
 
 
-def maps(dev: str, netns: str | None = None) -> dict[str, int]:
-    """Map name -> id of the program on dev."""
+def map_names() -> dict[int, str]:
+    """Map id -> name of every BPF map on the machine: one bpftool call for all the ports."""
+    return {m["id"]: m.get("name", "") for m in json.loads(run(["bpftool", "-j", "map", "show"]) or "[]")}
+
+
+def maps(dev: str, netns: str | None = None, names: dict[int, str] | None = None) -> dict[str, int]:
+    """Map name -> id of the program on dev (names: map_names(), read once for many ports)."""
     prog = json.loads(run(["bpftool", "-j", "prog", "show", "id", str(program_id(dev, netns))]))
-    out = {}
-    for m in prog.get("map_ids", []):
-        out[json.loads(run(["bpftool", "-j", "map", "show", "id", str(m)]))["name"]] = m
-    return out
+    names = names if names is not None else map_names()
+    return {names[m]: m for m in prog.get("map_ids", []) if m in names}
 
 
 def hex_bytes(data: bytes) -> list[str]:
@@ -159,10 +166,10 @@ def read_map(map_id: int) -> bytes:
     return bytes(int(b, 16) for b in found["value"])
 
 
-def counters(dev: str, netns: str | None = None) -> dict[str, int]:
+def counters(dev: str, netns: str | None = None, names: dict[int, str] | None = None) -> dict[str, int]:
     """What the program on dev counted: packets seen, ECN-capable ones, marked ones, and the virtual queue's last
     value (bytes)."""
-    packets, ect, marked, queue = COUNTERS.unpack(read_map(maps(dev, netns)["ecn_counters"]))
+    packets, ect, marked, queue = COUNTERS.unpack(read_map(maps(dev, netns, names)["ecn_counters"]))
     return {"packets": packets, "ect_packets": ect, "marked_packets": marked, "virtual_queue_bytes": queue}
 
 

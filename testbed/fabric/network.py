@@ -350,19 +350,25 @@ class Network:
 
     def _mark_ecn(self) -> None:
         """The ECN program on every marking switch port's egress, with its link's rate, burst and queue."""
-        for node, port, l in ecn.port_ends(self.fabric):
+        ends = ecn.port_ends(self.fabric)
+        for node, port, _ in ends:
+            ecn.attach(switch_port(node, port), self.ecn_object)
+        names = ecn.map_names()
+        for node, port, l in ends:
             t = ecn.Thresholds.of(self.fabric.params.ecn_thresholds(l.kind))
-            ecn.attach(switch_port(node, port), self.ecn_object, ecn.config(l.mbps, l.mtu, l.queue_bytes, t))
+            ecn.configure(switch_port(node, port), ecn.config(l.mbps, l.mtu, l.queue_bytes, t), names=names)
 
     def ecn_counters(self) -> dict[str, dict[str, int]]:
         """Switch port device -> what its ECN program counted (empty without fabric.ecn; a port whose device is
         gone is left out)."""
-        out = {}
-        for node, port, _ in ecn.port_ends(self.fabric) if self.ecn_object else []:
+        if self.ecn_object is None:
+            return {}
+        out, names = {}, ecn.map_names()
+        for node, port, _ in ecn.port_ends(self.fabric):
             dev = switch_port(node, port)
             try:
-                out[dev] = ecn.counters(dev)
-            except ecn.EcnUnavailable:
+                out[dev] = ecn.counters(dev, names=names)
+            except (ecn.EcnUnavailable, KeyError):
                 continue
         return out
 
