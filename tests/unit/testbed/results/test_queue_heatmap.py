@@ -130,6 +130,8 @@ def test_ecn_marks_go_to_the_switch_ports_rows_the_summary_and_summary_md(tmp_pa
     md = report.queues_markdown(results)
     assert any("12 packets marked CE of 80 ECN-capable" in line for line in md)
     assert "| rail0>s1g0 | s1g0-rail0 | 80 | 12 |" in md
+    page = htmlreport.queues_section(results)
+    assert "12 packets marked CE of 80 ECN-capable" in page
 
 
 def test_no_ecn_no_marks_in_the_summary(tmp_path):
