@@ -210,6 +210,7 @@ def _run_workloads(net: Network, scenario: dict, results: dict, live: _Live, rep
     report.stage("results")
     live.timeline.stop()
     live.queues.stop()
+    live.queues.ecn = net.ecn_counters()
     results["faults"] = schedule.results(net.controller_view().get("port_events", []))
     outcomes.fill(results["faults"], results["workloads"], schedule.t0, net.fabric)
     attach_struck(results["faults"], results["workloads"], schedule.t0)       # the jobs each fault struck

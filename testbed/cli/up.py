@@ -101,6 +101,9 @@ def cmd_up(args) -> int:
     if any(l.delay_us for l in fabric.links):
         from testbed.fabric.delay import choose_path
         choose_path()               # DelayUnavailable (exit status 2) here, not from the detached process
+    if fabric.params.ecn:
+        from testbed.fabric import ecn
+        ecn.require()               # likewise
     _refuse_second_fabric()
     require_machine(doc, "up")
     if args.foreground:

@@ -33,7 +33,7 @@ from mininet.node import Host, OVSSwitch
 from mininet.nodelib import LinuxBridge
 
 from testbed import RUN_ROOT
-from testbed.fabric import lifeline, ovs, runstate
+from testbed.fabric import ecn, lifeline, ovs, runstate
 from testbed.fabric.controller import Controller, ControllerError, LoopbackController
 from testbed.fabric.delay import Delays, DelayError, End, LinkDelay, choose_path
 from testbed.fabric.backends import BackendUnavailable, backend_class, softroce
@@ -94,6 +94,7 @@ class Network:
         self.backend = backend(self.run_dir, **self.host_limits)
         self.delay_path = self._delay_path()        # before anything is made: DelayUnavailable, one line
         self.delays: Delays | None = None
+        self.ecn_object = self._ecn_object()        # likewise: EcnUnavailable, one line
         self.mn: Mininet | None = None
         self.controller: Controller | None = None
         self.timings: dict[str, float] = {}
@@ -338,6 +339,39 @@ class Network:
             raise NetworkError(f"link delay ({delayed[0].name}) is not made on fabrics spread over machines")
         return choose_path()
 
+    def _ecn_object(self) -> str | None:
+        """The compiled ECN program where fabric.ecn marks any port (testbed.fabric.ecn), None otherwise."""
+        if not ecn.port_ends(self.fabric):
+            return None
+        if self.machines:
+            raise ecn.EcnUnavailable("fabric.ecn: ECN marking is not made on fabrics spread over machines")
+        ecn.require()
+        return ecn.compiled()
+
+    def _mark_ecn(self) -> None:
+        """The ECN program on every marking switch port's egress, with its link's rate, burst and queue."""
+        ends = ecn.port_ends(self.fabric)
+        for node, port, _ in ends:
+            ecn.attach(switch_port(node, port), self.ecn_object)
+        names = ecn.map_names()
+        for node, port, l in ends:
+            t = ecn.Thresholds.of(self.fabric.params.ecn_thresholds(l.kind))
+            ecn.configure(switch_port(node, port), ecn.config(l.mbps, l.mtu, l.queue_bytes, t), names=names)
+
+    def ecn_counters(self) -> dict[str, dict[str, int]]:
+        """Switch port device -> what its ECN program counted (empty without fabric.ecn; a port whose device is
+        gone is left out)."""
+        if self.ecn_object is None:
+            return {}
+        out, names = {}, ecn.map_names()
+        for node, port, _ in ecn.port_ends(self.fabric):
+            dev = switch_port(node, port)
+            try:
+                out[dev] = ecn.counters(dev, names=names)
+            except (ecn.EcnUnavailable, KeyError):
+                continue
+        return out
+
     def _shape(self) -> None:
         """tbf at both ends of every shaped link, heartbeats first (the host side in the host's namespace); a
         delayed link's ends get their rate and queue with the delay (testbed.fabric.delay), which then owns their
@@ -371,6 +405,8 @@ class Network:
         for machine, lines in cmds.items():
             for script in scripts_of(lines):
                 self._run_on(machine, ["sh", "-ec", script])
+        if self.ecn_object:
+            self._mark_ecn()            # before the delays: their divert goes after it on the same egress
         if delayed:
             self.delays = Delays(self.delay_path)
             try:

@@ -45,7 +45,7 @@ class Param:
     check: "count" (an integer in [low, high]), "rate" (Mbit/s in (0, MAX_MBPS]), "ratio" (a number in
     [low, high]; high may depend on the other values: spare_servers, what servers leave free), "delay" (us,
     >= 0) or "queue" (KiB, > 0), each a number or a per-tier map {nic, uplink, hb}, "links" (per-link
-    overrides by link name) or "flag" (true or false)."""
+    overrides by link name), "ecn" (marking thresholds, or a per-tier map of them) or "flag" (true or false)."""
     check: str
     description: str                       # the scenario schema's (and docs/scenario-reference.md's)
     low: float = 0
@@ -123,6 +123,15 @@ class FabricParams:
                     "less than 1 MiB or 16 ms of traffic (a lossless RoCE fabric's pause headroom stands in for "
                     "the rest). Not scaled: time scaling keeps byte counts.",
         result="The shaped ends' queue, KiB (a number, or per tier); null: the default per link.")
+    ecn: dict | None = _param(
+        None, check="ecn", help="ECN marking at the switch ports, JSON: {kmin_kb, kmax_kb, pmax}, or per tier "
+                                "{nic: {...}, uplink: {...}, hb: {...}}",
+        description="ECN marking at every shaped switch port's egress queue, as a RED queue with ECN (DCQCN's "
+                    "congestion point): ECN-capable packets get CE with probability 0 below kmin_kb KiB of queue, "
+                    "rising linearly to pmax at kmax_kb, and 1 from kmax_kb on; Not-ECT packets are never marked. "
+                    "{kmin_kb, kmax_kb, pmax} for every tier, or a map by tier {nic, uplink, hb} (tiers left out: "
+                    "no marking). Needs clang, bpftool and tc with BPF (docs/ecn.md). Default: off.",
+        result="ECN marking thresholds (a map, or per tier); null: off.")
     links: dict | None = _param(
         None, check="links", help="per-link overrides, JSON: {LINK: {mbps, delay_us, queue_kb}}",
         description="Per-link overrides by link name (as `testbed topo` lists them, e.g. rail0-spine1): "
@@ -171,6 +180,12 @@ class FabricParams:
         if isinstance(value, dict):
             return value.get(tier, default)
         return default if value is None or tier not in TIERS else value
+
+    def ecn_thresholds(self, tier: str) -> dict | None:
+        """fabric.ecn's {kmin_kb, kmax_kb, pmax} for the switch ports of this tier's links (None: no marking)."""
+        if not self.ecn or tier not in TIERS:
+            return None
+        return self.ecn.get(tier) if "pmax" not in self.ecn else self.ecn
 
     def link_override(self, link_name: str) -> dict:
         """fabric.links' overrides for this link, after time scaling (empty: none)."""
@@ -245,6 +260,8 @@ def _checked(name: str, p: Param, value, values: dict):
         return _checked_tiers(name, p.check, value)
     if p.check == "links":
         return _checked_links(value)
+    if p.check == "ecn":
+        return _checked_ecn(value)
     if p.check == "flag":
         if not isinstance(value, bool):
             raise TopologyError(f"{name} must be true or false, got {value!r}")
@@ -308,6 +325,39 @@ def _checked_links(value):
     return out
 
 
+ECN_KEYS = ("kmin_kb", "kmax_kb", "pmax")
+
+
+def _checked_ecn(value):
+    """ECN thresholds {kmin_kb, kmax_kb, pmax} for every tier, or a map by tier of them; None: off."""
+    if value is None:
+        return None
+    if isinstance(value, dict) and value and all(k in TIERS for k in value):
+        return {t: _ecn_thresholds(f"ecn.{t}", v) for t, v in value.items()}
+    return _ecn_thresholds("ecn", value)
+
+
+def _ecn_thresholds(name: str, value) -> dict:
+    if not isinstance(value, dict):
+        raise TopologyError(f"{name} must be a map {{{', '.join(ECN_KEYS)}}}, got {value!r}")
+    unknown = [k for k in value if k not in ECN_KEYS]
+    if unknown:
+        raise TopologyError(f"{name}: unknown key {unknown[0]!r}; keys are {', '.join(ECN_KEYS)} (or tiers "
+                            f"{', '.join(TIERS)})")
+    absent = [k for k in ECN_KEYS if k not in value]
+    if absent:
+        raise TopologyError(f"{name} needs {absent[0]}")
+    number = lambda v: not isinstance(v, bool) and isinstance(v, (int, float))
+    for k in ("kmin_kb", "kmax_kb"):
+        if not number(value[k]) or not 0 <= value[k] <= MAX_QUEUE_KB:
+            raise TopologyError(f"{name}.{k} must be a queue in KiB in [0, {MAX_QUEUE_KB}], got {value[k]!r}")
+    if value["kmin_kb"] > value["kmax_kb"]:
+        raise TopologyError(f"{name}: kmin_kb ({value['kmin_kb']}) is above kmax_kb ({value['kmax_kb']})")
+    if not number(value["pmax"]) or not 0 < value["pmax"] <= 1:
+        raise TopologyError(f"{name}.pmax must be a probability in (0, 1], got {value['pmax']!r}")
+    return {k: float(value[k]) for k in ECN_KEYS}
+
+
 # -- what the fields generate ------------------------------------------------------------------------
 
 def _plain(value):
@@ -330,6 +380,18 @@ OVERRIDES = {"mbps": ("rate", "The link's rate in Mbit/s, at both ends. Default:
              "queue_kb": ("queue", "Each end's queue in KiB. Default: its tier's.")}
 
 
+def _ecn_schema() -> dict:
+    queue = {"type": "number", "minimum": 0, "maximum": MAX_QUEUE_KB}
+    keys = {"kmin_kb": queue | {"description": "Queue (KiB) below which nothing is marked."},
+            "kmax_kb": queue | {"description": "Queue (KiB) from which every ECN-capable packet is marked."},
+            "pmax": {"type": "number", "exclusiveMinimum": 0, "maximum": 1,
+                     "description": "Marking probability at kmax_kb."}}
+    thresholds = {"type": "object", "additionalProperties": False, "required": list(ECN_KEYS), "properties": keys}
+    tiers = {t: thresholds | {"description": f"On {t} links' switch ports. Default: no marking."} for t in TIERS}
+    return {"anyOf": [thresholds, {"type": "object", "additionalProperties": False, "minProperties": 1,
+                                   "properties": tiers}]}
+
+
 def _schema_of(f: dataclasses.Field, p: Param) -> dict:
     if p.check in ("delay", "queue"):
         out = _tiers_schema(p.check)
@@ -337,6 +399,8 @@ def _schema_of(f: dataclasses.Field, p: Param) -> dict:
         override = {"type": "object", "additionalProperties": False, "minProperties": 1,
                     "properties": {k: NUMBERS[check] | {"description": text} for k, (check, text) in OVERRIDES.items()}}
         out = {"type": "object", "additionalProperties": override}
+    elif p.check == "ecn":
+        out = _ecn_schema()
     elif p.check == "flag":
         out = {"type": "boolean"}
     elif p.check == "count":
@@ -374,7 +438,7 @@ def results_schema() -> tuple[dict, list[str]]:
 
 RESULT_TYPES = {"count": {"type": "integer", "minimum": 0}, "flag": {"type": "boolean"},
                 "delay": {"type": ["number", "object"]}, "queue": {"type": ["number", "object", "null"]},
-                "links": {"type": ["object", "null"]}}
+                "links": {"type": ["object", "null"]}, "ecn": {"type": ["object", "null"]}}
 
 
 def add_flags(parser) -> None:
@@ -402,7 +466,8 @@ def _flag(text: str) -> bool:
     return text.lower() in ("true", "1", "yes")
 
 
-FLAG_TYPES = {"count": int, "delay": _tiers_flag, "queue": _tiers_flag, "links": json.loads, "flag": _flag}
+FLAG_TYPES = {"count": int, "delay": _tiers_flag, "queue": _tiers_flag, "links": json.loads, "ecn": json.loads,
+              "flag": _flag}
 
 
 def given(args) -> dict:

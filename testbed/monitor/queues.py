@@ -224,6 +224,7 @@ class QueueSampler(Background):
         self.limits: dict[str, int | None] = {}
         self.cpu_s = 0.0
         self.started = self.ended = None
+        self.ecn: dict[str, dict[str, int]] = {}   # switch port device -> its ECN counters at the end (fabric.ecn)
         super().__init__("tb-queues")
 
     @classmethod

@@ -128,6 +128,14 @@ def queues_section(results: dict) -> str:
                            [[html.escape(r["port"]), html.escape(r["link"]), cell(r["limit_bytes"]),
                              cell(r["peak_bytes"]), cell(r["peak_fraction"], 2), cell(r["overflow_drops"])]
                             for r in q["fullest"]], left=2))
+    e = q.get("ecn")
+    if e:
+        parts.append(f"<p>ECN marking on {e['ports']} switch ports: {e['marked_packets']} packets marked CE of "
+                     f"{e['ect_packets']} ECN-capable.</p>")
+        if e["most_marked"]:
+            parts.append(table(["port", "link", "ECN-capable", "marked CE"],
+                               [[html.escape(r["port"]), html.escape(r["link"]), cell(r["ect_packets"]),
+                                 cell(r["marked_packets"])] for r in e["most_marked"]], left=2))
     return "".join(parts)
 
 

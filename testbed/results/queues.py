@@ -45,7 +45,8 @@ def document(sampler, t0: float) -> dict:
                     "qdisc": sampler.kinds.get(p.name), "limit_bytes": sampler.limits.get(p.name),
                     "backlog_bytes": [s and s[0] for s in seen], "backlog_packets": [s and s[1] for s in seen],
                     "drops": [s and s[2] for s in seen],
-                    "device_drops": [d.get(p.name) for _, d in sampler.device_drops]})
+                    "device_drops": [d.get(p.name) for _, d in sampler.device_drops]}
+                   | ({"ecn": sampler.ecn[p.dev]} if p.netns is None and p.dev in sampler.ecn else {}))
     return {"time_base": "workloads_start", "workloads_start": t0, "period_s": sampler.period,
             "cpu_budget": sampler.cpu_budget,
             "times_s": [round(t - t0, 3) for t in times], "device_times_s": [round(t - t0, 3) for t in dtimes],
@@ -102,7 +103,20 @@ def summary(doc: dict, faults: list[dict], fabric, n: int = FULLEST) -> dict:
                         if p["limit_bytes"] else None, "overflow_drops": by["overflow"]})
     fullest.sort(key=lambda r: (-(r["peak_fraction"] or 0), -r["peak_bytes"]))
     return {"drops": {k: sum(r[k] for r in per_port) for k in ("overflow", "fault", "other")},
-            "drops_by_port": per_port, "fullest": [r for r in fullest if r["peak_bytes"]][:n]}
+            "drops_by_port": per_port, "fullest": [r for r in fullest if r["peak_bytes"]][:n]} | ecn_summary(doc, n)
+
+
+def ecn_summary(doc: dict, n: int = FULLEST) -> dict:
+    """With fabric.ecn: the packets the switch ports saw ECN-capable and marked CE, in all and on the ports that
+    marked most."""
+    ports = [p for p in doc["ports"] if "ecn" in p]
+    if not ports:
+        return {}
+    rows = sorted(({"port": p["port"], "link": p["link"], "ect_packets": p["ecn"]["ect_packets"],
+                    "marked_packets": p["ecn"]["marked_packets"]} for p in ports), key=lambda r: -r["marked_packets"])
+    return {"ecn": {"ports": len(ports), "ect_packets": sum(r["ect_packets"] for r in rows),
+                    "marked_packets": sum(r["marked_packets"] for r in rows),
+                    "most_marked": [r for r in rows if r["marked_packets"]][:n]}}
 
 
 def fractions(doc: dict) -> np.ndarray:

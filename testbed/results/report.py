@@ -129,6 +129,20 @@ def queues_markdown(results: dict) -> list[str]:
         lines += ["| port | overflow | fault | other |", "|---|---|---|---|"]
         lines += [f"| {r['port']} | {r['overflow']} | {r['fault']} | {r['other']} |" for r in q["drops_by_port"]]
         lines.append("")
+    return lines + ecn_markdown(q.get("ecn"))
+
+
+def ecn_markdown(e: dict | None) -> list[str]:
+    """fabric.ecn's marks: in all, and the ports that marked most."""
+    if not e:
+        return []
+    lines = [f"ECN marking on {e['ports']} switch ports: {e['marked_packets']} packets marked CE of "
+             f"{e['ect_packets']} ECN-capable (per port in `queues.json`).", ""]
+    if e["most_marked"]:
+        lines += ["| port | link | ECN-capable | marked CE |", "|---|---|---|---|"]
+        lines += [f"| {r['port']} | {r['link']} | {r['ect_packets']} | {r['marked_packets']} |"
+                  for r in e["most_marked"]]
+        lines.append("")
     return lines
 
 

@@ -84,6 +84,13 @@ QUEUES = obj({
                         "peak_fraction": nullable(NUM), "overflow_drops": INT},
                        ["port", "link", "tier", "limit_bytes", "peak_bytes", "peak_fraction", "overflow_drops"]),
                    "The ports with the highest peak backlog, as a fraction of their configured queue."),
+    "ecn": d(obj({"ports": INT, "ect_packets": INT, "marked_packets": INT,
+                  "most_marked": arr(obj({"port": STR, "link": STR, "ect_packets": INT, "marked_packets": INT},
+                                         ["port", "link", "ect_packets", "marked_packets"]),
+                                     "The switch ports that marked most.")},
+                 ["ports", "ect_packets", "marked_packets", "most_marked"]),
+             "With fabric.ecn: ECN-capable packets the marking switch ports saw and those they marked CE (per port "
+             "in queues.json)."),
 }, ["file", "period_s", "ports", "samples", "sampler_cpu", "drops", "drops_by_port", "fullest"])
 
 # Every workload record: what the runner adds around the type's own result.

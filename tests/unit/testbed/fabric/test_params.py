@@ -28,8 +28,8 @@ def test_every_field_is_in_the_scenario_schema_with_its_default_and_description(
         prop = schema["properties"][f.name]
         assert prop["description"] == p.description
         assert prop.get("default") == f.default        # hb_mbps: worked out from nic_mbps, no default
-        if p.check in ("delay", "queue"):             # a number, or a map by tier
-            assert [o["type"] for o in prop["anyOf"]] == ["number", "object"]
+        if p.check in ("delay", "queue", "ecn"):      # a number (ecn: thresholds), or a map by tier
+            assert [o["type"] for o in prop["anyOf"]] == ["object" if p.check == "ecn" else "number", "object"]
             assert list(prop["anyOf"][1]["properties"]) == list(params.TIERS)
         else:
             assert prop["type"] == {"count": "integer", "links": "object", "flag": "boolean"}.get(p.check, "number")
@@ -47,13 +47,15 @@ def test_every_field_has_a_topo_flag_and_unset_flags_are_not_given():
     args = topo_parser().parse_args(["clos", "--servers", "3", "--gpus", "2"])
     assert args.kind == "clos" and params.given(args) == {"servers": 3, "gpus_per_server": 2}
     argv = ["clos"]
-    values = {"count": "7", "flag": "true", "links": '{"rail0-spine0": {"mbps": 2}}', "delay": "nic=5,uplink=7.5"}
+    values = {"count": "7", "flag": "true", "links": '{"rail0-spine0": {"mbps": 2}}', "delay": "nic=5,uplink=7.5",
+              "ecn": '{"kmin_kb": 5, "kmax_kb": 200, "pmax": 0.2}'}
     for f, p in params.fields():
         argv += ["--" + f.name.replace("_", "-"), values.get(p.check, "7.5")]
     given = params.given(topo_parser().parse_args(argv))
     assert set(given) == set(NAMES)
     assert given["delay_us"] == {"nic": 5.0, "uplink": 7.5} and given["queue_kb"] == 7.5
     assert given["ideal_uplinks"] is True and given["links"] == {"rail0-spine0": {"mbps": 2}}
+    assert given["ecn"] == {"kmin_kb": 5, "kmax_kb": 200, "pmax": 0.2}
 
 
 def test_topo_needs_servers_and_gpus_and_takes_the_long_name_too(capsys):
@@ -79,7 +81,7 @@ def test_the_results_block_and_its_schema_come_from_the_fields():
     block = results_schema.FABRIC
     assert all(block["properties"][k] == v for k, v in props.items()) and set(required) <= set(block["required"])
     assert values == {"kind": "clos", "servers": 3, "gpus_per_server": 2, "nic_mbps": 5.0, "hb_mbps": 45.0,
-                      "nic_mtu": 9000, "delay_us": 0.0, "queue_kb": None, "ideal_uplinks": False,
+                      "nic_mtu": 9000, "delay_us": 0.0, "queue_kb": None, "ecn": None, "ideal_uplinks": False,
                       "time_scale": 1.0, "link_overrides": None, "faithful": True}
 
 

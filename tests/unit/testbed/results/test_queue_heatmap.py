@@ -15,7 +15,7 @@ PORTS = [Port("s0g0", "hb0", "s0g0-hb0", "hb", "eth1", "/proc/1/ns/net"),
          Port("s1g0", "rail0", "s1g0-rail0", "nic", "eth0", "/proc/2/ns/net")]
 
 
-def sampler():
+def sampler(ecn=None):
     """0.5 s apart from T0 - 0.5: rail0>s1g0 fills to its limit and drops 40 packets, then its qdisc is re-created
     (counters restart) and it drops 5 more; s1g0>rail0 missing from one sample. The devices' drops, every other
     sample: 9 on rail0>s1g0 during the fault on its link, 2 on the HB port with no fault."""
@@ -29,7 +29,7 @@ def sampler():
                            samples=[(T0 - 0.5 + 0.5 * k, s) for k, s in enumerate(q)],
                            device_drops=[(T0 - 0.5 + 1.0 * k, s) for k, s in enumerate(d)],
                            kinds={p.name: "tbf" for p in PORTS}, limits={p.name: LIMIT for p in PORTS},
-                           mean_period=lambda: 0.5, cpu_share=lambda: 0.021)
+                           mean_period=lambda: 0.5, cpu_share=lambda: 0.021, ecn=ecn or {})
 
 
 def fabric():
@@ -112,3 +112,30 @@ def test_no_samples_no_files():
     assert queues.write(fabric(), None, {}, "/nonexistent") == []
     assert queues.write(fabric(), SimpleNamespace(samples=[(T0, {})]), {}, "/nonexistent") == []
     assert report.queues_markdown({}) == [] and htmlreport.queues_section({}) == ""
+
+
+def test_ecn_marks_go_to_the_switch_ports_rows_the_summary_and_summary_md(tmp_path):
+    os.makedirs(tmp_path / "plots")
+    counted = {"tb-rail0-p2": {"packets": 90, "ect_packets": 80, "marked_packets": 12, "virtual_queue_bytes": 0}}
+    results = {"scenario": "t", "timings": {"workloads_start": T0}, "faults": []}
+    queues.write(fabric(), sampler(counted), results, str(tmp_path))
+    with open(tmp_path / "queues.json") as f:
+        rows = {p["port"]: p for p in json.load(f)["ports"]}
+    assert rows["rail0>s1g0"]["ecn"] == counted["tb-rail0-p2"]
+    assert "ecn" not in rows["s1g0>rail0"]             # a host's end: hosts do not mark
+    e = results["queues"]["ecn"]
+    assert (e["ports"], e["ect_packets"], e["marked_packets"]) == (1, 80, 12)
+    assert e["most_marked"] == [{"port": "rail0>s1g0", "link": "s1g0-rail0", "ect_packets": 80, "marked_packets": 12}]
+    assert not [x for x in results_schema.errors({"queues": results["queues"]}) if x.startswith("queues")]
+    md = report.queues_markdown(results)
+    assert any("12 packets marked CE of 80 ECN-capable" in line for line in md)
+    assert "| rail0>s1g0 | s1g0-rail0 | 80 | 12 |" in md
+    page = htmlreport.queues_section(results)
+    assert "12 packets marked CE of 80 ECN-capable" in page
+
+
+def test_no_ecn_no_marks_in_the_summary(tmp_path):
+    os.makedirs(tmp_path / "plots")
+    results = {"scenario": "t", "timings": {"workloads_start": T0}, "faults": []}
+    queues.write(fabric(), sampler(), results, str(tmp_path))
+    assert "ecn" not in results["queues"] and not any("ECN" in line for line in report.queues_markdown(results))
