@@ -54,7 +54,10 @@ class Figure:
 
 def _run(doc: dict) -> dict:
     from testbed import runner
-    return runner.run(doc, tempfile.mkdtemp(prefix="tb-bench-"), echo=lambda *a: None)
+    out = runner.run(doc, tempfile.mkdtemp(prefix="tb-bench-"), echo=lambda *a: None)
+    if len(out["workloads"]) != len(doc["workloads"]):
+        raise RuntimeError(f"{doc['name']}: {[c['detail'] for c in out['checks'] if not c['ok']] or 'no results'}")
+    return out
 
 
 def _collective(kind: str, op: str, algo: str, mtu: int, size: str = "4MiB") -> dict:

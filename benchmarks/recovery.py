@@ -43,7 +43,7 @@ def case(net, kind: str, policy: str, at: float, size: str, heartbeat=None, rto:
     finally:
         schedule.stop()
     record, = schedule.results([])
-    outcomes.of_kinds([record], [result], schedule.t0, net.fabric)
+    outcomes.fill([record], [result], schedule.t0, net.fabric)
     return {"result": result, "fault": record}
 
 
