@@ -60,3 +60,10 @@ class DelayCC:
         self.rate_bps = max(self.rate_bps * factor, self.min_fraction * self.line_bps)
         self._last_decrease = now
         self.decreases += 1
+
+    # DCQCN's signals (hosts/rdma/dcqcn.py), which the delay-based control does not use
+    def cnp(self, now: float) -> None:
+        pass
+
+    def sent(self, nbytes: int, now: float) -> None:
+        pass
