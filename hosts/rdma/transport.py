@@ -18,7 +18,7 @@ import threading
 import time
 from collections import deque
 
-from .headers import ROCE_PORT
+from .headers import ROCE_PORT, ip_checksum
 
 SO_ATTACH_FILTER = 26
 
@@ -127,12 +127,14 @@ class MemoryFabric:
     """In-process packet network between transports created by attach(ip).
 
     drop(pkt) -> bool       drop a packet (loss injection)
+    mark(pkt) -> bool       set ECN's CE on an ECN-capable packet, as a congested switch queue does
     delay(pkt) -> seconds   deliver after a delay (per-packet delays reorder packets, like unequal paths)
     tap(pkt)                see every packet that enters the fabric (e.g. PcapWriter.write)
     """
 
-    def __init__(self, drop=None, delay=None, tap=None, queue_limit: int = 65536):
-        self.drop, self.delay, self.tap = drop, delay, tap
+    def __init__(self, drop=None, delay=None, tap=None, queue_limit: int = 65536, mark=None):
+        self.drop, self.delay, self.tap, self.mark = drop, delay, tap, mark
+        self.marked = 0
         self.queue_limit = queue_limit
         self._ports = {}
         self._lock = threading.Lock()
@@ -162,6 +164,9 @@ class MemoryFabric:
         if self.drop and self.drop(pkt):
             self.dropped += 1
             return
+        if self.mark and pkt[1] & 3 and self.mark(pkt):      # only ECT packets may be marked (RFC 3168)
+            pkt = set_ce(pkt)
+            self.marked += 1
         d = self.delay(pkt) if self.delay else 0
         if d > 0:
             with self._cv:
@@ -193,6 +198,15 @@ class MemoryFabric:
                     self._cv.wait(None if not self._heap else self._heap[0][0] - time.monotonic())
                 _, _, pkt, dst = heapq.heappop(self._heap)
             self._deliver(pkt, dst)
+
+
+def set_ce(pkt: bytes) -> bytes:
+    """The IPv4 packet with ECN's CE set and its header checksum updated (the ICRC masks the TOS byte)."""
+    b = bytearray(pkt)
+    b[1] |= 3
+    b[10:12] = b"\0\0"
+    b[10:12] = struct.pack("!H", ip_checksum(b))
+    return bytes(b)
 
 
 class MemoryTransport:
