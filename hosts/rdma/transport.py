@@ -7,7 +7,8 @@ KernelTransport: real sockets in the host's network namespace (needs CAP_NET_RAW
       or a multicast group), because the ICRC covers IP header fields (the IP ID) that a UDP socket hides.
   A UDP socket bound to (ip, 4791) with a drop-all filter keeps the port open (no ICMP port
   unreachable) and holds the multicast memberships, so the kernel sends the IGMP reports.
-MemoryFabric: an in-process network of transports (no privileges), with drop/delay hooks for tests.
+MemoryFabric: an in-process network of transports (no privileges), with drop/mark/delay hooks for tests;
+Bottleneck: a FIFO link with an ECN threshold and a buffer for those hooks.
 """
 import ctypes
 import heapq
@@ -207,6 +208,49 @@ def set_ce(pkt: bytes) -> bytes:
     b[10:12] = b"\0\0"
     b[10:12] = struct.pack("!H", ip_checksum(b))
     return bytes(b)
+
+
+class Bottleneck:
+    """A FIFO link of `bps` for MemoryFabric's hooks (drop=, mark=, delay=): each packet of `min_bytes` or more
+    (data, not ACKs or CNPs, which take the reverse path) waits for those before it. It marks CE on packets
+    arriving to a queue of over `mark_above_s` seconds (a switch's ECN threshold, Kmin = Kmax) and drops those
+    arriving to one of over `limit_s` (its buffer). `queues` holds the queue each packet found, `served`
+    (start, seconds) per packet sent on, `drops` the packets lost."""
+
+    def __init__(self, bps: float, mark_above_s: float | None = None, limit_s: float | None = None,
+                 min_bytes: int = 200):
+        self.bps, self.mark_above_s, self.limit_s, self.min_bytes = bps, mark_above_s, limit_s, min_bytes
+        self.free_at, self.queues, self.served, self.drops = 0.0, [], [], 0
+        self._lock = threading.Lock()
+
+    def _queue(self) -> float:
+        return max(0.0, self.free_at - time.monotonic())
+
+    def drop(self, pkt) -> bool:
+        with self._lock:
+            lost = self.limit_s is not None and len(pkt) >= self.min_bytes and self._queue() > self.limit_s
+            self.drops += lost
+            return lost
+
+    def mark(self, pkt) -> bool:
+        with self._lock:
+            return self.mark_above_s is not None and len(pkt) >= self.min_bytes and self._queue() > self.mark_above_s
+
+    def delay(self, pkt) -> float:
+        if len(pkt) < self.min_bytes:
+            return 0
+        with self._lock:
+            now = time.monotonic()
+            start = max(now, self.free_at)
+            self.queues.append(start - now)
+            self.served.append((start, len(pkt) * 8 / self.bps))
+            self.free_at = start + len(pkt) * 8 / self.bps
+            return self.free_at - now
+
+    def utilization(self, skip: float = 0.0) -> float:
+        """The fraction of time the link was busy, from `skip` of the way through its traffic to the end."""
+        t0 = self.served[0][0] + skip * (self.free_at - self.served[0][0])
+        return sum(s for start, s in self.served if start >= t0) / (self.free_at - t0)
 
 
 class MemoryTransport:

@@ -4,7 +4,6 @@ bottleneck whose queue DCQCN keeps near the marking threshold."""
 import shutil
 import statistics
 import subprocess
-import threading
 import time
 
 import pytest
@@ -13,7 +12,7 @@ from scapy.contrib.roce import BTH, CNPPadding
 
 from hosts.rdma import SendWR, WROpcode
 from hosts.rdma import headers as H
-from hosts.rdma.transport import MemoryFabric, PcapWriter, set_ce
+from hosts.rdma.transport import Bottleneck, MemoryFabric, PcapWriter, set_ce
 
 A, B = bytes([10, 9, 0, 1]), bytes([10, 9, 0, 2])
 
@@ -144,38 +143,8 @@ def test_cnp_in_a_capture_decoded_by_scapy_and_tshark(make_pair, tmp_path):
     assert all(int(r[0], 0) == p.qa.qpn and int(r[1]) == 0 and not r[2] for r in rows), rows
 
 
-class MarkingBottleneck:
-    """A FIFO link of `bps` inside the in-process fabric that marks CE on packets arriving to a queue of over
-    `kmin_s` seconds (DCQCN's congestion point with Kmin = Kmax, as DCTCP's step marking)."""
-
-    def __init__(self, bps, kmin_s):
-        self.bps, self.kmin_s = bps, kmin_s
-        self.free_at, self.queues, self.served = 0.0, [], []      # served: (start, seconds) per packet
-        self.lock = threading.Lock()
-
-    def mark(self, pkt):
-        with self.lock:
-            return len(pkt) > 200 and self.free_at - time.monotonic() > self.kmin_s
-
-    def delay(self, pkt):
-        if len(pkt) < 200:                        # ACKs and CNPs travel the reverse path, not this queue
-            return 0
-        with self.lock:
-            now = time.monotonic()
-            start = max(now, self.free_at)
-            self.queues.append(start - now)
-            self.served.append((start, len(pkt) * 8 / self.bps))
-            self.free_at = start + len(pkt) * 8 / self.bps
-            return self.free_at - now
-
-    def utilization(self, skip=0.0):
-        """The fraction of time the link was busy, from `skip` of the way through the transfer to its end."""
-        t0 = self.served[0][0] + skip * (self.free_at - self.served[0][0])
-        return sum(s for start, s in self.served if start >= t0) / (self.free_at - t0)
-
-
 def run_bottleneck(make_pair, size, kmin, cc):
-    link = MarkingBottleneck(5e6, kmin)
+    link = Bottleneck(5e6, mark_above_s=kmin)
     opts = dict(cc=cc, time_scale=300) if cc else {}
     p = make_pair(fabric=MemoryFabric(delay=link.delay, mark=link.mark), size=size, rate_limit_bps=20e6,
                   timeout=5.0, **opts)
