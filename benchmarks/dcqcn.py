@@ -3,6 +3,7 @@
 
     .venv/bin/python benchmarks/dcqcn.py [--senders 4] [--mbps 5] [--kb 384] [--reps 3] [--time-scale 300]
                                          [--kmin-ms 10] [--buffer-ms 400] [--threshold 5]
+                                         [--schemes none,delay,dcqcn]
 
 N uroce senders, each paced at the bottleneck's rate (a NIC as fast as the link it meets), RDMA WRITE --kb each at
 once to one receiver behind a --mbps FIFO (hosts/rdma/transport.py's Bottleneck) that marks CE above --kmin-ms of
@@ -24,7 +25,7 @@ import time
 from hosts.rdma import Access, QPType, SendWR, WROpcode, open_device
 from hosts.rdma.transport import Bottleneck, MemoryFabric
 
-SCHEMES = (None, "delay", "dcqcn")
+SCHEMES = ("none", "delay", "dcqcn")
 
 
 def incast(args, cc) -> dict:
@@ -89,13 +90,18 @@ def main(argv=None) -> int:
     ap.add_argument("--kmin-ms", type=float, default=10)
     ap.add_argument("--buffer-ms", type=float, default=400)
     ap.add_argument("--threshold", type=int, default=5, help="DCQCN's F (rpg_threshold)")
+    ap.add_argument("--schemes", default=",".join(SCHEMES), help="which of none, delay, dcqcn")
     args = ap.parse_args(argv)
+    schemes = args.schemes.split(",")
+    if not set(schemes) <= set(SCHEMES):
+        ap.error(f"--schemes: choose among {', '.join(SCHEMES)}")
     print(f"{args.senders}-to-1 incast, {args.kb} KiB each, {args.mbps:g} Mbit/s bottleneck, CE above "
           f"{args.kmin_ms:g} ms, buffer {args.buffer_ms:g} ms, DCQCN time scale {args.time_scale:g}, "
           f"F {args.threshold}, {args.reps} runs: mean (min-max)")
     print(f"{'scheme':<7} {'queue p50 ms':>20} {'queue p95 ms':>20} {'goodput':>17} {'Jain':>17} "
           f"{'drops':>14} {'resent':>17} {'CNPs':>17} {'cuts':>17}")
-    for cc in SCHEMES:
+    for name in schemes:
+        cc = None if name == "none" else name
         runs = [incast(args, cc) for _ in range(args.reps)]
         col = lambda k, d=2: fmt([r[k] for r in runs], d)
         print(f"{cc or 'none':<7} {col('queue_p50_ms', 0):>20} {col('queue_p95_ms', 0):>20} {col('goodput'):>17} "

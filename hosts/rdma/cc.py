@@ -61,8 +61,13 @@ class DelayCC:
         self._last_decrease = now
         self.decreases += 1
 
-    # DCQCN's signals (hosts/rdma/dcqcn.py), which the delay-based control does not use
+    # DCQCN's signals and timers (hosts/rdma/dcqcn.py), which the delay-based control does not use
+    wake_at = math.inf
+
     def cnp(self, now: float) -> None:
+        pass
+
+    def advance(self, now: float) -> None:
         pass
 
     def sent(self, nbytes: int, now: float) -> None:

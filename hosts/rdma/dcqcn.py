@@ -89,6 +89,11 @@ class DcqcnCC:
         self.decreases = self.increases = self.cnps = 0
 
     @property
+    def wake_at(self) -> float:
+        """When the rate-increase timer next raises the rate (inf: not recovering)."""
+        return self._inc_at
+
+    @property
     def recovering(self) -> bool:
         """Cut and not yet back at line rate (the timer and byte counter run)."""
         return self._inc_at != math.inf

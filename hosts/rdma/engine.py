@@ -117,10 +117,13 @@ class Engine:
 
     def _pump(self, qp, now, budget=32):
         """Send what the QP may send now; returns when it wants to be called again (or None)."""
+        if qp.cc is not None:       # DCQCN's timers may have raised the rate while the QP waited
+            qp.cc.advance(now)
+            qp._follow_cc()
         while budget > 0:
             wait = self._tokens_ok(qp, now)
             if wait is not None:
-                return wait
+                return wait if qp.cc is None else min(wait, qp.cc.wake_at)
             if qp._resp:
                 self._send_read_resp(qp)
             elif qp.qp_type == QPType.UD:
