@@ -2,12 +2,12 @@
 (printed, not asserted; in-process fabric, no privileges).
 
     .venv/bin/python benchmarks/dcqcn.py [--senders 4] [--mbps 5] [--kb 384] [--reps 3] [--time-scale 300]
-                                         [--kmin-ms 10] [--buffer-ms 400] [--threshold 5]
+                                         [--kmin-ms 10] [--kmax-ms 0] [--pmax 1] [--buffer-ms 400] [--threshold 5]
                                          [--schemes none,delay,dcqcn]
 
 N uroce senders, each paced at the bottleneck's rate (a NIC as fast as the link it meets), RDMA WRITE --kb each at
 once to one receiver behind a --mbps FIFO (hosts/rdma/transport.py's Bottleneck) that marks CE above --kmin-ms of
-queue and drops above --buffer-ms. DCQCN runs ConnectX's parameters scaled by --time-scale (hosts/rdma/dcqcn.py),
+queue (with --kmax-ms, RED-style: probability rising to --pmax at Kmax, 1 above) and drops above --buffer-ms. DCQCN runs ConnectX's parameters scaled by --time-scale (hosts/rdma/dcqcn.py),
 with F = --threshold fast-recovery stages (5, the paper's; ConnectX ships 1).
 Every write is checked byte for byte. Printed per scheme, mean and spread (min-max) over --reps runs:
 
@@ -29,7 +29,8 @@ SCHEMES = ("none", "delay", "dcqcn")
 
 
 def incast(args, cc) -> dict:
-    link = Bottleneck(args.mbps * 1e6, mark_above_s=args.kmin_ms / 1e3, limit_s=args.buffer_ms / 1e3)
+    link = Bottleneck(args.mbps * 1e6, mark_above_s=args.kmin_ms / 1e3, limit_s=args.buffer_ms / 1e3,
+                      kmax_s=args.kmax_ms / 1e3 if args.kmax_ms else None, pmax=args.pmax)
     fab = MemoryFabric(drop=link.drop, mark=link.mark, delay=link.delay)
     size = args.kb * 1024
     rx = open_device("10.8.0.100", backend="uroce", transport=fab.attach("10.8.0.100"))
@@ -88,6 +89,8 @@ def main(argv=None) -> int:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--time-scale", type=float, default=300)
     ap.add_argument("--kmin-ms", type=float, default=10)
+    ap.add_argument("--kmax-ms", type=float, default=0, help="RED-style marking up to pmax at kmax (0: step)")
+    ap.add_argument("--pmax", type=float, default=1.0)
     ap.add_argument("--buffer-ms", type=float, default=400)
     ap.add_argument("--threshold", type=int, default=5, help="DCQCN's F (rpg_threshold)")
     ap.add_argument("--schemes", default=",".join(SCHEMES), help="which of none, delay, dcqcn")
@@ -95,8 +98,9 @@ def main(argv=None) -> int:
     schemes = args.schemes.split(",")
     if not set(schemes) <= set(SCHEMES):
         ap.error(f"--schemes: choose among {', '.join(SCHEMES)}")
+    marks = f"{args.kmin_ms:g} ms" + (f" (to p {args.pmax:g} at {args.kmax_ms:g} ms)" if args.kmax_ms else "")
     print(f"{args.senders}-to-1 incast, {args.kb} KiB each, {args.mbps:g} Mbit/s bottleneck, CE above "
-          f"{args.kmin_ms:g} ms, buffer {args.buffer_ms:g} ms, DCQCN time scale {args.time_scale:g}, "
+          f"{marks}, buffer {args.buffer_ms:g} ms, DCQCN time scale {args.time_scale:g}, "
           f"F {args.threshold}, {args.reps} runs: mean (min-max)")
     print(f"{'scheme':<7} {'queue p50 ms':>20} {'queue p95 ms':>20} {'goodput':>17} {'Jain':>17} "
           f"{'drops':>14} {'resent':>17} {'CNPs':>17} {'cuts':>17}")

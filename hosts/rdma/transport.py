@@ -13,6 +13,7 @@ Bottleneck: a FIFO link with an ECN threshold and a buffer for those hooks.
 import ctypes
 import heapq
 import os
+import random
 import socket
 import struct
 import threading
@@ -212,15 +213,18 @@ def set_ce(pkt: bytes) -> bytes:
 
 class Bottleneck:
     """A FIFO link of `bps` for MemoryFabric's hooks (drop=, mark=, delay=): each packet of `min_bytes` or more
-    (data, not ACKs or CNPs, which take the reverse path) waits for those before it. It marks CE on packets
-    arriving to a queue of over `mark_above_s` seconds (a switch's ECN threshold, Kmin = Kmax) and drops those
-    arriving to one of over `limit_s` (its buffer). `queues` holds the queue each packet found, `served`
-    (start, seconds) per packet sent on, `drops` the packets lost."""
+    (data, not ACKs or CNPs, which take the reverse path) waits for those before it. It marks CE as DCQCN's
+    congestion point does, on the queue a packet finds (seconds of the link): never below `mark_above_s` (Kmin),
+    with a probability rising linearly to `pmax` at `kmax_s`, always above it (kmax_s None: always above Kmin);
+    and drops packets arriving to a queue of over `limit_s` (its buffer). `queues` holds the queue each packet
+    found, `served` (start, seconds) per packet sent on, `drops` the packets lost."""
 
     def __init__(self, bps: float, mark_above_s: float | None = None, limit_s: float | None = None,
-                 min_bytes: int = 200):
+                 min_bytes: int = 200, kmax_s: float | None = None, pmax: float = 1.0, seed: int = 1):
         self.bps, self.mark_above_s, self.limit_s, self.min_bytes = bps, mark_above_s, limit_s, min_bytes
+        self.kmax_s, self.pmax = kmax_s, pmax
         self.free_at, self.queues, self.served, self.drops = 0.0, [], [], 0
+        self._random = random.Random(seed)
         self._lock = threading.Lock()
 
     def _queue(self) -> float:
@@ -234,7 +238,12 @@ class Bottleneck:
 
     def mark(self, pkt) -> bool:
         with self._lock:
-            return self.mark_above_s is not None and len(pkt) >= self.min_bytes and self._queue() > self.mark_above_s
+            q, kmin, kmax = self._queue(), self.mark_above_s, self.kmax_s
+            if kmin is None or len(pkt) < self.min_bytes or q <= kmin:
+                return False
+            if kmax is None or q >= kmax:
+                return True
+            return self._random.random() < self.pmax * (q - kmin) / (kmax - kmin)
 
     def delay(self, pkt) -> float:
         if len(pkt) < self.min_bytes:
