@@ -359,7 +359,7 @@ class RxeDevice:
             raise RdmaError("the kernel rxe backend's retransmission timer is fixed (the QP's timeout attribute); "
                             "rto must be 'fixed'")
         if cc == "dcqcn" or dcqcn:
-            raise RdmaError("the kernel rxe backend has no DCQCN (rxe neither marks nor answers ECN); "
+            raise RdmaError("kernel rxe has no DCQCN (it neither answers ECN marks nor sends CNPs); "
                             "use backend uroce for congestion: dcqcn")
         if cc is not None:
             raise RdmaError("the kernel rxe backend does its own congestion control (none in rxe); cc must be None")

@@ -169,3 +169,11 @@ def test_dcqcn_holds_a_marking_bottleneck_near_its_threshold(make_pair):
     queues, use = zip(*(run_bottleneck(make_pair, size, kmin, "dcqcn") for _ in range(3)))
     assert statistics.median(queues) < 3 * kmin < free / 10, (queues, free)
     assert statistics.median(use) > 0.85, use
+
+
+def test_kernel_rxe_refuses_dcqcn_with_the_reason():
+    """rxe has no DCQCN: asking its backend for it is a clear error (checked before any verbs call)."""
+    from hosts.rdma import QPType, RdmaError
+    from hosts.rdma.rxe import RxeDevice
+    with pytest.raises(RdmaError, match="rxe has no DCQCN"):
+        RxeDevice.create_qp(object(), None, QPType.RC, None, cc="dcqcn")
