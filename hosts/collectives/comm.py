@@ -84,7 +84,10 @@ class Channel:
         # has a fixed timer only.
         timeout = comm.rc_timeout if not self.rate else \
             max(comm.rc_timeout, 0.05 + 2 * WINDOW * (dev.mtu + 80) * 8 / self.rate)
-        options = dict(rto=comm.rto) if getattr(dev, "backend", None) != "rxe" else {}
+        rxe = getattr(dev, "backend", None) == "rxe"
+        if rxe and comm.congestion == "dcqcn":
+            raise comm.fail("congestion dcqcn needs the uroce transport: kernel rxe has no DCQCN")
+        options = dict(rto=comm.rto, time_scale=comm.time_scale) if not rxe else {}
         if comm.congestion and self.rate:
             options.update(cc=comm.congestion)
         self.qps = [dev.create_qp(pd, QPType.RC, cq, rate_limit_bps=self.rate and self.rate / self.lanes,
@@ -170,7 +173,8 @@ class Communicator:
         self.rate_limit_bps = rate_limit_bps or {}
         self.sport_mode = sport_mode      # "packet": a new UDP source port per packet (spraying)
         self.split = split                # queue pairs per peer, each message striped over them
-        self.congestion = None            # "delay": paced queue pairs back off when queues build
+        self.congestion = None            # "delay" or "dcqcn": paced queue pairs back off when queues build
+        self.time_scale = 1.0             # the fabric's: DCQCN's timers and rates (and the CNP interval) scale by it
         self.rto = "fixed"                # as rxe: after rc_timeout (sized for full queues); "adaptive": RFC 6298
         # multicast AllGather (mcast_allgather.py): where the fabric replicates ("rail": inside a rail only),
         # whether the testbed reports installed trees, how long to stay in the groups after the job

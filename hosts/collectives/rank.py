@@ -26,6 +26,7 @@ def build_comm(spec: RankSpec, peers: list[Peer], me: Peer, store: FileStore, he
     comm.trees_confirmed = spec.multicast_trees_confirmed
     comm.group_hold_s = spec.multicast_hold_s
     comm.congestion = spec.congestion
+    comm.time_scale = spec.time_scale
     comm.rto = spec.rc_rto
     comm.pieces = spec.pieces
     return comm

@@ -44,8 +44,8 @@ Example (two hosts; run the mirror image on the peer):
     assert wc.ok, wc.status
     qp.post_recv(RecvWR([mr.sge(0, 4096)], wr_id=2))   # for the peer's SEND / WRITE_WITH_IMM
 
-Wire format (identical to Linux rxe): IPv4 TOS 0, DF, TTL 64 (255 to multicast groups), UDP port
-4791 with checksum 0, UDP source port 0xC000|fold(lqpn*rqpn) for RC and 0xC000+hash(qpn) for UD (or
+Wire format (identical to Linux rxe but for ECN): IPv4 DSCP 0 and ECN ECT(0) (open_device(ecn=False): TOS 0, as
+rxe), DF, TTL 64 (255 to multicast groups), UDP port 4791 with checksum 0, UDP source port 0xC000|fold(lqpn*rqpn) for RC and 0xC000+hash(qpn) for UD (or
 random per packet with sport_mode="packet"), BTH P_Key 0xFFFF, ICRC little-endian. Default IB MTU 1024
 (rxe's on a 1500-byte netdev). Pacing: rate_limit_bps counts Ethernet frames (IP length + 14), like tbf.
 
@@ -58,7 +58,7 @@ In-process network for tests (no privileges):
 Counters: Device.counters (tx/rx packets and bytes, retransmits, drop_<reason>: bad_icrc,
 truncated, malformed, bad_opcode, unknown_qp, bad_qkey, not_member, ...) and QP.counters
 (tx/rx packets and bytes, retransmits, timeouts, naks_sent/rcvd, acks_sent/rcvd, out_of_order,
-duplicates). Loss injection for tests: Device.tx_drop_hook / rx_drop_hook = callable(pkt) -> bool.
+duplicates); both count DCQCN's ecn_ce_received (CE-marked packets in), cnp_sent and cnp_received. Loss injection for tests: Device.tx_drop_hook / rx_drop_hook = callable(pkt) -> bool.
 """
 import os
 from typing import Any, Mapping, Optional, Protocol, runtime_checkable

@@ -60,3 +60,15 @@ class DelayCC:
         self.rate_bps = max(self.rate_bps * factor, self.min_fraction * self.line_bps)
         self._last_decrease = now
         self.decreases += 1
+
+    # DCQCN's signals and timers (hosts/rdma/dcqcn.py), which the delay-based control does not use
+    wake_at = math.inf
+
+    def cnp(self, now: float) -> None:
+        pass
+
+    def advance(self, now: float) -> None:
+        pass
+
+    def sent(self, nbytes: int, now: float) -> None:
+        pass

@@ -73,14 +73,30 @@ class Engine:
     def _emit(self, qp, opcode, dst_b, dst_ip, dqpn, psn, hdrs=b"", payload=b"", ackreq=False, se=False):
         self._ip_id = (self._ip_id + 1) & 0xFFFF or 1
         pkt = H.encode(self._ip_b, dst_b, qp._sport_now(), self._ip_id, opcode, dqpn, psn, hdrs, payload,
-                       ackreq=ackreq, se=se, ttl=255 if dst_b[0] >= 224 and dst_b[0] <= 239 else 64)
+                       ackreq=ackreq, se=se, ttl=255 if dst_b[0] >= 224 and dst_b[0] <= 239 else 64,
+                       tos=H.ECT0 if self.ecn else 0)
         n = len(pkt)
         if qp._rate is not None:
             qp._tokens -= n + ETH_OVERHEAD
-        self.counters["tx_packets"] += 1
-        self.counters["tx_bytes"] += n
+        if qp.cc is not None:           # DCQCN's byte counter
+            qp.cc.sent(n, time.monotonic())
+            qp._follow_cc()
         qp.counters["tx_packets"] += 1
         qp.counters["tx_bytes"] += n
+        self._wire_out(pkt, dst_ip)
+
+    def _send_cnp(self, qp):
+        """Notification point: a CNP to the peer queue pair, outside pacing (as NICs send them)."""
+        self._ip_id = (self._ip_id + 1) & 0xFFFF or 1
+        pkt = H.encode_cnp(self._ip_b, qp._dst_b, qp._sport, self._ip_id, qp.remote.qpn)
+        qp.counters["cnp_sent"] += 1
+        self.counters["cnp_sent"] += 1
+        self._wire_out(pkt, qp.remote.ip)
+
+    def _wire_out(self, pkt, dst_ip):
+        n = len(pkt)
+        self.counters["tx_packets"] += 1
+        self.counters["tx_bytes"] += n
         if self.tap:
             self.tap(bytes(pkt))
         if self.tx_drop_hook and self.tx_drop_hook(pkt):
@@ -101,10 +117,13 @@ class Engine:
 
     def _pump(self, qp, now, budget=32):
         """Send what the QP may send now; returns when it wants to be called again (or None)."""
+        if qp.cc is not None:       # DCQCN's timers may have raised the rate while the QP waited
+            qp.cc.advance(now)
+            qp._follow_cc()
         while budget > 0:
             wait = self._tokens_ok(qp, now)
             if wait is not None:
-                return wait
+                return wait if qp.cc is None else min(wait, qp.cc.wake_at)
             if qp._resp:
                 self._send_read_resp(qp)
             elif qp.qp_type == QPType.UD:
@@ -156,6 +175,8 @@ class Engine:
             return
         if p.pkey != H.DEFAULT_PKEY:
             return self._drop("bad_pkey")
+        if p.opcode == H.CNP:
+            return self._rx_cnp(p)
         if p.opcode >= H.UD_SEND_ONLY:
             return self._rx_ud(p, raw)
         if p.opcode > H.ACKNOWLEDGE:
@@ -169,10 +190,35 @@ class Engine:
             return self._drop("bad_source", qp)
         qp.counters["rx_packets"] += 1
         qp.counters["rx_bytes"] += len(raw)
+        if p.tos & H.ECN_MASK == H.ECN_CE:
+            self._congestion_experienced(qp)
         if p.opcode in _RESP_OPS:
             self._rx_response(qp, p)
         else:
             self._rx_request(qp, p)
+
+    # -- DCQCN: the notification point and the reaction point's input
+    def _congestion_experienced(self, qp):
+        qp.counters["ecn_ce_received"] += 1
+        self.counters["ecn_ce_received"] += 1
+        now = time.monotonic()
+        if now - qp._last_cnp >= qp.cnp_interval:
+            qp._last_cnp = now
+            self._send_cnp(qp)
+
+    def _rx_cnp(self, p):
+        qp = self._qps.get(p.dqpn)
+        if qp is None or qp.qp_type != QPType.RC:
+            return self._drop("unknown_qp")
+        if qp.state != QPState.RTS:
+            return self._drop("bad_state", qp)
+        if p.src_ip != qp.remote.ip:
+            return self._drop("bad_source", qp)
+        qp.counters["cnp_received"] += 1
+        self.counters["cnp_received"] += 1
+        if qp.cc is not None:
+            qp.cc.cnp(time.monotonic())
+            qp._follow_cc()
 
     # -- UD
     def _rx_ud(self, p, raw):

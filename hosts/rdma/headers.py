@@ -2,6 +2,9 @@
 
 Byte-exact with Linux rxe: IPv4 TOS 0, DF, TTL 64 (255 for multicast), UDP checksum 0,
 P_Key 0xFFFF, ICRC = CRC-32 over the packet with the variant fields masked, stored little-endian.
+The TOS byte is among the masked fields, so switches may set ECN's CE on the way without breaking the ICRC;
+uroce sends ECT(0) unless told not to (the only difference from rxe's bytes). The congestion notification
+packet (CNP, opcode 0x81, RoCEv2 annex A17) is a BTH, 16 reserved bytes and the ICRC.
 Hot path is struct + zlib.crc32; no scapy here.
 """
 import socket
@@ -36,6 +39,11 @@ WRITE_FIRST, WRITE_MIDDLE, WRITE_LAST, WRITE_LAST_IMM, WRITE_ONLY, WRITE_ONLY_IM
 READ_REQUEST, READ_RESP_FIRST, READ_RESP_MIDDLE, READ_RESP_LAST, READ_RESP_ONLY = 0x0C, 0x0D, 0x0E, 0x0F, 0x10
 ACKNOWLEDGE = 0x11
 UD_SEND_ONLY, UD_SEND_ONLY_IMM = 0x64, 0x65
+CNP = 0x81                 # RoCEv2 congestion notification packet
+CNP_RESERVED = 16          # reserved bytes after a CNP's BTH
+# IP ECN codepoints (the TOS byte's low two bits) and the DSCP ConnectX gives CNPs (np_cnp_dscp)
+ECN_MASK, ECT0, ECN_CE = 0x03, 0x02, 0x03
+CNP_DSCP = 48
 
 OPCODE_NAMES = {
     SEND_FIRST: "RC_SEND_FIRST", SEND_MIDDLE: "RC_SEND_MIDDLE", SEND_LAST: "RC_SEND_LAST",
@@ -47,6 +55,7 @@ OPCODE_NAMES = {
     READ_RESP_FIRST: "RC_RDMA_READ_RESPONSE_FIRST", READ_RESP_MIDDLE: "RC_RDMA_READ_RESPONSE_MIDDLE",
     READ_RESP_LAST: "RC_RDMA_READ_RESPONSE_LAST", READ_RESP_ONLY: "RC_RDMA_READ_RESPONSE_ONLY",
     ACKNOWLEDGE: "RC_ACKNOWLEDGE", UD_SEND_ONLY: "UD_SEND_ONLY", UD_SEND_ONLY_IMM: "UD_SEND_ONLY_WITH_IMMEDIATE",
+    CNP: "CNP",
 }
 
 # extension-header flags
@@ -58,10 +67,10 @@ OPCODE_EXT = {
     WRITE_FIRST: RETH, WRITE_MIDDLE: 0, WRITE_LAST: 0, WRITE_LAST_IMM: IMM, WRITE_ONLY: RETH,
     WRITE_ONLY_IMM: RETH | IMM, READ_REQUEST: RETH, READ_RESP_FIRST: AETH, READ_RESP_MIDDLE: 0,
     READ_RESP_LAST: AETH, READ_RESP_ONLY: AETH, ACKNOWLEDGE: AETH,
-    UD_SEND_ONLY: DETH, UD_SEND_ONLY_IMM: DETH | IMM,
+    UD_SEND_ONLY: DETH, UD_SEND_ONLY_IMM: DETH | IMM, CNP: 0,
 }
 # opcodes that carry payload
-OPCODE_HAS_PAYLOAD = {op for op in OPCODE_EXT if op not in (READ_REQUEST, ACKNOWLEDGE)}
+OPCODE_HAS_PAYLOAD = {op for op in OPCODE_EXT if op not in (READ_REQUEST, ACKNOWLEDGE, CNP)}
 
 # AETH syndromes
 AETH_ACK = 0x1F            # ACK, credit code 31 (no end-to-end credits), as rxe sends
@@ -211,6 +220,12 @@ def encode(src_ip: bytes, dst_ip: bytes, sport: int, ip_id: int, opcode: int, dq
     return buf
 
 
+def encode_cnp(src_ip: bytes, dst_ip: bytes, sport: int, ip_id: int, dqpn: int) -> bytearray:
+    """A CNP to queue pair `dqpn` (the sender of the marked packets), as ConnectX sends them: BECN set,
+    PSN 0, 16 zero bytes, DSCP 48 and not ECN-capable (a switch never marks a CNP)."""
+    return encode(src_ip, dst_ip, sport, ip_id, CNP, dqpn, 0, bytes(CNP_RESERVED), becn=True, tos=CNP_DSCP << 2)
+
+
 def compute_icrc(pkt) -> int:
     """ICRC of a whole IPv4 RoCEv2 packet (the value its last 4 bytes must hold, little-endian)."""
     mv = memoryview(pkt)
@@ -267,6 +282,11 @@ def decode(pkt, verify_icrc: bool = True) -> Packet:
                ip_id=ip_id, ttl=ttl, tos=tos, icrc=icrc)
     o = 28 + BTH_LEN
     end = tot - ICRC_LEN
+    if opcode == CNP:
+        if end - o != CNP_RESERVED or pad:
+            raise DecodeError("bad_cnp", f"{end - o} bytes after the BTH, pad {pad}")
+        p.payload = mv[o:end]           # the reserved bytes, kept for re-encoding
+        return p
     need = (DETH_LEN if ext & DETH else 0) + (RETH_LEN if ext & RETH else 0) + \
         (AETH_LEN if ext & AETH else 0) + (IMM_LEN if ext & IMM else 0)
     if o + need > end:

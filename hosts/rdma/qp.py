@@ -9,6 +9,7 @@ from typing import Optional
 
 from . import headers as H
 from .cc import DelayCC
+from .dcqcn import DcqcnCC, cnp_interval as default_cnp_interval
 from .rto import RetransmitTimeout
 from .verbs import Access, MemoryRegion, QPInfo, QPState, QPType, RdmaError, RecvWR, SendWR, WROpcode
 
@@ -96,7 +97,7 @@ class QueuePair:
     def __init__(self, dev, pd, qp_type, send_cq, recv_cq, qpn, psn, *, max_send_wr, max_recv_wr, mtu,
                  timeout, retry_cnt, rnr_retry, min_rnr_timer, rate_limit_bps, sport_mode, retransmit,
                  reorder_window, reorder_timeout, ack_every, max_outstanding, qkey, cc=None, rto="fixed",
-                 rto_min=None, rto_max=None):
+                 rto_min=None, rto_max=None, time_scale=1.0, dcqcn=None, cnp_interval=None):
         self.dev, self.pd, self.qp_type = dev, pd, QPType(qp_type)
         self.send_cq, self.recv_cq = send_cq, recv_cq
         self.qpn, self.psn = qpn, psn
@@ -125,11 +126,20 @@ class QueuePair:
         self._sport = H.ud_udp_sport(qpn) if self.qp_type == QPType.UD else 0
         self._dst_b = b""
         # pacing, and congestion control under it
-        if cc not in (None, "delay"):
-            raise RdmaError(f"congestion control must be None or 'delay', not {cc!r}")
+        if cc not in (None, "delay", "dcqcn"):
+            raise RdmaError(f"congestion control must be None, 'delay' or 'dcqcn', not {cc!r}")
         if cc and (self.qp_type != QPType.RC or rate_limit_bps is None):
             raise RdmaError("congestion control is for RC QPs with a rate limit (their line rate)")
-        self.cc = DelayCC(rate_limit_bps, mtu + PACKET_OVERHEAD) if cc else None
+        if dcqcn and cc != "dcqcn":
+            raise RdmaError("dcqcn parameters need cc='dcqcn'")
+        try:
+            self.cc = DelayCC(rate_limit_bps, mtu + PACKET_OVERHEAD) if cc == "delay" else \
+                DcqcnCC(rate_limit_bps, time_scale=time_scale, **(dcqcn or {})) if cc == "dcqcn" else None
+            # the notification point: answer CE marks with at most one CNP per interval (whatever cc is)
+            self.cnp_interval = default_cnp_interval(time_scale) if cnp_interval is None else float(cnp_interval)
+        except (TypeError, ValueError) as e:
+            raise RdmaError(f"congestion control: {e}") from None
+        self._last_cnp = float("-inf")
         self.set_rate_limit(rate_limit_bps)
         # requester
         self._sq = []            # outstanding _SendWQE, ordered by .first

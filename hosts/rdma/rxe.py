@@ -354,10 +354,13 @@ class RxeDevice:
                   mtu=None, timeout=0.067, retry_cnt=7, rnr_retry=7, min_rnr_timer=12, rate_limit_bps=None,
                   sport_mode="qp", retransmit="gbn", reorder_window=None, reorder_timeout=None,
                   ack_every=None, max_outstanding=None, qkey=0x11111111, cc=None, rto="fixed", rto_min=None,
-                  rto_max=None):
+                  rto_max=None, time_scale=1.0, dcqcn=None, cnp_interval=None):
         if rto != "fixed":
             raise RdmaError("the kernel rxe backend's retransmission timer is fixed (the QP's timeout attribute); "
                             "rto must be 'fixed'")
+        if cc == "dcqcn" or dcqcn:
+            raise RdmaError("kernel rxe has no DCQCN (it neither answers ECN marks nor sends CNPs); "
+                            "use backend uroce for congestion: dcqcn")
         if cc is not None:
             raise RdmaError("the kernel rxe backend does its own congestion control (none in rxe); cc must be None")
         if sport_mode != "qp" or retransmit != "gbn":

@@ -7,18 +7,20 @@ KernelTransport: real sockets in the host's network namespace (needs CAP_NET_RAW
       or a multicast group), because the ICRC covers IP header fields (the IP ID) that a UDP socket hides.
   A UDP socket bound to (ip, 4791) with a drop-all filter keeps the port open (no ICMP port
   unreachable) and holds the multicast memberships, so the kernel sends the IGMP reports.
-MemoryFabric: an in-process network of transports (no privileges), with drop/delay hooks for tests.
+MemoryFabric: an in-process network of transports (no privileges), with drop/mark/delay hooks for tests;
+Bottleneck: a FIFO link with an ECN threshold and a buffer for those hooks.
 """
 import ctypes
 import heapq
 import os
+import random
 import socket
 import struct
 import threading
 import time
 from collections import deque
 
-from .headers import ROCE_PORT
+from .headers import ROCE_PORT, ip_checksum
 
 SO_ATTACH_FILTER = 26
 
@@ -127,12 +129,14 @@ class MemoryFabric:
     """In-process packet network between transports created by attach(ip).
 
     drop(pkt) -> bool       drop a packet (loss injection)
+    mark(pkt) -> bool       set ECN's CE on an ECN-capable packet, as a congested switch queue does
     delay(pkt) -> seconds   deliver after a delay (per-packet delays reorder packets, like unequal paths)
     tap(pkt)                see every packet that enters the fabric (e.g. PcapWriter.write)
     """
 
-    def __init__(self, drop=None, delay=None, tap=None, queue_limit: int = 65536):
-        self.drop, self.delay, self.tap = drop, delay, tap
+    def __init__(self, drop=None, delay=None, tap=None, queue_limit: int = 65536, mark=None):
+        self.drop, self.delay, self.tap, self.mark = drop, delay, tap, mark
+        self.marked = 0
         self.queue_limit = queue_limit
         self._ports = {}
         self._lock = threading.Lock()
@@ -162,6 +166,9 @@ class MemoryFabric:
         if self.drop and self.drop(pkt):
             self.dropped += 1
             return
+        if self.mark and pkt[1] & 3 and self.mark(pkt):      # only ECT packets may be marked (RFC 3168)
+            pkt = set_ce(pkt)
+            self.marked += 1
         d = self.delay(pkt) if self.delay else 0
         if d > 0:
             with self._cv:
@@ -193,6 +200,66 @@ class MemoryFabric:
                     self._cv.wait(None if not self._heap else self._heap[0][0] - time.monotonic())
                 _, _, pkt, dst = heapq.heappop(self._heap)
             self._deliver(pkt, dst)
+
+
+def set_ce(pkt: bytes) -> bytes:
+    """The IPv4 packet with ECN's CE set and its header checksum updated (the ICRC masks the TOS byte)."""
+    b = bytearray(pkt)
+    b[1] |= 3
+    b[10:12] = b"\0\0"
+    b[10:12] = struct.pack("!H", ip_checksum(b))
+    return bytes(b)
+
+
+class Bottleneck:
+    """A FIFO link of `bps` for MemoryFabric's hooks (drop=, mark=, delay=): each packet of `min_bytes` or more
+    (data, not ACKs or CNPs, which take the reverse path) waits for those before it. It marks CE as DCQCN's
+    congestion point does, on the queue a packet finds (seconds of the link): never below `mark_above_s` (Kmin),
+    with a probability rising linearly to `pmax` at `kmax_s`, always above it (kmax_s None: always above Kmin);
+    and drops packets arriving to a queue of over `limit_s` (its buffer). `queues` holds the queue each packet
+    found, `served` (start, seconds) per packet sent on, `drops` the packets lost."""
+
+    def __init__(self, bps: float, mark_above_s: float | None = None, limit_s: float | None = None,
+                 min_bytes: int = 200, kmax_s: float | None = None, pmax: float = 1.0, seed: int = 1):
+        self.bps, self.mark_above_s, self.limit_s, self.min_bytes = bps, mark_above_s, limit_s, min_bytes
+        self.kmax_s, self.pmax = kmax_s, pmax
+        self.free_at, self.queues, self.served, self.drops = 0.0, [], [], 0
+        self._random = random.Random(seed)
+        self._lock = threading.Lock()
+
+    def _queue(self) -> float:
+        return max(0.0, self.free_at - time.monotonic())
+
+    def drop(self, pkt) -> bool:
+        with self._lock:
+            lost = self.limit_s is not None and len(pkt) >= self.min_bytes and self._queue() > self.limit_s
+            self.drops += lost
+            return lost
+
+    def mark(self, pkt) -> bool:
+        with self._lock:
+            q, kmin, kmax = self._queue(), self.mark_above_s, self.kmax_s
+            if kmin is None or len(pkt) < self.min_bytes or q <= kmin:
+                return False
+            if kmax is None or q >= kmax:
+                return True
+            return self._random.random() < self.pmax * (q - kmin) / (kmax - kmin)
+
+    def delay(self, pkt) -> float:
+        if len(pkt) < self.min_bytes:
+            return 0
+        with self._lock:
+            now = time.monotonic()
+            start = max(now, self.free_at)
+            self.queues.append(start - now)
+            self.served.append((start, len(pkt) * 8 / self.bps))
+            self.free_at = start + len(pkt) * 8 / self.bps
+            return self.free_at - now
+
+    def utilization(self, skip: float = 0.0) -> float:
+        """The fraction of time the link was busy, from `skip` of the way through its traffic to the end."""
+        t0 = self.served[0][0] + skip * (self.free_at - self.served[0][0])
+        return sum(s for start, s in self.served if start >= t0) / (self.free_at - t0)
 
 
 class MemoryTransport:

@@ -27,11 +27,12 @@ class Device(Engine, ReliableConnection):
     backend = "uroce"
 
     def __init__(self, ip: str, transport=None, mtu: int = 1024, name: Optional[str] = None,
-                 first_qpn: int = 0x11):
+                 first_qpn: int = 0x11, ecn: bool = True):
         socket.inet_aton(ip)
         if mtu not in H.IB_MTUS:
             raise RdmaError(f"mtu must be one of {H.IB_MTUS}, not {mtu}")
         self.ip, self.mtu = ip, mtu
+        self.ecn = ecn               # send ECN-capable packets, ECT(0) (False: TOS 0, rxe's bytes exactly)
         self.name = name or f"uroce-{ip}"
         self._ip_b = socket.inet_aton(ip)
         from .transport import KernelTransport
@@ -68,7 +69,8 @@ class Device(Engine, ReliableConnection):
                   retransmit: str = "gbn", reorder_window: int = 256, reorder_timeout: float = 0.005,
                   ack_every: int = 64, max_outstanding: int = 256, qkey: int = 0x11111111,
                   cc: Optional[str] = None, rto: str = "fixed", rto_min: Optional[float] = None,
-                  rto_max: Optional[float] = None) -> QueuePair:
+                  rto_max: Optional[float] = None, time_scale: float = 1.0, dcqcn: Optional[dict] = None,
+                  cnp_interval: Optional[float] = None) -> QueuePair:
         """Create a QP. RC: call qp.connect(peer_info) next. UD: ready at once (Q_Key `qkey`).
 
         timeout/retry_cnt: retransmit after `timeout` s without progress (default 67 ms = IB timeout
@@ -80,7 +82,10 @@ class Device(Engine, ReliableConnection):
         (go-back-N, as rxe) or 'selective'. reorder_window=0 NAKs at the first gap, like rxe.
         max_outstanding: packets in flight before the sender waits for ACKs.
         cc 'delay': delay-based congestion control (hosts/rdma/cc.py) paces an RC QP at most at its
-        rate_limit_bps, less while the round trip shows queueing.
+        rate_limit_bps, less while the round trip shows queueing. cc 'dcqcn': DCQCN (hosts/rdma/dcqcn.py)
+        paces it below rate_limit_bps as CNPs arrive; `dcqcn` overrides its parameters (DcqcnParams' names),
+        `time_scale` scales its timers and rates as fabric.time_scale does the fabric's. Whatever cc is, the
+        QP answers CE-marked packets with CNPs, at most one per `cnp_interval` s (default 50 us x time_scale).
         """
         if pd.device is not self:
             raise RdmaError("PD belongs to another device")
@@ -98,7 +103,7 @@ class Device(Engine, ReliableConnection):
                            retransmit=retransmit, reorder_window=reorder_window,
                            reorder_timeout=reorder_timeout, ack_every=ack_every,
                            max_outstanding=max_outstanding, qkey=qkey, cc=cc, rto=rto, rto_min=rto_min,
-                           rto_max=rto_max)
+                           rto_max=rto_max, time_scale=time_scale, dcqcn=dcqcn, cnp_interval=cnp_interval)
             self._qps[qpn] = qp
         return qp
 

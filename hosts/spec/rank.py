@@ -71,7 +71,8 @@ class RankSpec(Spec):
     multicast_scope: Literal["fabric", "rail"] = "fabric"
     multicast_trees_confirmed: bool = False   # the testbed reports installed trees (multicast_ready.py)
     multicast_hold_s: float = 0               # how long to stay in multicast groups after the job
-    congestion: Literal["delay"] | None = None     # opt-in delay-based congestion control (hosts/rdma/cc.py)
+    congestion: Literal["delay", "dcqcn"] | None = None   # opt-in congestion control (hosts/rdma/cc.py, dcqcn.py)
+    time_scale: float = 1.0                   # the fabric's time scale: DCQCN's timers x it, its rates / it
     pieces: int | None = None                 # hierarchical-pipelined: how many pieces (pipeline.py)
 
     @property

@@ -1,8 +1,9 @@
 """`testbed pcap summarize FILE`: what a capture holds, RoCEv2 first.
 
 Per BTH opcode counts, flows (5-tuples with packets and bytes), retransmissions (a request packet
-seen again: same flow, destination QP, PSN and opcode), multicast traffic per group, and ICRC
-failures. Decoding is scapy's (scapy.contrib.roce), so it is independent of our own transport.
+seen again: same flow, destination QP, PSN and opcode), multicast traffic per group, ICRC failures, and
+DCQCN's traffic: congestion notification packets (CNPs, opcode 0x81) and RoCE packets ECN-capable or
+marked CE. Decoding is scapy's (scapy.contrib.roce), so it is independent of our own transport.
 
 A RoCE packet captured shorter than it was on the wire (a snaplen below the frame size) is counted as
 truncated: its ICRC covers bytes the capture does not hold, so it is neither checked nor counted bad,
@@ -15,6 +16,7 @@ import os
 from collections import Counter
 
 ROCE_PORT = 4791
+CNP_OPCODE = 0x81
 # Wireshark's RPC-over-RDMA heuristic claims some SEND messages of raw tensor data as RPC (6 of the demo's
 # 32k packets) and then calls them malformed; our payloads carry no upper protocol, so switch it off.
 TSHARK_OPTIONS = ("--disable-heuristic", "rpcrdma_infiniband")
@@ -34,7 +36,7 @@ def summarize(path: str, check_icrc: bool = True, icrc_limit: int | None = None)
     from scapy.utils import PcapReader
 
     opcodes, flows, groups, seen = Counter(), {}, Counter(), Counter()
-    total = roce = bad_icrc = malformed = truncated = icrc_checked = 0
+    total = roce = bad_icrc = malformed = truncated = icrc_checked = cnps = ect = ce = 0
     size = 0
     try:
         reader = PcapReader(path)
@@ -60,6 +62,8 @@ def summarize(path: str, check_icrc: bool = True, icrc_limit: int | None = None)
             if dport != ROCE_PORT:
                 continue
             roce += 1
+            ect += ip.tos & 3 != 0
+            ce += ip.tos & 3 == 3
             cut = len(pkt) < wire
             truncated += cut
             bth = pkt.getlayer(BTH)
@@ -68,7 +72,8 @@ def summarize(path: str, check_icrc: bool = True, icrc_limit: int | None = None)
                 continue
             name = bth.get_field("opcode").i2repr(bth, bth.opcode)
             opcodes[name] += 1
-            if "ACKNOWLEDGE" not in name and "RESPONSE" not in name:
+            cnps += bth.opcode == CNP_OPCODE
+            if "ACKNOWLEDGE" not in name and "RESPONSE" not in name and bth.opcode != CNP_OPCODE:
                 seen[(ip.src, ip.dst, bth.dqpn, bth.psn, bth.opcode)] += 1
             if check_icrc and not cut and (icrc_limit is None or icrc_checked < icrc_limit):
                 icrc_checked += 1
@@ -76,6 +81,7 @@ def summarize(path: str, check_icrc: bool = True, icrc_limit: int | None = None)
     retrans = sum(n - 1 for n in seen.values() if n > 1)
     return {"file": path, "packets": total, "bytes": size, "roce_packets": roce, "opcodes": dict(opcodes.most_common()),
             "retransmissions": retrans, "truncated": truncated,
+            "cnps": cnps, "ecn_capable": ect, "ecn_ce": ce,
             "bad_icrc": bad_icrc if check_icrc else None, "icrc_checked": icrc_checked if check_icrc else 0,
             "malformed": malformed,
             "multicast": dict(groups),
@@ -96,7 +102,8 @@ def format_summary(s: dict, top: int = 10) -> str:
         icrc += f" (of {s['icrc_checked']} checked)"
     lines = [f"{s['file']}: {s['packets']} packets, {s['bytes']} bytes; RoCEv2 {s['roce_packets']} packets, "
              f"{s['retransmissions']} retransmitted, {s['truncated']} truncated (ICRC not checkable), {icrc}, "
-             f"{s['malformed']} malformed"]
+             f"{s['malformed']} malformed",
+             f"DCQCN: {s['cnps']} CNPs, {s['ecn_ce']} CE-marked of {s['ecn_capable']} ECN-capable RoCE packets"]
     if s["opcodes"]:
         lines.append("opcodes:")
         lines += [f"  {n:>8}  {name}" for name, n in s["opcodes"].items()]

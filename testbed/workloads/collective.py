@@ -61,8 +61,11 @@ SCHEMA = {
         "loss": {"type": "number", "minimum": 0, "maximum": 0.5, "default": 0,
                  "description": "Probability that a rank drops each packet it sends (iptables), to exercise "
                                 "retransmission."},
-        "congestion": {"enum": ["delay", "none"], "default": "none",
-                       "description": "delay: delay-based congestion control in the transport (Swift-like)."},
+        "congestion": {"enum": ["delay", "dcqcn", "none"], "default": "none",
+                       "description": "delay: delay-based congestion control in the transport (Swift-like); dcqcn: "
+                                      "DCQCN (ECN marks answered with CNPs; the switches mark with fabric.ecn), its "
+                                      "timers and rates scaled by fabric.time_scale. uroce only: kernel rxe has "
+                                      "neither."},
         "retransmit_timeout": {"enum": ["adaptive", "fixed"], "default": "fixed",
                                "description": "adaptive: each queue pair's timeout follows its measured round trip "
                                               "(RFC 6298), up to the fixed one (not the default yet: after a link "
@@ -283,8 +286,9 @@ def _base_spec(net, spec: dict, peers: tuple, store: str, size: int) -> Collecti
         multicast_scope=multicast_scope(fabric, spec),
         multicast_trees_confirmed=spec["algo"] == "multicast",     # testbed/runtime/multicast_ready.py
         multicast_hold_s=multicast_ready.HOLD_S if spec["algo"] == "multicast" else 0,
-        # opt-in delay-based congestion control (hosts/rdma/cc.py)
-        congestion="delay" if spec.get("congestion", "none") == "delay" else None,
+        # opt-in congestion control: delay-based (hosts/rdma/cc.py) or DCQCN (hosts/rdma/dcqcn.py)
+        congestion=None if spec.get("congestion", "none") == "none" else spec["congestion"],
+        time_scale=fabric.params.time_scale,
         rc_rto=spec.get("retransmit_timeout", "fixed"),
         **collective_phases.rank_options(spec, size, cluster(fabric)))
 

@@ -34,6 +34,8 @@ def row(fabric, spec: dict, size: int, outs: list[dict], before: dict, after: di
             if up and sum(up.values()) else None,
             "out_of_order": counters.get("out_of_order", 0),
             "retransmits": counters.get("retransmits", 0),
+            "ecn_marked_packets": counters.get("ecn_ce_received", 0),
+            "cnp_sent": counters.get("cnp_sent", 0), "cnp_received": counters.get("cnp_received", 0),
             "send_nic_bytes": send_nic_bytes(fabric, before, after),
             "recovered_chunks": sum(o.get("recovered_chunks", 0) for o in outs),
             "drops": sum(v for k, v in counters.items() if k.startswith("drop")),

@@ -4,6 +4,7 @@ Ranks are threads; their devices are joined by the transport's in-memory fabric 
 packets, ICRC and all, but no namespaces), which can drop packets to test recovery. Inputs are
 integer-valued floats, so any summation order gives numpy's result bit for bit.
 """
+import itertools
 import tempfile
 import threading
 
@@ -20,8 +21,8 @@ def peers_grid(servers, per):
                  server=i, local_rank=j) for i in range(servers) for j in range(per)]
 
 
-def run_ranks(peers, fn, drop=None, timeout=20.0, delay=None, **comm_options):
-    fabric = MemoryFabric(drop=drop, delay=delay)
+def run_ranks(peers, fn, drop=None, timeout=20.0, delay=None, fabric=None, **comm_options):
+    fabric = fabric or MemoryFabric(drop=drop, delay=delay)
     with tempfile.TemporaryDirectory(prefix="tb-store-") as store_dir:
         results, errors = {}, {}
 
@@ -191,3 +192,29 @@ def test_split_stripes_each_message_over_k_queue_pairs_in_order(split):
                     delay=delay, split=split, sport_mode="packet")
     want = np.sum(np.stack(xs), axis=0)
     assert all(np.array_equal(g, want) for g in got.values())
+
+
+def test_dcqcn_ranks_answer_marks_and_cut_their_rate():
+    """congestion dcqcn: a fabric that marks CE on every fourth data packet; the AllReduce stays exact, the
+    ranks answer the marks with CNPs and their queue pairs cut their rate on them."""
+    peers = peers_grid(2, 2)
+    xs = inputs(4, 60000, np.float32)
+    fabric = MemoryFabric()
+    seen = itertools.count()
+    fabric.mark = lambda pkt: len(pkt) > 200 and next(seen) % 4 == 0
+    counters = {}
+
+    def fn(c):
+        c.congestion, c.time_scale = "dcqcn", 100
+        out = algorithms.allreduce(c, xs[c.rank].copy(), "sum", "ring")
+        counters[c.rank] = c.counters()
+        return out
+
+    got = run_ranks(peers, fn, fabric=fabric, rate_limit_bps={"nic": 40e6, "hb": 40e6})
+    want = np.sum(np.stack(xs), axis=0)
+    assert all(np.allclose(g, want) for g in got.values())
+    total = {k: sum(c.get(k, 0) for c in counters.values())
+             for k in ("ecn_ce_received", "cnp_sent", "cnp_received", "cc_rate_cuts")}
+    assert total["ecn_ce_received"] == fabric.marked > 0, total
+    assert 0 < total["cnp_sent"] <= total["ecn_ce_received"] and total["cnp_received"] > 0, total
+    assert total["cc_rate_cuts"] > 0, total

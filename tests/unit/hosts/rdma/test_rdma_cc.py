@@ -65,7 +65,7 @@ def test_needs_a_line_rate(make_pair):
     with pytest.raises(RdmaError, match="rate limit"):
         make_pair(cc="delay")
     with pytest.raises(RdmaError, match="congestion control must be"):
-        make_pair(cc="dcqcn", rate_limit_bps=1e6)
+        make_pair(cc="swift", rate_limit_bps=1e6)
 
 
 class Bottleneck:

@@ -441,8 +441,9 @@ def test_rc_packets_match_rxe_capture(capture, op, size, count):
     golden = [H.decode(raw(p[IP])) for p in rdpcap(str(pathlib.Path(DATA) / "rxe" / capture))]
     seen = []
     fab = MemoryFabric(tap=lambda pkt: seen.append(H.decode(pkt)))
-    srv = open_device("10.77.0.1", backend="uroce", transport=fab.attach("10.77.0.1"), first_qpn=0x11)
-    cli = open_device("10.77.0.2", backend="uroce", transport=fab.attach("10.77.0.2"), first_qpn=0x12)
+    # ecn=False: rxe sends TOS 0, uroce ECT(0) by default (test_dcqcn.py)
+    srv = open_device("10.77.0.1", backend="uroce", transport=fab.attach("10.77.0.1"), first_qpn=0x11, ecn=False)
+    cli = open_device("10.77.0.2", backend="uroce", transport=fab.attach("10.77.0.2"), first_qpn=0x12, ecn=False)
     try:
         ps, pc, cs, cc = srv.alloc_pd(), cli.alloc_pd(), srv.create_cq(), cli.create_cq()
         bs, bc = bytearray(size), bytearray(size)
@@ -475,8 +476,9 @@ def test_ud_packets_match_rxe_capture():
     golden = [H.decode(raw(p[IP])) for p in rdpcap(str(pathlib.Path(DATA) / "rxe" / "ud_send.pcap"))]
     seen = []
     fab = MemoryFabric(tap=lambda pkt: seen.append(H.decode(pkt)))
-    srv = open_device("10.77.0.1", backend="uroce", transport=fab.attach("10.77.0.1"), first_qpn=0x11)
-    cli = open_device("10.77.0.2", backend="uroce", transport=fab.attach("10.77.0.2"), first_qpn=0x12)
+    # ecn=False: rxe sends TOS 0, uroce ECT(0) by default (test_dcqcn.py)
+    srv = open_device("10.77.0.1", backend="uroce", transport=fab.attach("10.77.0.1"), first_qpn=0x11, ecn=False)
+    cli = open_device("10.77.0.2", backend="uroce", transport=fab.attach("10.77.0.2"), first_qpn=0x12, ecn=False)
     try:
         ps, pc, cs, cc = srv.alloc_pd(), cli.alloc_pd(), srv.create_cq(), cli.create_cq()
         bs, bc = bytearray(2048 * 20), bytearray(1024)

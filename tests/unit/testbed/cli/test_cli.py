@@ -216,3 +216,23 @@ def test_shipped_scenarios_capture_whole_packets():
 def test_bad_faults_are_named(fault, message, tmp_path):
     p = run_with_extra(tmp_path, f"faults: [{fault}]")
     assert p.returncode == 2 and message in p.stderr, p.stderr
+
+
+def test_pcap_summarize_counts_cnps_and_ecn_marks(tmp_path):
+    """A capture of uroce under CE marking: the CNPs are counted (not as retransmissions), and so are the
+    ECN-capable and CE-marked RoCE packets."""
+    from hosts.rdma import headers as H
+    from hosts.rdma.transport import PcapWriter, set_ce
+    a, b = bytes([10, 0, 0, 1]), bytes([10, 0, 0, 2])
+    data = [bytes(H.encode(a, b, 0xC000, i, H.SEND_ONLY, 0x11, i, payload=b"x" * 64, tos=H.ECT0))
+            for i in range(6)]
+    pkts = data[:2] + [set_ce(d) for d in data[2:]] + [bytes(H.encode_cnp(b, a, 0xC000, 9, 0x12))] * 3
+    path = str(tmp_path / "cnp.pcap")
+    w = PcapWriter(path)
+    for pkt in pkts:
+        w.write(pkt)
+    w.close()
+    s = json.loads(run_cli("pcap", "summarize", path, "--json").stdout)
+    assert (s["cnps"], s["ecn_capable"], s["ecn_ce"], s["retransmissions"], s["bad_icrc"]) == (3, 6, 4, 0, 0), s
+    assert s["opcodes"]["CNP"] == 3
+    assert "DCQCN: 3 CNPs, 4 CE-marked of 6 ECN-capable" in run_cli("pcap", "summarize", path).stdout

@@ -47,3 +47,15 @@ def test_a_training_ranks_spec_reads_back_as_built(kind):
     built = training.rank_spec(plan, s, fabric, "ecmp", rank_setup.peers(fabric.gpus()), "store")
     assert TrainingRankSpec.from_json(built.to_json()) == built
     assert built.plan.to_dict() == s["plan"] and len(built.peers) == 8
+
+
+def test_dcqcn_reaches_the_ranks_with_the_fabrics_time_scale():
+    fabric = runner.fabric_of({"fabric": {"kind": "rail-only", "nic_mbps": 400000, "time_scale": 40000}})
+    spec = {"type": "collective", "op": "allreduce", "algo": "ring", "congestion": "dcqcn"}
+    base = collective._base_spec(SimpleNamespace(fabric=fabric, routing="ecmp"), spec,
+                                 rank_setup.peers(fabric.gpus()), "store", 65536)
+    assert (base.congestion, base.time_scale) == ("dcqcn", 40000)
+    assert CollectiveRankSpec.from_json(base.to_json()) == base
+    none = collective._base_spec(SimpleNamespace(fabric=fabric, routing="ecmp"), {**spec, "congestion": "none"},
+                                 rank_setup.peers(fabric.gpus()), "store", 65536)
+    assert none.congestion is None
