@@ -1,0 +1,82 @@
+"""Integration (root): several jobs on one fabric at once (the `concurrent` workload). Jobs on disjoint rails of a
+rail-only fabric share no link and run as fast together as alone; two rings routed over the same shaped spine
+uplinks of a 1:1 rail-optimized fabric share them and each slows down by about half. Every job's collective is
+checked against numpy's, alone and together."""
+import statistics
+
+import pytest
+
+from controllers.routes import Topology
+from testbed.fabric.network import Network
+from testbed.fabric.topo import build
+from testbed.workloads import concurrent
+
+pytestmark = [pytest.mark.root, pytest.mark.alone]    # slowdowns are timing ratios: they need CPU headroom
+
+NIC_MBPS = 5
+RING = {"type": "collective", "op": "allreduce", "algo": "ring", "sizes": ["1MiB"], "iterations": 2}
+
+
+def ring(name: str, hosts: list[str]) -> dict:
+    return {**RING, "name": name, "placement": {"hosts": hosts}}
+
+
+def assert_exact(result: dict) -> None:
+    """Every collective job's every size equal to numpy's on every rank, alone and together."""
+    for job in result["jobs"]:
+        for when in ("alone", "together"):
+            run = job[when]
+            assert run["ok"], (job["job"], when, run["checks"])
+            if job["type"] == "collective":
+                assert run["rows"] and all(r["correct"] for r in run["rows"]), (job["job"], when)
+
+
+def describe(result: dict) -> str:
+    return ", ".join(f"{j['job']} {j['seconds_alone']:.3f} s alone, {j['seconds_together']:.3f} s together "
+                     f"(x{j['slowdown']:.2f})" for j in result["jobs"])
+
+
+def test_jobs_on_disjoint_rails_of_rail_only_do_not_slow_each_other():
+    """Two rings and a traffic job, one rail each: no link in common, so each runs as fast as alone (the median
+    of the jobs' slowdowns at most 1.1, and none above 1.2: a 2-core machine's noise)."""
+    fabric = build("rail-only", 2, 3, nic_mbps=NIC_MBPS)
+    spec = {"type": "concurrent", "jobs": [
+        {**RING, "name": "rail0", "placement": {"rails": [0]}},
+        {**RING, "name": "rail1", "placement": {"rails": [1]}},
+        {"type": "traffic", "name": "rail2", "placement": {"rails": [2]}, "size": "512KiB", "protocol": "udp"}]}
+    concurrent.validate(fabric, spec, {})
+    with Network(fabric, routing="single") as net:
+        result = concurrent.run(net, spec)
+    print(describe(result))
+    assert result["ok"], result["checks"]
+    assert_exact(result)
+    assert [j["hosts"] for j in result["jobs"]] == [["s0g0", "s1g0"], ["s0g1", "s1g1"], ["s0g2", "s1g2"]]
+    slowdowns = [j["slowdown"] for j in result["jobs"]]
+    assert statistics.median(slowdowns) <= 1.1 and max(slowdowns) <= 1.2, slowdowns
+
+
+def uplink_of(fabric, src: str, dst: str) -> str:
+    """The spine uplink that single-path routing gives src's packets to dst (the controller's own route table)."""
+    routes = Topology(fabric.to_controller()).routes("single")
+    leaf = f"rail{fabric.hosts[src].rank}"
+    port = routes[leaf][fabric.hosts[dst].ip][0]
+    return next(f"{l.a}-{l.b}" for l in fabric.links if l.kind == "uplink" and l.a == leaf and l.a_port == port)
+
+
+def test_two_rings_over_one_shaped_uplink_slow_each_other_down():
+    """Each ring joins rail 0 and rail 1 of different servers; single-path routing takes both rings' rail0 ->
+    spine and rail1 -> spine hops over the same uplink, shaped to one NIC's rate on this 1:1 fabric. Each
+    ring gets half of it together: slowdown >= 1.5 (2 ideally)."""
+    fabric = build("rail-optimized", 2, 2, spines=2, oversubscription=1, nic_mbps=NIC_MBPS)
+    assert fabric.params.faithful              # the uplinks are shaped (fabric.ideal_uplinks off)
+    a, b = ["s0g0", "s1g1"], ["s1g0", "s0g1"]
+    assert uplink_of(fabric, "s0g0", "s1g1") == uplink_of(fabric, "s1g0", "s0g1")
+    assert uplink_of(fabric, "s1g1", "s0g0") == uplink_of(fabric, "s0g1", "s1g0")
+    spec = {"type": "concurrent", "jobs": [ring("ring-a", a), ring("ring-b", b)]}
+    concurrent.validate(fabric, spec, {})
+    with Network(fabric, routing="single") as net:
+        result = concurrent.run(net, spec)
+    print(describe(result))
+    assert result["ok"], result["checks"]
+    assert_exact(result)
+    assert all(j["slowdown"] >= 1.5 for j in result["jobs"]), describe(result)
