@@ -19,24 +19,23 @@ from testbed.scenario.schema import ScenarioError
 POLICIES = ("packed", "spread", "rail-aligned")
 
 SCHEMA = {
-    "description": "The job's GPUs: {hosts: [s0g0, s1g0]}, {servers: [0, 1], rails: [0]} (either key alone: "
-                   "all of the other) or {count: 4, policy: packed | spread | rail-aligned} (GPUs no earlier job "
-                   "took).",
-    "anyOf": [
-        {"type": "object", "additionalProperties": False, "required": ["hosts"],
-         "properties": {"hosts": {"type": "array", "minItems": 1, "items": {"type": "string"},
-                                  "description": "The job's GPU hosts by name."}}},
-        {"type": "object", "additionalProperties": False, "minProperties": 1,
-         "properties": {"servers": {"type": "array", "minItems": 1, "items": {"type": "integer", "minimum": 0},
-                                    "description": "Server numbers. Default: all."},
-                        "rails": {"type": "array", "minItems": 1, "items": {"type": "integer", "minimum": 0},
-                                  "description": "Rails (local GPU numbers). Default: all."}}},
-        {"type": "object", "additionalProperties": False, "required": ["count"],
-         "properties": {"count": {"type": "integer", "minimum": 1, "description": "How many GPUs."},
-                        "policy": {"enum": list(POLICIES), "default": "packed",
-                                   "description": "How they are chosen among the free ones."}}},
-    ],
+    "type": "object", "additionalProperties": False, "minProperties": 1,
+    "description": "The job's GPUs, in one of three forms: {hosts: [s0g0, s1g0]}; {servers: [0, 1], rails: [0]} "
+                   "(either key alone: all of the other); {count: 4, policy: packed | spread | rail-aligned} (GPUs "
+                   "no earlier job took).",
+    "properties": {
+        "hosts": {"type": "array", "minItems": 1, "items": {"type": "string"},
+                  "description": "The job's GPU hosts by name."},
+        "servers": {"type": "array", "minItems": 1, "items": {"type": "integer", "minimum": 0},
+                    "description": "Server numbers. Default: all."},
+        "rails": {"type": "array", "minItems": 1, "items": {"type": "integer", "minimum": 0},
+                  "description": "Rails (local GPU numbers). Default: all."},
+        "count": {"type": "integer", "minimum": 1, "description": "How many GPUs."},
+        "policy": {"enum": list(POLICIES), "default": "packed",
+                   "description": "How count GPUs are chosen among the free ones."},
+    },
 }
+FORMS = ({"hosts"}, {"servers", "rails"}, {"count", "policy"})
 
 
 def gpu_grid(fabric) -> list:
@@ -48,6 +47,9 @@ def place(fabric, placement: dict, taken: set[str]) -> list[str]:
     """The host names of one placement (server-major order); `taken`: hosts earlier jobs hold, which a count
     placement avoids."""
     gpus = gpu_grid(fabric)
+    if not any(set(placement) <= form for form in FORMS) or set(placement) == {"policy"}:
+        raise ScenarioError(f"placement: {', '.join(sorted(placement))} do not go together; give hosts, or "
+                            f"servers and/or rails, or count (with a policy)")
     if "hosts" in placement:
         known = {h.name for h in gpus}
         for name in placement["hosts"]:

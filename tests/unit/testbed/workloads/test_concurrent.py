@@ -149,3 +149,18 @@ def test_the_shipped_scenario_validates():
 def test_placement_schema_is_the_modules():
     assert concurrent.SCHEMA["properties"]["jobs"]["items"]["allOf"][0]["then"]["properties"]["placement"] \
         is job_placement.SCHEMA
+
+
+@pytest.mark.parametrize("placement", [{"hosts": ["s0g0"], "count": 2}, {"policy": "spread"},
+                                       {"servers": [0], "count": 1}])
+def test_placement_forms_do_not_mix(fabric, placement):
+    with pytest.raises(ScenarioError, match="do not go together"):
+        place(fabric, placement, set())
+
+
+def test_an_unknown_placement_key_is_named():
+    doc = {"name": "x", "fabric": {"kind": "rail-only", "servers": 2, "gpus_per_server": 2},
+           "workloads": [{"type": "concurrent", "jobs": [
+               {"type": "traffic", "name": "a", "placement": {"rail": [0]}}]}]}
+    with pytest.raises(ScenarioError, match="rail.*did you mean 'rails'"):
+        validate_doc(doc)
