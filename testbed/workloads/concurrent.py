@@ -15,8 +15,8 @@ import time
 
 from testbed.runtime import progress
 from testbed.scenario.schema import NAME, ScenarioError
-from testbed.schema_words import BOOL, NUM, STR, arr, d, nullable, obj
-from testbed.workloads import collective, job_placement, traffic
+from testbed.schema_words import BOOL, INT, NUM, STR, arr, d, nullable, obj
+from testbed.workloads import collective, job_bytes, job_placement, traffic
 
 # The types a job may be: their own SCHEMA plus name and placement.
 JOB_TYPES = {"collective": collective, "traffic": traffic}
@@ -63,8 +63,17 @@ JOB = obj({
 }, ["job", "type", "ok", "hosts", "seconds_alone", "seconds_together", "slowdown", "together"])
 
 # Its keys in results.json's workload record (the runner adds the common ones).
-RESULT_SCHEMA = {"jobs": arr(JOB, "Per job, in scenario order."),
-                 "max_slowdown": d(nullable(NUM), "The largest job slowdown.")}
+BY_JOB = {"type": "object", "additionalProperties": {"type": "object", "additionalProperties": INT}}
+RESULT_SCHEMA = {
+    "jobs": arr(JOB, "Per job, in scenario order."),
+    "max_slowdown": d(nullable(NUM), "The largest job slowdown."),
+    "switch_bytes_by_job": d(BY_JOB, "While the jobs ran together: SWITCH -> job (or other) -> bytes it forwarded "
+                                     "to that job's GPUs (its routes' OpenFlow counters)."),
+    "link_bytes_by_job": d(BY_JOB, "SWITCH:PORT -> job -> bytes it sent, for ports that single-path routes use "
+                                   "(ECMP and spraying groups are shared by destinations: not split per link)."),
+    "uplink_bytes_by_job": d(BY_JOB, "The spine uplinks of link_bytes_by_job, as SENDER>RECEIVER."),
+    "job_bytes_deviation": d(NUM, "The largest switch's |bytes by job - bytes its ports received| / received."),
+}
 
 
 def validate(fabric, spec: dict, scenario: dict | None = None) -> None:
@@ -121,7 +130,11 @@ def run(net, spec: dict) -> dict:
             report.note(f"job {job['name']} alone on {', '.join(hosts)}")
             alone[job["name"]] = _run_job(net, job, hosts)
     report.note(f"{len(jobs)} jobs together")
+    flows, ports = [net.flow_bytes()], [net.counters()]
     together = _together(net, jobs)
+    ports.append(_settled(net))
+    flows.append(net.flow_bytes())
+    attributed = job_bytes.attribute(fabric, {job["name"]: hosts for job, hosts in jobs}, flows, ports)
     records, checks = [], []
     for job, hosts in jobs:
         a, t = alone.get(job["name"]), together[job["name"]]
@@ -132,9 +145,13 @@ def run(net, spec: dict) -> dict:
         for when, result in (("alone", a), ("together", t)):
             for c in (result or {}).get("checks", []):
                 checks.append({**c, "name": f"{job['name']} {when}: {c['name']}"})
+    checks.append(job_bytes.check(attributed))
     slowdowns = [r["slowdown"] for r in records if r["slowdown"] is not None]
-    return {"type": "concurrent", "ok": all(r["ok"] for r in records), "jobs": records,
-            "max_slowdown": max(slowdowns) if slowdowns else None, "checks": checks}
+    return {"type": "concurrent", "ok": all(c["ok"] for c in checks) and all(r["ok"] for r in records),
+            "jobs": records, "max_slowdown": max(slowdowns) if slowdowns else None,
+            "switch_bytes_by_job": attributed["switches"], "link_bytes_by_job": attributed["links"],
+            "uplink_bytes_by_job": job_bytes.uplinks_by_job(fabric, attributed),
+            "job_bytes_deviation": attributed["max_deviation"], "checks": checks}
 
 
 def _round(x: float | None) -> float | None:
@@ -151,6 +168,18 @@ def _run_job(net, job: dict, hosts: list[str]) -> dict:
                   "checks": [{"name": "completed", "ok": False, "detail": f"{type(exc).__name__}: {exc}"}]}
     result.pop("per_rank", None)
     return result
+
+
+def _settled(net, limit_s: float = 5.0) -> dict:
+    """The port counters once they stop moving (what the shaped links still held when the last rank ended has
+    arrived, and the flow counters have caught up): the moment to read both for the bytes by job."""
+    now, deadline = net.counters(), time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        time.sleep(0.5)
+        previous, now = now, net.counters()
+        if all(previous.get(p, {}).get("rx_bytes") == c["rx_bytes"] for p, c in now.items()):
+            break
+    return now
 
 
 def _together(net, jobs: list) -> dict[str, dict]:
@@ -227,6 +256,15 @@ def report_section(workloads: list[dict]) -> list[str]:
             out.append(f"| {j['job']} | {j['type']} | {', '.join(j['hosts'])} | {num(j['seconds_alone'])} | "
                        f"{num(j['seconds_together'])} | {num(j['slowdown'])} | {'yes' if j['ok'] else 'NO'} |")
         out.append("")
+        uplinks = w.get("uplink_bytes_by_job") or {}
+        names = [j["job"] for j in w["jobs"]]
+        if uplinks:
+            out += ["Spine uplinks while the jobs ran together, bytes by job (single-path routes; the routes' "
+                    "OpenFlow counters):", "", "| uplink | " + " | ".join(names) + " |",
+                    "|---|" + "---|" * len(names)]
+            out += [f"| {link} | " + " | ".join(str(by.get(n, 0)) for n in names) + " |"
+                    for link, by in sorted(uplinks.items())]
+            out.append("")
     return out
 
 

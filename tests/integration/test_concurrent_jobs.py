@@ -1,7 +1,7 @@
 """Integration (root): several jobs on one fabric at once (the `concurrent` workload). Jobs on disjoint rails of a
 rail-only fabric share no link and run as fast together as alone; two rings routed over the same shaped spine
 uplinks of a 1:1 rail-optimized fabric share them and each slows down by about half. Every job's collective is
-checked against numpy's, alone and together."""
+checked against numpy's, alone and together, and the fabric's bytes split by job add up to its port counters."""
 import statistics
 
 import pytest
@@ -51,6 +51,10 @@ def test_jobs_on_disjoint_rails_of_rail_only_do_not_slow_each_other():
     assert result["ok"], result["checks"]
     assert_exact(result)
     assert [j["hosts"] for j in result["jobs"]] == [["s0g0", "s1g0"], ["s0g1", "s1g1"], ["s0g2", "s1g2"]]
+    # each rail switch carried one job only: the bytes by job say so, and add up to the port counters
+    assert result["job_bytes_deviation"] <= 0.02
+    assert {sw: set(by) for sw, by in result["switch_bytes_by_job"].items() if sw.startswith("rail")} == \
+        {"rail0": {"rail0"}, "rail1": {"rail1"}, "rail2": {"rail2"}}, result["switch_bytes_by_job"]
     slowdowns = [j["slowdown"] for j in result["jobs"]]
     assert statistics.median(slowdowns) <= 1.1 and max(slowdowns) <= 1.2, slowdowns
 
@@ -80,3 +84,7 @@ def test_two_rings_over_one_shaped_uplink_slow_each_other_down():
     assert result["ok"], result["checks"]
     assert_exact(result)
     assert all(j["slowdown"] >= 1.5 for j in result["jobs"]), describe(result)
+    # the routes' counters split every switch's and every uplink's bytes by job, adding up to the port counters
+    assert result["job_bytes_deviation"] <= 0.02
+    shared = result["uplink_bytes_by_job"][uplink_of(fabric, "s0g0", "s1g1").replace("-", ">")]
+    assert set(shared) == {"ring-a", "ring-b"} and min(shared.values()) >= 1 << 20, shared

@@ -164,3 +164,27 @@ def test_an_unknown_placement_key_is_named():
                {"type": "traffic", "name": "a", "placement": {"rail": [0]}}]}]}
     with pytest.raises(ScenarioError, match="rail.*did you mean 'rails'"):
         validate_doc(doc)
+
+
+def test_bytes_by_job_from_the_routes_counters():
+    from testbed.workloads import job_bytes
+    fabric = build("rail-optimized", 2, 2, spines=2, oversubscription=1, nic_mbps=5)
+    ip = {h: fabric.hosts[h].ip for h in fabric.hosts}
+    up = next(l for l in fabric.links if l.kind == "uplink" and l.a == "rail0")      # rail0 -> a spine
+    out, port = f"output:{up.a_port}", f"rail0:{up.a_port}"
+    jobs = {"a": ["s0g0", "s1g1"], "b": ["s1g0", "s0g1"]}
+    flows0 = {"rail0": {f"{ip['s1g1']}>{out}": 100, f"{ip['s0g1']}>{out}": 0, "*>drop": 5}}
+    flows1 = {"rail0": {f"{ip['s1g1']}>{out}": 1100, f"{ip['s0g1']}>{out}": 2000, "*>drop": 5}}
+    ports0 = {"rail0:1": {"rx_bytes": 0, "tx_bytes": 0}, port: {"rx_bytes": 0, "tx_bytes": 0}}
+    ports1 = {"rail0:1": {"rx_bytes": 3000, "tx_bytes": 0}, port: {"rx_bytes": 0, "tx_bytes": 3010}}
+    got = job_bytes.attribute(fabric, jobs, (flows0, flows1), (ports0, ports1))
+    assert got["switches"] == {"rail0": {"a": 1000, "b": 2000}}
+    assert got["links"] == {port: {"a": 1000, "b": 2000}}
+    assert got["deviation"] == {"rail0": 0.0, port: round(10 / 3010, 4)}
+    assert job_bytes.check(got)["ok"]
+    assert job_bytes.uplinks_by_job(fabric, got) == {f"rail0>{up.b}": {"a": 1000, "b": 2000}}
+    # a switch whose routes went through a shared (select) group: its links are not split, its total is
+    flows1["rail0"][f"{ip['s0g1']}>group:2"] = 500
+    got = job_bytes.attribute(fabric, jobs, (flows0, flows1), (ports0, ports1))
+    assert port not in got["deviation"] and got["switches"]["rail0"]["b"] == 2500
+    assert not job_bytes.check(got)["ok"]          # 3500 forwarded against 3000 received
