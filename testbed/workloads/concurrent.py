@@ -3,7 +3,8 @@ GPUs (its `placement:`, testbed/workloads/job_placement.py), and how much they s
 
 Each job first runs alone (`alone: true`, the default), one after the other, then all start together (one
 thread each). A job's figure is its measured time (a collective: the sum over its sizes of the mean iteration
-time its ranks measured; traffic: its slowest flow's transfer time), so start-up does not count; its slowdown
+time its ranks measured; traffic: its slowest flow's transfer time; a training iteration: its mean measured
+iteration; a program: its completion time, start-up included); its slowdown
 is together / alone. Each job is its own launch: its own ranks, store (rendezvous) directory, results and host
 logs (RESULTS/jobs/NAME/hosts/). Counters a job's own result reads from the switches (fabric_bytes,
 uplink_bytes) are the whole fabric's: while the jobs run together they include the other jobs' bytes.
@@ -16,10 +17,10 @@ import time
 from testbed.runtime import progress
 from testbed.scenario.schema import NAME, ScenarioError
 from testbed.schema_words import BOOL, INT, NUM, STR, arr, d, nullable, obj
-from testbed.workloads import collective, job_bytes, job_placement, traffic
+from testbed.workloads import collective, job_bytes, job_placement, program, traffic, training
 
 # The types a job may be: their own SCHEMA plus name and placement.
-JOB_TYPES = {"collective": collective, "traffic": traffic}
+JOB_TYPES = {"collective": collective, "traffic": traffic, "training_iteration": training, "program": program}
 
 
 def _job_schema(kind) -> dict:
@@ -33,7 +34,8 @@ def _job_schema(kind) -> dict:
 
 SCHEMA = {
     "type": "object", "additionalProperties": False, "required": ["type", "jobs"],
-    "description": "Several jobs at once, each a workload (collective, traffic) on its own GPUs; each also runs "
+    "description": "Several jobs at once, each a workload (collective, traffic, training_iteration, program) on "
+                   "its own GPUs; each also runs "
                    "alone first, and the results give every job's slowdown.",
     "properties": {
         "type": {"const": "concurrent", "description": "Jobs running at the same time."}, "name": NAME,
@@ -47,8 +49,8 @@ SCHEMA = {
         "alone": {"type": "boolean", "default": True,
                   "description": "Run each job alone first (one after the other), for its slowdown."},
         "allow_overlap": {"type": "boolean", "default": False,
-                          "description": "Let jobs share GPUs (refused otherwise). Two collective jobs still may "
-                                         "not: a GPU's NIC serves one RoCE job."},
+                          "description": "Let jobs share GPUs (refused otherwise). Two collective or training "
+                                         "jobs still may not: a GPU's NIC serves one RoCE job."},
     },
 }
 
@@ -80,6 +82,9 @@ def validate(fabric, spec: dict, scenario: dict | None = None) -> None:
     names = [j["name"] for j in spec["jobs"]]
     if len(set(names)) != len(names):
         raise ScenarioError(f"jobs: a job name is used twice ({', '.join(sorted({n for n in names if names.count(n) > 1}))})")
+    for i, job in enumerate(spec["jobs"]):
+        if job["type"] == "program" and "hosts" in job:
+            raise ScenarioError(f"jobs.{i} ({job['name']}): a program job runs on its placement; drop its hosts")
     placed = job_placement.place_jobs(fabric, spec["jobs"], spec.get("allow_overlap", False))
     for i, (job, hosts) in enumerate(zip(spec["jobs"], placed)):
         try:
@@ -88,10 +93,10 @@ def validate(fabric, spec: dict, scenario: dict | None = None) -> None:
             raise ScenarioError(f"jobs.{i} ({job['name']}): {exc}") from None
     roce = {}
     for job, hosts in zip(spec["jobs"], placed):
-        if job["type"] == "collective":
+        if job["type"] in ("collective", "training_iteration"):          # their ranks speak RoCE
             for h in hosts:
                 if h in roce:
-                    raise ScenarioError(f"jobs {roce[h]!r} and {job['name']!r} are both collectives on {h}: a "
+                    raise ScenarioError(f"jobs {roce[h]!r} and {job['name']!r} both run RoCE ranks on {h}: a "
                                         f"GPU's NIC serves one RoCE job")
                 roce[h] = job["name"]
 
@@ -115,6 +120,10 @@ def measured_seconds(result: dict) -> float | None:
         return None
     if result["type"] == "collective":
         return sum(r["seconds"] for r in result["rows"]) if result.get("rows") else None
+    if result["type"] == "training_iteration":
+        return result.get("measured", {}).get("iteration")          # the mean iteration
+    if result["type"] == "program":
+        return result.get("seconds")                                   # the job's completion time
     seconds = [f["seconds"] for f in result.get("per_flow", []) if f.get("seconds") is not None]
     return max(seconds) if seconds else None
 

@@ -32,8 +32,8 @@ def assert_exact(result: dict) -> None:
 
 
 def describe(result: dict) -> str:
-    return ", ".join(f"{j['job']} {j['seconds_alone']:.3f} s alone, {j['seconds_together']:.3f} s together "
-                     f"(x{j['slowdown']:.2f})" for j in result["jobs"])
+    return ", ".join(f"{j['job']} {j['seconds_alone']} s alone, {j['seconds_together']} s together "
+                     f"(x{j['slowdown']})" for j in result["jobs"])
 
 
 def test_jobs_on_disjoint_rails_of_rail_only_do_not_slow_each_other():
@@ -88,3 +88,27 @@ def test_two_rings_over_one_shaped_uplink_slow_each_other_down():
     assert result["job_bytes_deviation"] <= 0.02
     shared = result["uplink_bytes_by_job"][uplink_of(fabric, "s0g0", "s1g1").replace("-", ">")]
     assert set(shared) == {"ring-a", "ring-b"} and min(shared.values()) >= 1 << 20, shared
+
+
+def test_training_and_program_jobs_run_side_by_side():
+    """A training iteration (tp 2, dp 2) on servers 0-1 and a torch.distributed program on rail 0 of servers 2-3:
+    each completes with its own checks passed, alone and together, and each rail switch's bytes split between the
+    two jobs add up to its port counters. (The training checks that no byte crossed the spines, a figure of the
+    whole fabric's counters: the program stays on one rail, so the check holds beside it.)"""
+    pytest.importorskip("torch", reason="the program job runs torch.distributed (make setup EXTRAS=torch)")
+    fabric = build("rail-optimized", 4, 2, spines=2, nic_mbps=NIC_MBPS)
+    spec = {"type": "concurrent", "jobs": [
+        {"type": "training_iteration", "name": "train", "plan": {"tp": 2, "pp": 1, "dp": 2}, "micro_batches": 2,
+         "target_s": 2, "iterations": 2, "placement": {"servers": [0, 1]}},
+        {"type": "program", "name": "gloo", "command": "{python} hosts/programs/torch_gloo.py --sizes 64KiB --steps 2",
+         "timeout_s": 120, "placement": {"servers": [2, 3], "rails": [0]}}]}
+    concurrent.validate(fabric, spec, {})
+    with Network(fabric, routing="single") as net:
+        result = concurrent.run(net, spec)
+    print(describe(result), [c for c in result["checks"] if not c["ok"]])
+    assert result["ok"], [c for c in result["checks"] if not c["ok"]]
+    assert [j["hosts"] for j in result["jobs"]] == [["s0g0", "s0g1", "s1g0", "s1g1"], ["s2g0", "s3g0"]]
+    assert all(j["slowdown"] is not None for j in result["jobs"])
+    assert result["job_bytes_deviation"] <= 0.02
+    by_job = result["switch_bytes_by_job"]
+    assert set(by_job["rail0"]) == {"train", "gloo"} and set(by_job["rail1"]) == {"train"}, by_job

@@ -74,7 +74,7 @@ def test_two_collectives_may_not_share_a_gpu_even_when_overlap_is_allowed(fabric
     spec = {"type": "concurrent", "allow_overlap": True,
             "jobs": [{**ring, "name": "a", "placement": {"servers": [0, 1], "rails": [0]}},
                      {**ring, "name": "b", "placement": {"servers": [1, 2], "rails": [0]}}]}
-    with pytest.raises(ScenarioError, match="both collectives on s1g0"):
+    with pytest.raises(ScenarioError, match="both run RoCE ranks on s1g0"):
         concurrent.validate(fabric, spec, {})
     spec["jobs"][1] = {"type": "traffic", "name": "b", "placement": {"servers": [1, 2], "rails": [0]}}
     concurrent.validate(fabric, spec, {})
