@@ -188,3 +188,10 @@ def test_bytes_by_job_from_the_routes_counters():
     got = job_bytes.attribute(fabric, jobs, (flows0, flows1), (ports0, ports1))
     assert port not in got["deviation"] and got["switches"]["rail0"]["b"] == 2500
     assert not job_bytes.check(got)["ok"]          # 3500 forwarded against 3000 received
+
+
+def test_a_multicast_job_is_warned_about_its_unsplit_bytes(fabric):
+    mc = {"type": "collective", "name": "mc", "op": "allgather", "algo": "multicast", "placement": {"rails": [0]}}
+    said = concurrent.warnings(fabric, {"type": "concurrent", "jobs": [mc]})
+    assert any("multicast" in w and "not checked" in w for w in said), said
+    assert not concurrent.warnings(fabric, {"type": "concurrent", "jobs": [{**mc, "algo": "ring"}]})
