@@ -11,6 +11,7 @@ uplink_bytes) are the whole fabric's: while the jobs run together they include t
 """
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -298,4 +299,39 @@ def report_table(workloads: list[dict]) -> dict | None:
 
 
 def report_plots(workloads: list[dict], plots_dir: str) -> list[str]:
-    return []
+    written = []
+    for w in workloads:
+        path = os.path.join(plots_dir, f"job_links_{w['name']}.png")
+        if plot_job_links(w, path):
+            written.append(path)
+    return written
+
+
+def plot_job_links(w: dict, path: str) -> bool:
+    """A heatmap of the bytes each spine uplink (each link fed by single-path routes where there are no uplinks)
+    sent for each job while the jobs ran together: where the jobs met."""
+    by_link = w.get("link_bytes_by_job") or {}
+    names = [j["job"] for j in w.get("jobs", [])]
+    if not by_link or not names:
+        return False
+    uplinks = w.get("uplink_bytes_by_job") or {}
+    table = uplinks or by_link             # the uplinks where there are (a rail-only fabric has none)
+    rows = sorted(table)
+    values = [[table[r].get(n, 0) for n in names] for r in rows]
+    import numpy as np
+    from testbed.figures import plt     # matplotlib only when there is a report to draw
+    kb = np.array(values, dtype=float) / 1e3
+    fig, ax = plt.subplots(figsize=(2.2 + 1.1 * len(names), 1.5 + 0.3 * len(rows)))
+    im = ax.imshow(np.ma.masked_equal(kb, 0), cmap="viridis", vmin=0, aspect="auto")
+    ax.set_xticks(range(len(names)), names, rotation=30, fontsize=8)
+    ax.set_yticks(range(len(rows)), rows, fontsize=7)
+    for (a, b), v in np.ndenumerate(kb):
+        if v:
+            ax.text(b, a, f"{v:.0f}", ha="center", va="center", fontsize=6,
+                    color="black" if v > 0.6 * kb.max() else "white")
+    fig.colorbar(im, ax=ax, label="kB")
+    ax.set_title(f"{w['name']}: bytes by job per {'spine uplink' if uplinks else 'link'}, together", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True

@@ -195,3 +195,12 @@ def test_a_multicast_job_is_warned_about_its_unsplit_bytes(fabric):
     said = concurrent.warnings(fabric, {"type": "concurrent", "jobs": [mc]})
     assert any("multicast" in w and "not checked" in w for w in said), said
     assert not concurrent.warnings(fabric, {"type": "concurrent", "jobs": [{**mc, "algo": "ring"}]})
+
+
+def test_the_job_links_heatmap_is_drawn_where_bytes_were_split(tmp_path):
+    w = {"name": "w", "jobs": [{"job": "a"}, {"job": "b"}],
+         "link_bytes_by_job": {"rail0:3": {"a": 1000, "b": 2000}},
+         "uplink_bytes_by_job": {"rail0>spine1": {"a": 1000, "b": 2000}}}
+    assert concurrent.report_plots([w, {**w, "name": "none", "link_bytes_by_job": {}}], str(tmp_path)) == \
+        [str(tmp_path / "job_links_w.png")]
+    assert (tmp_path / "job_links_w.png").stat().st_size > 1000
