@@ -1,5 +1,5 @@
 """Workload `concurrent`: several jobs on one fabric at once, each a workload of an existing type on its own
-GPUs (its `placement:`, testbed/workloads/job_placement.py), and how much they slow each other down.
+GPUs (its `placement:`, testbed/workloads/concurrent_placement.py), and how much they slow each other down.
 
 Each job first runs alone (`alone: true`, the default), one after the other, then all start together (one
 thread each). A job's figure is its measured time (a collective: the sum over its sizes of the mean iteration
@@ -18,7 +18,7 @@ import time
 from testbed.runtime import progress
 from testbed.scenario.schema import NAME, ScenarioError
 from testbed.schema_words import BOOL, INT, NUM, STR, arr, d, nullable, obj
-from testbed.workloads import collective, job_bytes, job_placement, program, traffic, training
+from testbed.workloads import collective, concurrent_bytes, concurrent_placement, program, traffic, training
 
 # The types a job may be: their own SCHEMA plus name and placement.
 JOB_TYPES = {"collective": collective, "traffic": traffic, "training_iteration": training, "program": program}
@@ -30,7 +30,7 @@ def _job_schema(kind) -> dict:
             "properties": {**schema["properties"],
                            "name": {"type": "string", "pattern": r"^[A-Za-z0-9_.-]+$",
                                     "description": "The job's name in the results (and its host logs' folder)."},
-                           "placement": job_placement.SCHEMA}}
+                           "placement": concurrent_placement.SCHEMA}}
 
 
 SCHEMA = {
@@ -88,10 +88,10 @@ def validate(fabric, spec: dict, scenario: dict | None = None) -> None:
     for i, job in enumerate(spec["jobs"]):
         if job["type"] == "program" and "hosts" in job:
             raise ScenarioError(f"jobs.{i} ({job['name']}): a program job runs on its placement; drop its hosts")
-    placed = job_placement.place_jobs(fabric, spec["jobs"], spec.get("allow_overlap", False))
+    placed = concurrent_placement.place_jobs(fabric, spec["jobs"], spec.get("allow_overlap", False))
     for i, (job, hosts) in enumerate(zip(spec["jobs"], placed)):
         try:
-            JOB_TYPES[job["type"]].validate(job_placement.JobFabric(fabric, hosts), _bare(job), scenario or {})
+            JOB_TYPES[job["type"]].validate(concurrent_placement.JobFabric(fabric, hosts), _bare(job), scenario or {})
         except ScenarioError as exc:
             raise ScenarioError(f"jobs.{i} ({job['name']}): {exc}") from None
     roce = {}
@@ -112,9 +112,9 @@ def _bare(job: dict) -> dict:
 def warnings(fabric, spec: dict) -> list[str]:
     out = ["bytes by job leave out multicast: a multicast tree's flows and their counters are removed with the "
            "tree, so the split is not checked against the port counters"] if _multicast(spec) else []
-    for job, hosts in zip(spec["jobs"], job_placement.place_jobs(fabric, spec["jobs"], spec.get("allow_overlap", False))):
+    for job, hosts in zip(spec["jobs"], concurrent_placement.place_jobs(fabric, spec["jobs"], spec.get("allow_overlap", False))):
         out += [f"job {job['name']}: {w}" for w in
-                JOB_TYPES[job["type"]].warnings(job_placement.JobFabric(fabric, hosts), _bare(job))]
+                JOB_TYPES[job["type"]].warnings(concurrent_placement.JobFabric(fabric, hosts), _bare(job))]
     return out
 
 
@@ -134,7 +134,7 @@ def measured_seconds(result: dict) -> float | None:
 
 def run(net, spec: dict) -> dict:
     fabric = net.fabric
-    placed = job_placement.place_jobs(fabric, spec["jobs"], spec.get("allow_overlap", False))
+    placed = concurrent_placement.place_jobs(fabric, spec["jobs"], spec.get("allow_overlap", False))
     jobs = list(zip(spec["jobs"], placed))
     report = progress.current()
     alone = {}
@@ -147,7 +147,7 @@ def run(net, spec: dict) -> dict:
     together = _together(net, jobs)
     ports.append(_settled(net))
     flows.append(net.flow_bytes())
-    attributed = job_bytes.attribute(fabric, {job["name"]: hosts for job, hosts in jobs}, flows, ports)
+    attributed = concurrent_bytes.attribute(fabric, {job["name"]: hosts for job, hosts in jobs}, flows, ports)
     records, checks = [], []
     for job, hosts in jobs:
         a, t = alone.get(job["name"]), together[job["name"]]
@@ -159,12 +159,12 @@ def run(net, spec: dict) -> dict:
             for c in (result or {}).get("checks", []):
                 checks.append({**c, "name": f"{job['name']} {when}: {c['name']}"})
     if not _multicast(spec):
-        checks.append(job_bytes.check(attributed))
+        checks.append(concurrent_bytes.check(attributed))
     slowdowns = [r["slowdown"] for r in records if r["slowdown"] is not None]
     return {"type": "concurrent", "ok": all(c["ok"] for c in checks) and all(r["ok"] for r in records),
             "jobs": records, "max_slowdown": max(slowdowns) if slowdowns else None,
             "switch_bytes_by_job": attributed["switches"], "link_bytes_by_job": attributed["links"],
-            "uplink_bytes_by_job": job_bytes.uplinks_by_job(fabric, attributed),
+            "uplink_bytes_by_job": concurrent_bytes.uplinks_by_job(fabric, attributed),
             "job_bytes_deviation": None if _multicast(spec) else attributed["max_deviation"], "checks": checks}
 
 
@@ -181,7 +181,7 @@ def _run_job(net, job: dict, hosts: list[str]) -> dict:
     """One job's workload on its hosts; an error is its failed result (the other jobs go on)."""
     kind = JOB_TYPES[job["type"]]
     try:
-        result = kind.run(job_placement.JobNet(net, hosts, job["name"]), _bare(job))
+        result = kind.run(concurrent_placement.JobNet(net, hosts, job["name"]), _bare(job))
     except Exception as exc:  # one job's failure is its result, not the other jobs'
         result = {"type": job["type"], "ok": False,
                   "checks": [{"name": "completed", "ok": False, "detail": f"{type(exc).__name__}: {exc}"}]}

@@ -10,8 +10,8 @@ from testbed import PROJECT_ROOT
 from testbed.fabric.topo import build
 from testbed.scenario.loader import validate as validate_doc
 from testbed.scenario.schema import ScenarioError
-from testbed.workloads import concurrent, job_placement, traffic
-from testbed.workloads.job_placement import JobFabric, place, place_jobs
+from testbed.workloads import concurrent, concurrent_placement, traffic
+from testbed.workloads.concurrent_placement import JobFabric, place, place_jobs
 
 
 @pytest.fixture(scope="module")
@@ -148,7 +148,7 @@ def test_the_shipped_scenario_validates():
 
 def test_placement_schema_is_the_modules():
     assert concurrent.SCHEMA["properties"]["jobs"]["items"]["allOf"][0]["then"]["properties"]["placement"] \
-        is job_placement.SCHEMA
+        is concurrent_placement.SCHEMA
 
 
 @pytest.mark.parametrize("placement", [{"hosts": ["s0g0"], "count": 2}, {"policy": "spread"},
@@ -167,7 +167,7 @@ def test_an_unknown_placement_key_is_named():
 
 
 def test_bytes_by_job_from_the_routes_counters():
-    from testbed.workloads import job_bytes
+    from testbed.workloads import concurrent_bytes
     fabric = build("rail-optimized", 2, 2, spines=2, oversubscription=1, nic_mbps=5)
     ip = {h: fabric.hosts[h].ip for h in fabric.hosts}
     up = next(l for l in fabric.links if l.kind == "uplink" and l.a == "rail0")      # rail0 -> a spine
@@ -177,17 +177,17 @@ def test_bytes_by_job_from_the_routes_counters():
     flows1 = {"rail0": {f"{ip['s1g1']}>{out}": 1100, f"{ip['s0g1']}>{out}": 2000, "*>drop": 5}}
     ports0 = {"rail0:1": {"rx_bytes": 0, "tx_bytes": 0}, port: {"rx_bytes": 0, "tx_bytes": 0}}
     ports1 = {"rail0:1": {"rx_bytes": 3000, "tx_bytes": 0}, port: {"rx_bytes": 0, "tx_bytes": 3010}}
-    got = job_bytes.attribute(fabric, jobs, (flows0, flows1), (ports0, ports1))
+    got = concurrent_bytes.attribute(fabric, jobs, (flows0, flows1), (ports0, ports1))
     assert got["switches"] == {"rail0": {"a": 1000, "b": 2000}}
     assert got["links"] == {port: {"a": 1000, "b": 2000}}
     assert got["deviation"] == {"rail0": 0.0, port: round(10 / 3010, 4)}
-    assert job_bytes.check(got)["ok"]
-    assert job_bytes.uplinks_by_job(fabric, got) == {f"rail0>{up.b}": {"a": 1000, "b": 2000}}
+    assert concurrent_bytes.check(got)["ok"]
+    assert concurrent_bytes.uplinks_by_job(fabric, got) == {f"rail0>{up.b}": {"a": 1000, "b": 2000}}
     # a switch whose routes went through a shared (select) group: its links are not split, its total is
     flows1["rail0"][f"{ip['s0g1']}>group:2"] = 500
-    got = job_bytes.attribute(fabric, jobs, (flows0, flows1), (ports0, ports1))
+    got = concurrent_bytes.attribute(fabric, jobs, (flows0, flows1), (ports0, ports1))
     assert port not in got["deviation"] and got["switches"]["rail0"]["b"] == 2500
-    assert not job_bytes.check(got)["ok"]          # 3500 forwarded against 3000 received
+    assert not concurrent_bytes.check(got)["ok"]          # 3500 forwarded against 3000 received
 
 
 def test_a_multicast_job_is_warned_about_its_unsplit_bytes(fabric):
