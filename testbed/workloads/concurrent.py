@@ -58,7 +58,8 @@ SCHEMA = {
 JOB = obj({
     "job": d(STR, "The job's name."), "type": STR, "ok": BOOL,
     "hosts": arr(STR, "Its GPU hosts."),
-    "seconds_alone": d(nullable(NUM), "Seconds (a duration): its measured time alone (null: not run alone, or failed)."),
+    "seconds_alone": d(nullable(NUM), "Seconds (a duration): its measured time alone (null: not run alone, or "
+                                      "failed)."),
     "seconds_together": d(nullable(NUM), "Seconds (a duration): its measured time with the other jobs."),
     "slowdown": d(nullable(NUM), "seconds_together / seconds_alone."),
     "alone": d({"type": ["object", "null"]}, "Its workload result alone (its type's record)."),
@@ -84,7 +85,8 @@ RESULT_SCHEMA = {
 def validate(fabric, spec: dict, scenario: dict | None = None) -> None:
     names = [j["name"] for j in spec["jobs"]]
     if len(set(names)) != len(names):
-        raise ScenarioError(f"jobs: a job name is used twice ({', '.join(sorted({n for n in names if names.count(n) > 1}))})")
+        twice = sorted({n for n in names if names.count(n) > 1})
+        raise ScenarioError(f"jobs: a job name is used twice ({', '.join(twice)})")
     for i, job in enumerate(spec["jobs"]):
         if job["type"] == "program" and "hosts" in job:
             raise ScenarioError(f"jobs.{i} ({job['name']}): a program job runs on its placement; drop its hosts")
@@ -112,7 +114,8 @@ def _bare(job: dict) -> dict:
 def warnings(fabric, spec: dict) -> list[str]:
     out = ["bytes by job leave out multicast: a multicast tree's flows and their counters are removed with the "
            "tree, so the split is not checked against the port counters"] if _multicast(spec) else []
-    for job, hosts in zip(spec["jobs"], concurrent_placement.place_jobs(fabric, spec["jobs"], spec.get("allow_overlap", False))):
+    placed = concurrent_placement.place_jobs(fabric, spec["jobs"], spec.get("allow_overlap", False))
+    for job, hosts in zip(spec["jobs"], placed):
         out += [f"job {job['name']}: {w}" for w in
                 JOB_TYPES[job["type"]].warnings(concurrent_placement.JobFabric(fabric, hosts), _bare(job))]
     return out

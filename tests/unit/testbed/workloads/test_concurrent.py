@@ -204,3 +204,9 @@ def test_the_job_links_heatmap_is_drawn_where_bytes_were_split(tmp_path):
     assert concurrent.report_plots([w, {**w, "name": "none", "link_bytes_by_job": {}}], str(tmp_path)) == \
         [str(tmp_path / "job_links_w.png")]
     assert (tmp_path / "job_links_w.png").stat().st_size > 1000
+
+
+def test_a_job_name_used_twice_is_refused(fabric):
+    job = {"type": "traffic", "name": "a", "placement": {"rails": [0]}}
+    with pytest.raises(ScenarioError, match=r"a job name is used twice \(a\)"):
+        concurrent.validate(fabric, {"type": "concurrent", "jobs": [job, {**job, "placement": {"rails": [1]}}]}, {})
