@@ -435,6 +435,16 @@ class Network:
             raw.update(ovs.port_counters(group, run=machine.run if machine else None))
         return {f"{bridges[br]}:{port}": c for (br, port), c in sorted(raw.items())}
 
+    def flow_bytes(self) -> dict[str, dict[str, int]]:
+        """SWITCH -> the bytes each of its flows forwarded, now (ovs.dump_flow_bytes): a route's counter is
+        its destination's traffic through the switch."""
+        bridges, out = self.sdn_bridges(), {}
+        for machine, group in self.bridges_by_machine().items():
+            run = machine.run if machine else None
+            ovs.wait_revalidators(run)
+            out.update({bridges[br]: ovs.dump_flow_bytes(br, run) for br in group})
+        return out
+
     def bridges_by_machine(self) -> dict:
         """Machine (None: this one) -> the SDN bridges it runs."""
         out: dict = {}

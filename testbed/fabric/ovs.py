@@ -82,6 +82,37 @@ def dump_ports(bridge: str, run=None) -> dict[int, dict[str, int]]:
             for port, rxp, rxb, txp, txb in PORT_STATS_RE.findall(proc.stdout)}
 
 
+FLOW_RE = re.compile(r"n_bytes=(\d+),.*?(?:nw_dst=([\d.]+)\S*)?\s+actions=(\S+)")
+
+
+def dump_flow_bytes(bridge: str, run=None) -> dict[str, int]:
+    """What one bridge's flows forwarded, in bytes: "IP>ACTIONS" for a route to one destination address
+    (ACTIONS: output:PORT for a single path, group:G for ECMP or spraying), "*>ACTIONS" for the others (the
+    drop-everything-else rule: actions=drop); one `ovs-ofctl dump-flows`."""
+    proc = (run or _local)(["ovs-ofctl", "-O", "OpenFlow13", "dump-flows", bridge], check=False)
+    if proc.returncode != 0:
+        raise OVSError(f"ovs-ofctl dump-flows {bridge}: {proc.stderr.strip()}")
+    first = failover_ports(bridge, run)
+    out: dict[str, int] = {}
+    for nbytes, dst, actions in FLOW_RE.findall(proc.stdout):
+        if actions.startswith("group:") and actions[6:] in first:
+            actions = f"output:{first[actions[6:]]}"       # a fast-failover group sends on its first live port
+        key = f"{dst or '*'}>{actions}"
+        out[key] = out.get(key, 0) + int(nbytes)
+    return out
+
+
+GROUP_RE = re.compile(r"group_id=(\d+),type=ff,bucket=bucket_id:\d+,watch_port:(\d+)")
+
+
+def failover_ports(bridge: str, run=None) -> dict[str, str]:
+    """Fast-failover group id -> the port of its first bucket (where it sends while that port is up)."""
+    proc = (run or _local)(["ovs-ofctl", "-O", "OpenFlow15", "dump-groups", bridge], check=False)
+    if proc.returncode != 0:
+        raise OVSError(f"ovs-ofctl dump-groups {bridge}: {proc.stderr.strip()}")
+    return dict(GROUP_RE.findall(proc.stdout))
+
+
 def growth(before: dict, after: dict, port: str, key: str = "tx_bytes") -> int:
     """How much a port counter grew between two counters() snapshots. A port that was removed and
     re-created meanwhile (a cut patch link) restarts from 0; a port missing now counts nothing."""

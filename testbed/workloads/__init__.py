@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from testbed.workloads import churn, collective, connectivity, offload, program, traffic, training
+from testbed.workloads import churn, collective, concurrent, connectivity, offload, program, traffic, training
 
 
 class Workload(Protocol):
@@ -75,7 +75,7 @@ class _Defaults:
 
 REGISTRY: dict[str, Workload] = {"connectivity": connectivity, "traffic": traffic, "collective": collective,
                                  "offload": offload, "training_iteration": training, "program": program,
-                                 "churn": churn}
+                                 "churn": churn, "concurrent": concurrent}
 
 
 def hook(type_name: str | None, name: str):

@@ -81,7 +81,6 @@ LISTEN_BASE, SOURCE_BASE = 20000, 30000
 def flow_pairs(fabric, spec: dict) -> list[tuple[str, str]]:
     pattern = spec.get("pattern", "permutation")
     gpus = fabric.gpus()
-    n, k = fabric.params.servers, fabric.params.gpus_per_server
     if pattern == "pairs":
         pairs = [tuple(p) for p in spec["pairs"]]
         for src, dst in pairs:
@@ -91,12 +90,18 @@ def flow_pairs(fabric, spec: dict) -> list[tuple[str, str]]:
             if src == dst:
                 raise ScenarioError(f"traffic pair {src}->{dst} sends to itself")
         return pairs
-    if n < 2:
+    by_server: dict[int, list] = {}
+    for h in sorted(gpus, key=lambda h: (h.server, h.rank)):
+        by_server.setdefault(h.server, []).append(h.name)
+    servers = list(by_server.values())         # the GPUs' servers (all of them, or a job's: JobFabric)
+    if len(servers) < 2:
         raise ScenarioError(f"traffic pattern {pattern!r} needs at least 2 servers")
     if pattern == "all-to-all":
         return [(a.name, b.name) for a in gpus for b in gpus if fabric.nic_reachable(a, b)]
     step = 1 if fabric.design.cross_rail else 0     # to the next rail where rails are joined
-    return [(f"s{i}g{j}", f"s{(i + 1) % n}g{(j + step) % k}") for i in range(n) for j in range(k)]
+    n = len(servers)
+    return [(src, servers[(i + 1) % n][(j + step) % len(servers[(i + 1) % n])])
+            for i, names in enumerate(servers) for j, src in enumerate(names)]
 
 
 def plan_flows(fabric, spec: dict) -> list[dict]:

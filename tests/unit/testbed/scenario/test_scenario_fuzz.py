@@ -14,7 +14,6 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from testbed.cli import main
 from testbed.scenario import SCHEMA
-from testbed.workloads import REGISTRY
 
 FUZZ = settings(derandomize=True, database=None, deadline=None, max_examples=250,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -59,8 +58,8 @@ def from_schema(schema):
     if isinstance(kinds, list):
         return st.one_of([from_schema({**schema, "type": k}) for k in kinds])
     if kinds == "object":
-        if "allOf" in schema:                   # workloads: each item's type picks its own schema
-            return st.sampled_from(sorted(REGISTRY)).flatmap(lambda t: from_schema(REGISTRY[t].SCHEMA))
+        if "allOf" in schema:       # workloads (and a concurrent workload's jobs): each item's type picks its schema
+            return st.sampled_from([case["then"] for case in schema["allOf"]]).flatmap(from_schema)
         props = schema.get("properties", {})
         required = schema.get("required", [])
         return st.fixed_dictionaries({k: from_schema(props[k]) for k in required},

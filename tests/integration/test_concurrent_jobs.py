@@ -1,0 +1,114 @@
+"""Integration (root): several jobs on one fabric at once (the `concurrent` workload). Jobs on disjoint rails of a
+rail-only fabric share no link and run as fast together as alone; two rings routed over the same shaped spine
+uplinks of a 1:1 rail-optimized fabric share them and each slows down by about half. Every job's collective is
+checked against numpy's, alone and together, and the fabric's bytes split by job add up to its port counters."""
+import statistics
+
+import pytest
+
+from controllers.routes import Topology
+from testbed.fabric.network import Network
+from testbed.fabric.topo import build
+from testbed.workloads import concurrent
+
+pytestmark = [pytest.mark.root, pytest.mark.alone]    # slowdowns are timing ratios: they need CPU headroom
+
+NIC_MBPS = 5
+RING = {"type": "collective", "op": "allreduce", "algo": "ring", "sizes": ["1MiB"], "iterations": 2}
+
+
+def ring(name: str, hosts: list[str]) -> dict:
+    return {**RING, "name": name, "placement": {"hosts": hosts}}
+
+
+def assert_exact(result: dict) -> None:
+    """Every collective job's every size equal to numpy's on every rank, alone and together."""
+    for job in result["jobs"]:
+        for when in ("alone", "together"):
+            run = job[when]
+            assert run["ok"], (job["job"], when, run["checks"])
+            if job["type"] == "collective":
+                assert run["rows"] and all(r["correct"] for r in run["rows"]), (job["job"], when)
+
+
+def describe(result: dict) -> str:
+    return ", ".join(f"{j['job']} {j['seconds_alone']} s alone, {j['seconds_together']} s together "
+                     f"(x{j['slowdown']})" for j in result["jobs"])
+
+
+def test_jobs_on_disjoint_rails_of_rail_only_do_not_slow_each_other():
+    """Two rings and a traffic job, one rail each: no link in common, so each runs as fast as alone (the median
+    of the jobs' slowdowns at most 1.1, and none above 1.2: a 2-core machine's noise)."""
+    fabric = build("rail-only", 2, 3, nic_mbps=NIC_MBPS)
+    spec = {"type": "concurrent", "jobs": [
+        {**RING, "name": "rail0", "placement": {"rails": [0]}},
+        {**RING, "name": "rail1", "placement": {"rails": [1]}},
+        {"type": "traffic", "name": "rail2", "placement": {"rails": [2]}, "size": "512KiB", "protocol": "udp"}]}
+    concurrent.validate(fabric, spec, {})
+    with Network(fabric, routing="single") as net:
+        result = concurrent.run(net, spec)
+    print(describe(result))
+    assert result["ok"], result["checks"]
+    assert_exact(result)
+    assert [j["hosts"] for j in result["jobs"]] == [["s0g0", "s1g0"], ["s0g1", "s1g1"], ["s0g2", "s1g2"]]
+    # each rail switch carried one job only: the bytes by job say so, and add up to the port counters
+    assert result["job_bytes_deviation"] <= 0.02
+    assert {sw: set(by) for sw, by in result["switch_bytes_by_job"].items() if sw.startswith("rail")} == \
+        {"rail0": {"rail0"}, "rail1": {"rail1"}, "rail2": {"rail2"}}, result["switch_bytes_by_job"]
+    slowdowns = [j["slowdown"] for j in result["jobs"]]
+    assert statistics.median(slowdowns) <= 1.1 and max(slowdowns) <= 1.2, slowdowns
+
+
+def uplink_of(fabric, src: str, dst: str) -> str:
+    """The spine uplink that single-path routing gives src's packets to dst (the controller's own route table)."""
+    routes = Topology(fabric.to_controller()).routes("single")
+    leaf = f"rail{fabric.hosts[src].rank}"
+    port = routes[leaf][fabric.hosts[dst].ip][0]
+    return next(f"{l.a}-{l.b}" for l in fabric.links if l.kind == "uplink" and l.a == leaf and l.a_port == port)
+
+
+def test_two_rings_over_one_shaped_uplink_slow_each_other_down():
+    """Each ring joins rail 0 and rail 1 of different servers; single-path routing takes both rings' rail0 ->
+    spine and rail1 -> spine hops over the same uplink, shaped to one NIC's rate on this 1:1 fabric. Each
+    ring gets half of it together: slowdown >= 1.5 (2 ideally)."""
+    fabric = build("rail-optimized", 2, 2, spines=2, oversubscription=1, nic_mbps=NIC_MBPS)
+    assert fabric.params.faithful              # the uplinks are shaped (fabric.ideal_uplinks off)
+    a, b = ["s0g0", "s1g1"], ["s1g0", "s0g1"]
+    assert uplink_of(fabric, "s0g0", "s1g1") == uplink_of(fabric, "s1g0", "s0g1")
+    assert uplink_of(fabric, "s1g1", "s0g0") == uplink_of(fabric, "s0g1", "s1g0")
+    spec = {"type": "concurrent", "jobs": [ring("ring-a", a), ring("ring-b", b)]}
+    concurrent.validate(fabric, spec, {})
+    with Network(fabric, routing="single") as net:
+        result = concurrent.run(net, spec)
+    print(describe(result))
+    assert result["ok"], result["checks"]
+    assert_exact(result)
+    assert all(j["slowdown"] >= 1.5 for j in result["jobs"]), describe(result)
+    # the routes' counters split every switch's and every uplink's bytes by job, adding up to the port counters
+    assert result["job_bytes_deviation"] <= 0.02
+    shared = result["uplink_bytes_by_job"][uplink_of(fabric, "s0g0", "s1g1").replace("-", ">")]
+    assert set(shared) == {"ring-a", "ring-b"} and min(shared.values()) >= 1 << 20, shared
+
+
+def test_training_and_program_jobs_run_side_by_side():
+    """A training iteration (tp 2, dp 2) on servers 0-1 and a torch.distributed program on rail 0 of servers 2-3:
+    each completes with its own checks passed, alone and together, and each rail switch's bytes split between the
+    two jobs add up to its port counters. (The training checks that no byte crossed the spines, a figure of the
+    whole fabric's counters: the program stays on one rail, so the check holds beside it.)"""
+    pytest.importorskip("torch", reason="the program job runs torch.distributed (make setup EXTRAS=torch)")
+    fabric = build("rail-optimized", 4, 2, spines=2, nic_mbps=NIC_MBPS)
+    spec = {"type": "concurrent", "jobs": [
+        {"type": "training_iteration", "name": "train", "plan": {"tp": 2, "pp": 1, "dp": 2}, "micro_batches": 2,
+         "target_s": 2, "iterations": 2, "placement": {"servers": [0, 1]}},
+        {"type": "program", "name": "gloo", "command": "{python} hosts/programs/torch_gloo.py --sizes 64KiB --steps 2",
+         "timeout_s": 120, "placement": {"servers": [2, 3], "rails": [0]}}]}
+    concurrent.validate(fabric, spec, {})
+    with Network(fabric, routing="single") as net:
+        result = concurrent.run(net, spec)
+    print(describe(result), [c for c in result["checks"] if not c["ok"]])
+    assert result["ok"], [c for c in result["checks"] if not c["ok"]]
+    assert [j["hosts"] for j in result["jobs"]] == [["s0g0", "s0g1", "s1g0", "s1g1"], ["s2g0", "s3g0"]]
+    assert all(j["slowdown"] is not None for j in result["jobs"])
+    assert result["job_bytes_deviation"] <= 0.02
+    by_job = result["switch_bytes_by_job"]
+    assert set(by_job["rail0"]) == {"train", "gloo"} and set(by_job["rail1"]) == {"train"}, by_job

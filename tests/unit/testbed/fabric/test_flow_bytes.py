@@ -1,0 +1,27 @@
+"""Reading what each route forwarded from `ovs-ofctl dump-flows`, a fast-failover group read as its first port."""
+import subprocess
+
+from testbed.fabric import ovs
+
+FLOWS = """OFPST_FLOW reply (OF1.3) (xid=0x2):
+ cookie=0x4d43000000000000, duration=0.7s, table=0, n_packets=1, n_bytes=60, priority=300,ip,in_port=1,nw_proto=2 actions=CONTROLLER:65535
+ cookie=0x4641000000000000, duration=0.7s, table=0, n_packets=10, n_bytes=1234, priority=100,ip,nw_dst=10.11.0.1 actions=output:1
+ cookie=0x4641000000000000, duration=0.7s, table=0, n_packets=5, n_bytes=500, priority=100,ip,nw_dst=10.11.0.2 actions=group:1
+ cookie=0x4641000000000000, duration=0.7s, table=0, n_packets=4, n_bytes=400, priority=100,ip,nw_dst=10.11.1.2 actions=group:2
+ cookie=0x4641000000000000, duration=0.7s, table=0, n_packets=3, n_bytes=262, priority=0 actions=drop
+"""
+GROUPS = """OFPST_GROUP_DESC reply (OF1.5) (xid=0x2):
+ group_id=1,type=ff,bucket=bucket_id:0,watch_port:4,actions=output:4,bucket=bucket_id:1,watch_port:3,actions=output:3
+ group_id=2,type=select,selection_method=dp_hash,bucket=bucket_id:0,actions=output:3,bucket=bucket_id:1,actions=output:4
+"""
+
+
+def fake(argv, check=True):
+    out = GROUPS if "dump-groups" in argv else FLOWS
+    return subprocess.CompletedProcess(argv, 0, out, "")
+
+
+def test_each_route_its_destination_and_where_it_sent():
+    assert ovs.dump_flow_bytes("tb-rrail0", run=fake) == {
+        "*>CONTROLLER:65535": 60, "10.11.0.1>output:1": 1234, "10.11.0.2>output:4": 500,
+        "10.11.1.2>group:2": 400, "*>drop": 262}

@@ -1,0 +1,212 @@
+"""The concurrent workload without a fabric: placement forms, overlap refusal (exit 2, one line), a job's view of
+the fabric, and the slowdown records."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from testbed import PROJECT_ROOT
+from testbed.fabric.topo import build
+from testbed.scenario.loader import validate as validate_doc
+from testbed.scenario.schema import ScenarioError
+from testbed.workloads import concurrent, concurrent_placement, traffic
+from testbed.workloads.concurrent_placement import JobFabric, place, place_jobs
+
+
+@pytest.fixture(scope="module")
+def fabric():
+    return build("rail-optimized", 4, 4, spines=2, nic_mbps=10)
+
+
+def test_hosts_and_selectors(fabric):
+    assert place(fabric, {"hosts": ["s1g0", "s0g2"]}, set()) == ["s0g2", "s1g0"]
+    assert place(fabric, {"servers": [0, 1], "rails": [0]}, set()) == ["s0g0", "s1g0"]
+    assert place(fabric, {"rails": [3]}, set()) == ["s0g3", "s1g3", "s2g3", "s3g3"]
+    assert place(fabric, {"servers": [2]}, set()) == ["s2g0", "s2g1", "s2g2", "s2g3"]
+
+
+@pytest.mark.parametrize("placement, says", [
+    ({"hosts": ["s9g0"]}, "'s9g0' is not a GPU host"),
+    ({"hosts": ["s0g0", "s0g0"]}, "listed twice"),
+    ({"servers": [4]}, "placement.servers: 4 is out of range"),
+    ({"rails": [7]}, "placement.rails: 7 is out of range"),
+    ({"count": 17}, "only 16 GPUs are free"),
+    ({"count": 5, "policy": "rail-aligned"}, None),          # 5 = 1 server x 5 rails: no such block
+])
+def test_bad_placements_say_why(fabric, placement, says):
+    with pytest.raises(ScenarioError, match=says or "no rail-aligned block"):
+        place(fabric, placement, set())
+
+
+def test_count_policies(fabric):
+    assert place(fabric, {"count": 6, "policy": "packed"}, set()) == \
+        ["s0g0", "s0g1", "s0g2", "s0g3", "s1g0", "s1g1"]
+    assert place(fabric, {"count": 6, "policy": "spread"}, set()) == \
+        ["s0g0", "s0g1", "s1g0", "s1g1", "s2g0", "s3g0"]
+    # rail-aligned: the same rails on every server (as many servers as divide the count)
+    assert place(fabric, {"count": 8, "policy": "rail-aligned"}, set()) == \
+        ["s0g0", "s0g1", "s1g0", "s1g1", "s2g0", "s2g1", "s3g0", "s3g1"]
+    # with s0g0 taken, rail-aligned moves to rails every server has free; spread takes s0's next GPU
+    taken = {"s0g0"}
+    assert place(fabric, {"count": 4, "policy": "rail-aligned"}, taken) == ["s0g1", "s1g1", "s2g1", "s3g1"]
+    assert place(fabric, {"count": 4, "policy": "spread"}, taken) == ["s0g1", "s1g0", "s2g0", "s3g0"]
+
+
+def test_count_placements_take_the_gpus_earlier_jobs_left(fabric):
+    jobs = [{"name": "a", "placement": {"rails": [0]}},
+            {"name": "b", "placement": {"count": 4, "policy": "rail-aligned"}},
+            {"name": "c", "placement": {"count": 2, "policy": "packed"}}]
+    a, b, c = place_jobs(fabric, jobs)
+    assert b == ["s0g1", "s1g1", "s2g1", "s3g1"] and c == ["s0g2", "s0g3"]
+    assert not set(a) & set(b) and not set(b) & set(c)
+
+
+def test_overlapping_jobs_are_refused_unless_allowed(fabric):
+    jobs = [{"name": "a", "placement": {"servers": [0]}}, {"name": "b", "placement": {"rails": [0]}}]
+    with pytest.raises(ScenarioError, match=r"jobs.1 \(b\): s0g0 already placed for job 'a'.*allow_overlap"):
+        place_jobs(fabric, jobs)
+    assert place_jobs(fabric, jobs, allow_overlap=True)[1] == ["s0g0", "s1g0", "s2g0", "s3g0"]
+
+
+def test_two_collectives_may_not_share_a_gpu_even_when_overlap_is_allowed(fabric):
+    ring = {"type": "collective", "op": "allreduce", "algo": "ring"}
+    spec = {"type": "concurrent", "allow_overlap": True,
+            "jobs": [{**ring, "name": "a", "placement": {"servers": [0, 1], "rails": [0]}},
+                     {**ring, "name": "b", "placement": {"servers": [1, 2], "rails": [0]}}]}
+    with pytest.raises(ScenarioError, match="both run RoCE ranks on s1g0"):
+        concurrent.validate(fabric, spec, {})
+    spec["jobs"][1] = {"type": "traffic", "name": "b", "placement": {"servers": [1, 2], "rails": [0]}}
+    concurrent.validate(fabric, spec, {})
+
+
+def test_a_job_sees_only_its_gpus(fabric):
+    view = JobFabric(fabric, ["s0g0", "s1g1", "s2g0"])
+    assert [h.name for h in view.gpus()] == ["s0g0", "s1g1", "s2g0"]
+    assert view.links is fabric.links and view.params is fabric.params
+    # permutation over the job's servers, next server and next rail among its GPUs
+    assert traffic.flow_pairs(view, {"pattern": "permutation"}) == [("s0g0", "s1g1"), ("s1g1", "s2g0"),
+                                                                   ("s2g0", "s0g0")]
+    # the whole fabric's permutation is unchanged
+    assert ("s3g3", "s0g0") in traffic.flow_pairs(fabric, {"pattern": "permutation"})
+
+
+def test_a_jobs_own_checks_run_on_its_gpus(fabric):
+    spec = {"type": "concurrent", "jobs": [
+        {"type": "collective", "name": "h", "op": "allreduce", "algo": "hierarchical",
+         "placement": {"hosts": ["s0g0", "s1g0"]}}]}
+    with pytest.raises(ScenarioError, match=r"jobs.0 \(h\): hierarchical algorithms need whole servers"):
+        concurrent.validate(fabric, spec, {})
+
+
+def test_the_scenario_schema_takes_jobs_and_refuses_a_job_without_placement():
+    doc = {"name": "x", "fabric": {"kind": "rail-only", "servers": 2, "gpus_per_server": 2},
+           "workloads": [{"type": "concurrent", "jobs": [
+               {"type": "collective", "name": "a", "op": "allreduce", "algo": "ring", "placement": {"rails": [0]}},
+               {"type": "traffic", "name": "b", "placement": {"count": 2, "policy": "spread"}}]}]}
+    validate_doc(doc)
+    del doc["workloads"][0]["jobs"][1]["placement"]
+    with pytest.raises(ScenarioError, match="placement"):
+        validate_doc(doc)
+
+
+def test_slowdown_records():
+    row = {"seconds": 1.0}
+    alone = {"type": "collective", "ok": True, "rows": [row, {"seconds": 0.5}]}
+    assert concurrent.measured_seconds(alone) == 1.5
+    assert concurrent.measured_seconds({**alone, "ok": False}) is None
+    flows = {"type": "traffic", "ok": True, "per_flow": [{"seconds": 2.0}, {"seconds": 3.0}, {"seconds": None}]}
+    assert concurrent.measured_seconds(flows) == 3.0
+    w = {"name": "w", "jobs": [{"job": "a", "type": "collective", "hosts": ["s0g0", "s1g0"], "seconds_alone": 1.5,
+                                "seconds_together": 3.0, "slowdown": 2.0, "ok": True}], "max_slowdown": 2.0}
+    assert concurrent.summary(w) == "1 jobs, slowdown a x2.00"
+    assert "| a | collective | s0g0, s1g0 | 1.500 | 3.000 | 2.000 | yes |" in concurrent.report_section([w])
+    assert concurrent.report_table([w])["rows"][0][1][-2:] == ["2.00", "yes"]
+
+
+def test_the_cli_refuses_overlap_in_one_line_with_exit_2(tmp_path):
+    path = tmp_path / "overlap.yaml"
+    path.write_text("name: overlap\nfabric: {kind: rail-only, servers: 2, gpus_per_server: 2}\nworkloads:\n"
+                    "  - type: concurrent\n    jobs:\n"
+                    "      - {name: a, type: traffic, placement: {rails: [0]}}\n"
+                    "      - {name: b, type: traffic, placement: {hosts: [s1g0, s1g1]}}\n")
+    done = subprocess.run([sys.executable, "-m", "testbed.cli", "validate", str(path)], cwd=PROJECT_ROOT,
+                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": PROJECT_ROOT})
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    assert "s1g0 already placed for job 'a'" in done.stderr
+
+
+def test_the_shipped_scenario_validates():
+    from testbed.scenario.loader import load
+    from testbed.runner import check, fabric_of
+    doc = load(os.path.join(PROJECT_ROOT, "scenarios", "concurrent_rings.yaml"))
+    check(doc, fabric_of(doc))
+    assert [j["placement"] for j in doc["workloads"][0]["jobs"]] == [{"hosts": ["s0g0", "s1g1"]},
+                                                                     {"hosts": ["s1g0", "s0g1"]}]
+
+
+def test_placement_schema_is_the_modules():
+    assert concurrent.SCHEMA["properties"]["jobs"]["items"]["allOf"][0]["then"]["properties"]["placement"] \
+        is concurrent_placement.SCHEMA
+
+
+@pytest.mark.parametrize("placement", [{"hosts": ["s0g0"], "count": 2}, {"policy": "spread"},
+                                       {"servers": [0], "count": 1}])
+def test_placement_forms_do_not_mix(fabric, placement):
+    with pytest.raises(ScenarioError, match="do not go together"):
+        place(fabric, placement, set())
+
+
+def test_an_unknown_placement_key_is_named():
+    doc = {"name": "x", "fabric": {"kind": "rail-only", "servers": 2, "gpus_per_server": 2},
+           "workloads": [{"type": "concurrent", "jobs": [
+               {"type": "traffic", "name": "a", "placement": {"rail": [0]}}]}]}
+    with pytest.raises(ScenarioError, match="rail.*did you mean 'rails'"):
+        validate_doc(doc)
+
+
+def test_bytes_by_job_from_the_routes_counters():
+    from testbed.workloads import concurrent_bytes
+    fabric = build("rail-optimized", 2, 2, spines=2, oversubscription=1, nic_mbps=5)
+    ip = {h: fabric.hosts[h].ip for h in fabric.hosts}
+    up = next(l for l in fabric.links if l.kind == "uplink" and l.a == "rail0")      # rail0 -> a spine
+    out, port = f"output:{up.a_port}", f"rail0:{up.a_port}"
+    jobs = {"a": ["s0g0", "s1g1"], "b": ["s1g0", "s0g1"]}
+    flows0 = {"rail0": {f"{ip['s1g1']}>{out}": 100, f"{ip['s0g1']}>{out}": 0, "*>drop": 5}}
+    flows1 = {"rail0": {f"{ip['s1g1']}>{out}": 1100, f"{ip['s0g1']}>{out}": 2000, "*>drop": 5}}
+    ports0 = {"rail0:1": {"rx_bytes": 0, "tx_bytes": 0}, port: {"rx_bytes": 0, "tx_bytes": 0}}
+    ports1 = {"rail0:1": {"rx_bytes": 3000, "tx_bytes": 0}, port: {"rx_bytes": 0, "tx_bytes": 3010}}
+    got = concurrent_bytes.attribute(fabric, jobs, (flows0, flows1), (ports0, ports1))
+    assert got["switches"] == {"rail0": {"a": 1000, "b": 2000}}
+    assert got["links"] == {port: {"a": 1000, "b": 2000}}
+    assert got["deviation"] == {"rail0": 0.0, port: round(10 / 3010, 4)}
+    assert concurrent_bytes.check(got)["ok"]
+    assert concurrent_bytes.uplinks_by_job(fabric, got) == {f"rail0>{up.b}": {"a": 1000, "b": 2000}}
+    # a switch whose routes went through a shared (select) group: its links are not split, its total is
+    flows1["rail0"][f"{ip['s0g1']}>group:2"] = 500
+    got = concurrent_bytes.attribute(fabric, jobs, (flows0, flows1), (ports0, ports1))
+    assert port not in got["deviation"] and got["switches"]["rail0"]["b"] == 2500
+    assert not concurrent_bytes.check(got)["ok"]          # 3500 forwarded against 3000 received
+
+
+def test_a_multicast_job_is_warned_about_its_unsplit_bytes(fabric):
+    mc = {"type": "collective", "name": "mc", "op": "allgather", "algo": "multicast", "placement": {"rails": [0]}}
+    said = concurrent.warnings(fabric, {"type": "concurrent", "jobs": [mc]})
+    assert any("multicast" in w and "not checked" in w for w in said), said
+    assert not concurrent.warnings(fabric, {"type": "concurrent", "jobs": [{**mc, "algo": "ring"}]})
+
+
+def test_the_job_links_heatmap_is_drawn_where_bytes_were_split(tmp_path):
+    w = {"name": "w", "jobs": [{"job": "a"}, {"job": "b"}],
+         "link_bytes_by_job": {"rail0:3": {"a": 1000, "b": 2000}},
+         "uplink_bytes_by_job": {"rail0>spine1": {"a": 1000, "b": 2000}}}
+    assert concurrent.report_plots([w, {**w, "name": "none", "link_bytes_by_job": {}}], str(tmp_path)) == \
+        [str(tmp_path / "job_links_w.png")]
+    assert (tmp_path / "job_links_w.png").stat().st_size > 1000
+
+
+def test_a_job_name_used_twice_is_refused(fabric):
+    job = {"type": "traffic", "name": "a", "placement": {"rails": [0]}}
+    with pytest.raises(ScenarioError, match=r"a job name is used twice \(a\)"):
+        concurrent.validate(fabric, {"type": "concurrent", "jobs": [job, {**job, "placement": {"rails": [1]}}]}, {})
