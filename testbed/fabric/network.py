@@ -403,8 +403,16 @@ class Network:
             if l.delay_us:
                 delayed.append(LinkDelay(format(len(delayed), "x"), *ends, delay_us=l.delay_us))
         for machine, lines in cmds.items():
+            if machine is None:         # one tc for all the switch ports' qdiscs: a fork per command cost seconds
+                tc = [line[len("tc "):] for line in lines if line.startswith("tc ")]
+                lines = [line for line in lines if not line.startswith("tc ")]
             for script in scripts_of(lines):
                 self._run_on(machine, ["sh", "-ec", script])
+            if machine is None and tc:
+                done = subprocess.run(["tc", "-batch", "-"], input="\n".join(tc) + "\n", capture_output=True,
+                                      text=True)
+                if done.returncode:
+                    raise NetworkError(f"shaping the switch ports failed: {done.stderr.strip()[:300]}")
         if self.ecn_object:
             self._mark_ecn()            # before the delays: their divert goes after it on the same egress
         if delayed:
