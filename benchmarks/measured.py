@@ -220,7 +220,7 @@ FIGURES = [
            "[RDMA](docs/rdma.md#retransmission-timeout)",
            "one veth at 5 Mbit/s, 1 MiB queue, RoCE MTU 4096, a 1 MiB WRITE whose last 8 packets are lost once; "
            "the cost over a lossless WRITE",
-           lost_tail, lambda s: f"adaptive (opt-in) {s['adaptive_s']()} s, fixed (the default) {s['fixed_s']()} s",
+           lost_tail, lambda s: f"adaptive (the default) {s['adaptive_s']()} s, fixed {s['fixed_s']()} s",
            held={"adaptive_s": "lower"}, quick=True),
     Figure("churn", "churn, 10 minutes, 8 GPUs (seed 1)", "[faults](docs/faults.md#churn-gpus-that-come-back)",
            by_hand=".venv/bin/python benchmarks/churn.py"),

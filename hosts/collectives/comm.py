@@ -175,7 +175,7 @@ class Communicator:
         self.split = split                # queue pairs per peer, each message striped over them
         self.congestion = None            # "delay" or "dcqcn": paced queue pairs back off when queues build
         self.time_scale = 1.0             # the fabric's: DCQCN's timers and rates (and the CNP interval) scale by it
-        self.rto = "fixed"                # as rxe: after rc_timeout (sized for full queues); "adaptive": RFC 6298
+        self.rto = "adaptive"             # "fixed": retransmit after rc_timeout (sized for full queues), as rxe
         # multicast AllGather (mcast_allgather.py): where the fabric replicates ("rail": inside a rail only),
         # whether the testbed reports installed trees, how long to stay in the groups after the job
         self.multicast_scope, self.trees_confirmed, self.group_hold_s = "fabric", False, 0.0

@@ -96,7 +96,7 @@ class QueuePair:
     # Long on purpose: the queue pair's whole state in one place (the options, then the requester's and responder's).
     def __init__(self, dev, pd, qp_type, send_cq, recv_cq, qpn, psn, *, max_send_wr, max_recv_wr, mtu,
                  timeout, retry_cnt, rnr_retry, min_rnr_timer, rate_limit_bps, sport_mode, retransmit,
-                 reorder_window, reorder_timeout, ack_every, max_outstanding, qkey, cc=None, rto="fixed",
+                 reorder_window, reorder_timeout, ack_every, max_outstanding, qkey, cc=None, rto="adaptive",
                  rto_min=None, rto_max=None, time_scale=1.0, dcqcn=None, cnp_interval=None):
         self.dev, self.pd, self.qp_type = dev, pd, QPType(qp_type)
         self.send_cq, self.recv_cq = send_cq, recv_cq

@@ -138,10 +138,11 @@ class Requester:
         the oldest packet alone, asking for an ACK. If the packets were only queued, ACKs resume and a timer that
         fired too early has cost one packet, not a window; if they were lost, the next timeout (twice as long, from
         the last progress) goes back N. An ACK that covers only the resent packet would not tell: the original may
-        have asked for one too."""
+        have asked for one too. Counted in timeouts, not doublings: where the estimate is near the ceiling the
+        backoff stops growing, and a QP that resent one packet per timeout after a flap crawled for minutes."""
         una = qp._una()
         w = qp._find(una)
-        if not qp._rto.adaptive or qp._rto.backoff > 1 or w is None or w.wr.opcode == WROpcode.RDMA_READ:
+        if not qp._rto.adaptive or qp._rto.timeouts > 1 or w is None or w.wr.opcode == WROpcode.RDMA_READ:
             return self._go_back(qp, una, now)
         qp._retx.clear()
         qp._probe = None                    # Karn: no sample while a retransmission is outstanding

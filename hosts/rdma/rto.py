@@ -32,7 +32,8 @@ class RetransmitTimeout:
         self.initial, self.adaptive, self.lo, self.hi = initial, adaptive, lo, hi
         self.srtt: float | None = None
         self.rttvar = 0.0
-        self.backoff = 0            # timeouts since the last progress
+        self.backoff = 0            # doublings since the last sample: stops growing at the ceiling
+        self.timeouts = 0           # timeouts since the last sample: keeps counting at the ceiling
         self.samples = 0
 
     @property
@@ -54,7 +55,7 @@ class RetransmitTimeout:
     def sample(self, rtt: float) -> None:
         """A round trip measured on a packet that was sent once: the path works, the backoff ends."""
         self.samples += 1
-        self.backoff = 0
+        self.backoff = self.timeouts = 0
         if self.srtt is None:
             self.srtt, self.rttvar = rtt, rtt / 2
         else:
@@ -63,5 +64,6 @@ class RetransmitTimeout:
 
     def timed_out(self) -> None:
         """The timer fired: wait twice as long for the retransmission (a congested or broken path)."""
+        self.timeouts += 1
         if self.adaptive and self.base * 2 ** self.backoff < self.hi:
             self.backoff += 1

@@ -68,7 +68,7 @@ class Device(Engine, ReliableConnection):
                   rate_limit_bps: Optional[float] = None, sport_mode: str = "qp",
                   retransmit: str = "gbn", reorder_window: int = 256, reorder_timeout: float = 0.005,
                   ack_every: int = 64, max_outstanding: int = 256, qkey: int = 0x11111111,
-                  cc: Optional[str] = None, rto: str = "fixed", rto_min: Optional[float] = None,
+                  cc: Optional[str] = None, rto: str = "adaptive", rto_min: Optional[float] = None,
                   rto_max: Optional[float] = None, time_scale: float = 1.0, dcqcn: Optional[dict] = None,
                   cnp_interval: Optional[float] = None) -> QueuePair:
         """Create a QP. RC: call qp.connect(peer_info) next. UD: ready at once (Q_Key `qkey`).

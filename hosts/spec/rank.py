@@ -66,7 +66,7 @@ class RankSpec(Spec):
     split: int = 1                            # split:K lanes per peer
     ring: Literal["rail", "rank"] = "rail"
     rc_timeout: float = 0.05                  # the retransmission timeout: fixed, or the adaptive one's ceiling
-    rc_rto: Literal["adaptive", "fixed"] = "fixed"   # hosts/rdma/rto.py
+    rc_rto: Literal["adaptive", "fixed"] = "adaptive"   # hosts/rdma/rto.py
     roce_mtu: PortMtus = PortMtus()
     multicast_scope: Literal["fabric", "rail"] = "fabric"
     multicast_trees_confirmed: bool = False   # the testbed reports installed trees (multicast_ready.py)

@@ -66,11 +66,10 @@ SCHEMA = {
                                       "DCQCN (ECN marks answered with CNPs; the switches mark with fabric.ecn), its "
                                       "timers and rates scaled by fabric.time_scale. uroce only: kernel rxe has "
                                       "neither."},
-        "retransmit_timeout": {"enum": ["adaptive", "fixed"], "default": "fixed",
+        "retransmit_timeout": {"enum": ["adaptive", "fixed"], "default": "adaptive",
                                "description": "adaptive: each queue pair's timeout follows its measured round trip "
-                                              "(RFC 6298), up to the fixed one (not the default yet: after a link "
-                                              "flap it can stall a ring); fixed: sized for full queues on the path, "
-                                              "as rxe's timeout attribute."},
+                                              "(RFC 6298), up to the fixed one; fixed: sized for full queues on the "
+                                              "path, as rxe's timeout attribute."},
         "ring": {"enum": ["rail", "rank"], "default": "rail",
                  "description": "The ring's order: rail (rail-aware: down each rail, across the HB domain) or "
                                 "rank (rank order, whose server-crossing hops use the spines)."},
@@ -289,7 +288,7 @@ def _base_spec(net, spec: dict, peers: tuple, store: str, size: int) -> Collecti
         # opt-in congestion control: delay-based (hosts/rdma/cc.py) or DCQCN (hosts/rdma/dcqcn.py)
         congestion=None if spec.get("congestion", "none") == "none" else spec["congestion"],
         time_scale=fabric.params.time_scale,
-        rc_rto=spec.get("retransmit_timeout", "fixed"),
+        rc_rto=spec.get("retransmit_timeout", "adaptive"),
         **collective_phases.rank_options(spec, size, cluster(fabric)))
 
 

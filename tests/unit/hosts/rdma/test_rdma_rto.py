@@ -50,9 +50,10 @@ def test_backoff_doubles_up_to_the_ceiling_until_a_new_sample():
         t.timed_out()
         seen.append(round(t.rto, 3))
     assert seen == [0.12, 0.24, 0.48, 0.96, 1.0, 1.0]
+    assert t.backoff == 5 and t.timeouts == 6    # the doublings stop at the ceiling, the count of timeouts does not
     # only a round trip measured on new data ends the backoff (RFC 6298 5.7): 0.02 + 4 * 0.0075, at the floor
     t.sample(0.02)
-    assert t.backoff == 0 and t.rto == pytest.approx(0.05)
+    assert t.backoff == t.timeouts == 0 and t.rto == pytest.approx(0.05)
 
 
 def test_fixed_timeout_ignores_samples_and_timeouts():
@@ -146,3 +147,22 @@ def test_backoff_while_the_peer_is_gone_then_retry_exceeded():
             assert want * 0.9 <= gap <= want + 0.15, gaps
     finally:
         a.close()
+
+
+def test_a_flap_with_the_estimate_near_the_ceiling_goes_back_n(make_pair):
+    """A floor of 0.3 s under a 0.4 s ceiling: the backoff stops after one doubling. A 0.5 s flap loses most of a
+    window; the first timeout resends the oldest packet alone and the second must go back N (before, each timeout
+    resent one packet: 64 packets cost ~25 s)."""
+    window = []
+    fab = MemoryFabric(delay=lambda pkt: 0.002,
+                       drop=lambda pkt: bool(window) and window[0] <= time.monotonic() < window[1])
+    p = make_pair(fabric=fab, size=256 * 1024, timeout=0.4, rto="adaptive", rto_min=0.3, rate_limit_bps=20e6)
+    for i in range(3):
+        assert write(p, 256 * 1024, wr_id=i).ok
+    t = time.monotonic()
+    window[:] = [t + 0.02, t + 0.52]           # everything lost, both ways, while the write is on the wire
+    assert write(p, 256 * 1024, wr_id=9).ok
+    dt = time.monotonic() - t
+    assert fab.dropped > 10 and p.dst == p.src
+    assert p.qa._rto.backoff == 1 and p.qa.counters["timeouts"] <= 4, dict(p.qa.counters)
+    assert dt < 5.0, dt                         # 0.5 s flap + two timeouts; generous for a busy machine
