@@ -7,7 +7,8 @@ Patterns (GPU hosts only):
   all-to-all   every pair the network connects
   incast       every other host to one `target` (default: the first host), N-to-1
   pairs        an explicit list of [source, destination] host names
-`load` paces each UDP sender at that fraction of its NIC rate, shared by its flows (elephants: a large `size`).
+`load` paces each sender (UDP and TCP) at that fraction of its NIC rate, shared by its flows (elephants: a large
+`size`).
 """
 from __future__ import annotations
 
@@ -45,8 +46,8 @@ SCHEMA = {
         "rate_mbps": {**RATE, "description": "UDP senders' pacing in Mbit/s. Default: 0.9 x nic_mbps / the "
                                              "busiest host's flow count."},
         "load": {"type": "number", "exclusiveMinimum": 0, "maximum": 1,
-                 "description": "Offered load instead of rate_mbps: each UDP sender paces at this fraction of its "
-                                "NIC rate, shared by its flows. Default: none (rate_mbps)."},
+                 "description": "Offered load instead of rate_mbps: each sender paces its flows (UDP and TCP) at "
+                                "this fraction of its NIC rate, shared between them. Default: none (rate_mbps)."},
         "expect": {
             "type": "object", "additionalProperties": False, "default": {},
             "description": "Checks on the figures.",
@@ -181,7 +182,7 @@ def run(net, spec: dict) -> dict:
         listen[f["dst"]].append(Listen(flow=f["flow"], proto=f["proto"], port=port, bytes=f["bytes"],
                                        rate_mbps=f["rate_mbps"]))          # silences are measured against it
         send[f["src"]].append(Send(flow=f["flow"], proto=f["proto"], dst=fabric.hosts[f["dst"]].ip, dport=port,
-                                   sport=sport, bytes=f["bytes"], rate_mbps=f["rate_mbps"],
+                                   sport=sport, bytes=f["bytes"], rate_mbps=f["rate_mbps"], pace_tcp="load" in spec,
                                    **transport_options(net.routing)))
     commands = {}
     for h in hosts:

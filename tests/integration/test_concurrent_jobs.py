@@ -139,5 +139,7 @@ def test_an_incast_background_job_slows_a_ring_at_its_receiver():
     down = f"{nic.a}:{nic.a_port}" if nic.b == "s1g1" else f"{nic.b}:{nic.b_port}"
     print(down, result["link_bytes_by_job"].get(down), bg["together"]["delivered_bytes"])
     assert all(f["bytes"] >= 0.5 * f["expected_bytes"] for f in flows), flows
+    # alone, each sender offered its load and no more: 0.3 x 5 Mbit/s
+    assert all(f["mbps"] <= 1.1 * 0.3 * NIC_MBPS for f in bg["alone"]["per_flow"]), bg["alone"]["per_flow"]
     assert sum(result["link_bytes_by_job"][down].values()) >= bg["together"]["delivered_bytes"], \
         result["link_bytes_by_job"][down]
