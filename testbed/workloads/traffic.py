@@ -124,9 +124,10 @@ def incast_pairs(fabric, spec: dict) -> list[tuple[str, str]]:
     if len(names) < 2:
         raise ScenarioError(f"traffic pattern 'incast' needs at least 2 hosts, has {len(names)}")
     target = spec.get("target", names[0])
+    if target not in fabric.hosts:
+        raise ScenarioError(f"traffic incast target names unknown host {target!r}")
     if target not in names:
-        where = "one of this job's hosts" if target in fabric.hosts else "a GPU host"
-        raise ScenarioError(f"traffic incast target {target!r} is not {where} ({', '.join(names)})")
+        raise ScenarioError(f"traffic incast target {target!r} is not one of its GPUs ({', '.join(names)})")
     dst = fabric.hosts[target]
     pairs = [(n, target) for n in names if n != target and fabric.nic_reachable(fabric.hosts[n], dst)]
     if not pairs:

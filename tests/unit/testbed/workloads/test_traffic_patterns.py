@@ -67,8 +67,8 @@ def test_load_paces_each_sender_at_its_share_of_its_nic(fabric):
 
 
 @pytest.mark.parametrize("spec, says", [
-    ({"pattern": "incast", "target": "s9g9"}, "target 's9g9' is not a GPU host"),
-    ({"pattern": "incast", "target": "s3g3"}, "target 's3g3' is not one of this job's hosts"),
+    ({"pattern": "incast", "target": "s9g9"}, "target names unknown host 's9g9'"),
+    ({"pattern": "incast", "target": "s3g3"}, "target 's3g3' is not one of its GPUs \\(s0g0, s1g1, s2g2\\)"),
     ({"pattern": "permutation", "target": "s0g0"}, "target is for pattern incast"),
     ({"pattern": "incast", "load": 0.5, "rate_mbps": 3}, "rate_mbps or load, not both"),
 ])
@@ -94,7 +94,7 @@ def test_a_load_outside_0_1_is_refused_by_the_schema(load):
 
 @pytest.mark.parametrize("job, says", [
     ("{name: bg, type: traffic, pattern: incast, target: s1g1, placement: {rails: [0]}}",
-     "jobs.0 (bg): traffic incast target 's1g1' is not one of this job's hosts"),
+     "jobs.0 (bg): traffic incast target 's1g1' is not one of its GPUs (s0g0, s1g0)"),
     ("{name: bg, type: traffic, pattern: incast, placement: {hosts: [s1g1]}}",
      "jobs.0 (bg): traffic pattern 'incast' needs at least 2 hosts, has 1"),
     ("{name: bg, type: traffic, pattern: incast, load: 2, placement: {rails: [0]}}", "load"),
