@@ -24,6 +24,7 @@ from hosts.spec.flows import FlowsSpec, Listen, Send
 DATAGRAM = 1024
 HEADER = struct.Struct("!IQ")       # flow id, sequence number
 SOCK_BUF = 1 << 20
+SO_MAX_PACING_RATE = getattr(socket, "SO_MAX_PACING_RATE", 47)     # Linux's option number (not in every Python)
 UDP_HEADER = struct.Struct("!HHHH")  # source port, destination port, length, checksum
 QUIET_S = 2.0                        # silence after a UDP flow's paced end that ends its receiver
 
@@ -71,6 +72,8 @@ def tcp_send(f: Send, start_at: float) -> dict:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("0.0.0.0", f.sport))
+    if f.pace_tcp:                # TCP's internal pacing holds the socket to this rate (bytes/s)
+        sock.setsockopt(socket.SOL_SOCKET, SO_MAX_PACING_RATE, int(f.rate_mbps * 1e6 / 8))
     wait_until(start_at)
     t0 = time.time()
     for _ in range(50):           # the receiver may still be starting

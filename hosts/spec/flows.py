@@ -23,7 +23,8 @@ class Listen(Spec):
 
 @dataclasses.dataclass(frozen=True)
 class Send(Spec):
-    """A flow this host sends; UDP is paced at rate_mbps, TCP is limited by the shaped NIC."""
+    """A flow this host sends; UDP is paced at rate_mbps, TCP is limited by the shaped NIC (and paced at
+    rate_mbps too with pace_tcp: an offered load)."""
     flow: int
     proto: Proto
     dst: str
@@ -33,6 +34,7 @@ class Send(Spec):
     rate_mbps: float
     sport_mode: Literal["qp", "packet"] = "qp"     # packet: a random source port per datagram (spraying)
     split: int = 1                                 # source ports in round robin
+    pace_tcp: bool = False                         # TCP at rate_mbps (the kernel's own pacing, no qdisc needed)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -5,7 +5,10 @@ Patterns (GPU hosts only):
   permutation  s{i}g{j} -> s{i+1}g{j+1} (next server, next rail: it crosses the spine layer);
                on rail-only, where rails are not connected, s{i}g{j} -> s{i+1}g{j} (same rail)
   all-to-all   every pair the network connects
+  incast       every other host to one `target` (default: the first host), N-to-1
   pairs        an explicit list of [source, destination] host names
+`load` paces each sender (UDP and TCP) at that fraction of its NIC rate, shared by its flows (elephants: a large
+`size`).
 """
 from __future__ import annotations
 
@@ -27,9 +30,12 @@ SCHEMA = {
                    "spine uplink carried.",
     "properties": {
         "type": {"const": "traffic", "description": "Flows between GPU hosts."}, "name": NAME,
-        "pattern": {"enum": ["permutation", "all-to-all", "pairs"], "default": "permutation",
+        "pattern": {"enum": ["permutation", "all-to-all", "incast", "pairs"], "default": "permutation",
                     "description": "permutation: s{i}g{j} -> s{i+1}g{j+1} (s{i+1}g{j} on rail-only); all-to-all: "
-                                   "every pair the network connects; pairs: the `pairs` list."},
+                                   "every pair the network connects; incast: every other host to `target`; "
+                                   "pairs: the `pairs` list."},
+        "target": {"type": "string", "description": "The receiver of pattern incast: one of the pattern's hosts "
+                                                    "(a job's: its placement). Default: the first of them."},
         "pairs": {"type": "array", "minItems": 1,
                   "items": {"type": "array", "items": {"type": "string"}, "minItems": 2, "maxItems": 2},
                   "description": "[source, destination] host names (pattern: pairs). Default: none."},
@@ -39,6 +45,9 @@ SCHEMA = {
                            "description": "Flows per pair (and per protocol)."},
         "rate_mbps": {**RATE, "description": "UDP senders' pacing in Mbit/s. Default: 0.9 x nic_mbps / the "
                                              "busiest host's flow count."},
+        "load": {"type": "number", "exclusiveMinimum": 0, "maximum": 1,
+                 "description": "Offered load instead of rate_mbps: each sender paces its flows (UDP and TCP) at "
+                                "this fraction of its NIC rate, shared between them. Default: none (rate_mbps)."},
         "expect": {
             "type": "object", "additionalProperties": False, "default": {},
             "description": "Checks on the figures.",
@@ -68,6 +77,7 @@ FLOW = obj({
 # Its keys in results.json's workload record (the runner adds the common ones).
 RESULT_SCHEMA = {
     "pattern": STR, "protocol": STR, "flows": INT, "flow_bytes": INT, "rate_mbps": nullable(NUM),
+    "load": d(nullable(NUM), "The offered load asked for (fraction of a sender's NIC rate)."),
     "mbps_min": NUM, "mbps_mean": NUM, "mbps_max": NUM, "delivered_bytes": INT,
     "max_gap_s": dur("the longest silence of any flow."), "lost_packets": INT, "reordered_packets": INT,
     "uplink_bytes": BYTES_BY_PORT, "uplinks_used": INT, "uplink_imbalance": d(nullable(NUM), "max / mean uplink."),
@@ -81,6 +91,10 @@ LISTEN_BASE, SOURCE_BASE = 20000, 30000
 def flow_pairs(fabric, spec: dict) -> list[tuple[str, str]]:
     pattern = spec.get("pattern", "permutation")
     gpus = fabric.gpus()
+    if "target" in spec and pattern != "incast":
+        raise ScenarioError(f"traffic target is for pattern incast, not {pattern!r}")
+    if pattern == "incast":
+        return incast_pairs(fabric, spec)
     if pattern == "pairs":
         pairs = [tuple(p) for p in spec["pairs"]]
         for src, dst in pairs:
@@ -104,6 +118,23 @@ def flow_pairs(fabric, spec: dict) -> list[tuple[str, str]]:
             for i, names in enumerate(servers) for j, src in enumerate(names)]
 
 
+def incast_pairs(fabric, spec: dict) -> list[tuple[str, str]]:
+    """N-to-1: every other host (the job's, or all GPUs) that the network connects to the target sends to it."""
+    names = [h.name for h in sorted(fabric.gpus(), key=lambda h: (h.server, h.rank))]
+    if len(names) < 2:
+        raise ScenarioError(f"traffic pattern 'incast' needs at least 2 hosts, has {len(names)}")
+    target = spec.get("target", names[0])
+    if target not in fabric.hosts:
+        raise ScenarioError(f"traffic incast target names unknown host {target!r}")
+    if target not in names:
+        raise ScenarioError(f"traffic incast target {target!r} is not one of its GPUs ({', '.join(names)})")
+    dst = fabric.hosts[target]
+    pairs = [(n, target) for n in names if n != target and fabric.nic_reachable(fabric.hosts[n], dst)]
+    if not pairs:
+        raise ScenarioError(f"traffic incast: no other host reaches {target} (rails not joined)")
+    return pairs
+
+
 def plan_flows(fabric, spec: dict) -> list[dict]:
     size = parse_size(spec.get("size", "1MiB"))
     protos = {"udp": ["udp"], "tcp": ["tcp"], "both": ["udp", "tcp"]}[spec.get("protocol", "udp")]
@@ -116,9 +147,13 @@ def plan_flows(fabric, spec: dict) -> list[dict]:
     # UDP senders pace to a fair share of the busiest NIC, so the fabric, not the NIC queue, decides.
     fan = max(max(sum(f["src"] == h for f in flows), sum(f["dst"] == h for f in flows))
               for h in fabric.hosts)
+    if "load" in spec and "rate_mbps" in spec:
+        raise ScenarioError("traffic takes rate_mbps or load, not both")
     rate = spec.get("rate_mbps") or 0.9 * fabric.params.nic_mbps / fan
     for f in flows:
-        f["rate_mbps"] = rate
+        # an offered load is the sender's: its NIC rate's fraction, shared by its flows
+        f["rate_mbps"] = (spec["load"] * fabric.params.nic_mbps / sum(g["src"] == f["src"] for g in flows)
+                          if "load" in spec else rate)
     return flows
 
 
@@ -148,7 +183,7 @@ def run(net, spec: dict) -> dict:
         listen[f["dst"]].append(Listen(flow=f["flow"], proto=f["proto"], port=port, bytes=f["bytes"],
                                        rate_mbps=f["rate_mbps"]))          # silences are measured against it
         send[f["src"]].append(Send(flow=f["flow"], proto=f["proto"], dst=fabric.hosts[f["dst"]].ip, dport=port,
-                                   sport=sport, bytes=f["bytes"], rate_mbps=f["rate_mbps"],
+                                   sport=sport, bytes=f["bytes"], rate_mbps=f["rate_mbps"], pace_tcp="load" in spec,
                                    **transport_options(net.routing)))
     commands = {}
     for h in hosts:
@@ -204,6 +239,7 @@ def summarize(fabric, spec: dict, per_flow: list[dict], uplinks: dict[str, int])
     return {"type": "traffic", "ok": all(c["ok"] for c in checks), "pattern": spec.get("pattern", "permutation"),
             "protocol": spec.get("protocol", "udp"), "flows": len(per_flow),
             "flow_bytes": per_flow[0]["expected_bytes"], "rate_mbps": per_flow and spec.get("rate_mbps"),
+            "load": spec.get("load"),
             "mbps_min": min(mbps), "mbps_mean": sum(mbps) / len(mbps), "mbps_max": max(mbps),
             "delivered_bytes": got, "max_gap_s": max(gaps) if gaps else None,
             "lost_packets": sum(f["lost_packets"] or 0 for f in per_flow),

@@ -112,3 +112,34 @@ def test_training_and_program_jobs_run_side_by_side():
     assert result["job_bytes_deviation"] <= 0.02
     by_job = result["switch_bytes_by_job"]
     assert set(by_job["rail0"]) == {"train", "gloo"} and set(by_job["rail1"]) == {"train"}, by_job
+
+
+def test_an_incast_background_job_slows_a_ring_at_its_receiver():
+    """A UDP incast (every other GPU to s1g1, each sender at 0.3 of its NIC: 0.9 of s1g1's downlink) beside a ring
+    that receives at s1g1: the ring gets what is left of that NIC's link and slows down (slowdown > 1.2), and
+    the switch port down to s1g1 carried the incast's bytes (its routes' counters: the two jobs share s1g1, so
+    its route's bytes count for one of them, the later, and their sum is the port's)."""
+    fabric = build("rail-optimized", 2, 2, spines=2, oversubscription=1, nic_mbps=NIC_MBPS)
+    incast = {"type": "traffic", "name": "incast", "pattern": "incast", "target": "s1g1", "load": 0.3,
+              "size": "1MiB", "protocol": "udp", "expect": {"max_loss": 0.5},   # background: loss is its price
+              "placement": {"servers": [0, 1]}}
+    spec = {"type": "concurrent", "allow_overlap": True,
+            "jobs": [{**ring("ring", ["s0g0", "s1g1"]), "sizes": ["512KiB"]}, incast]}
+    concurrent.validate(fabric, spec, {})
+    with Network(fabric, routing="single") as net:
+        result = concurrent.run(net, spec)
+    print(describe(result))
+    assert result["ok"], [c for c in result["checks"] if not c["ok"]]
+    assert_exact(result)
+    ring_job, bg = result["jobs"]
+    assert ring_job["slowdown"] > 1.2, describe(result)
+    flows = bg["together"]["per_flow"]
+    assert sorted(f["src"] for f in flows) == ["s0g0", "s0g1", "s1g0"] and {f["dst"] for f in flows} == {"s1g1"}
+    nic = fabric.attachment("s1g1")
+    down = f"{nic.a}:{nic.a_port}" if nic.b == "s1g1" else f"{nic.b}:{nic.b_port}"
+    print(down, result["link_bytes_by_job"].get(down), bg["together"]["delivered_bytes"])
+    assert all(f["bytes"] >= 0.5 * f["expected_bytes"] for f in flows), flows
+    # alone, each sender offered its load and no more: 0.3 x 5 Mbit/s
+    assert all(f["mbps"] <= 1.1 * 0.3 * NIC_MBPS for f in bg["alone"]["per_flow"]), bg["alone"]["per_flow"]
+    assert sum(result["link_bytes_by_job"][down].values()) >= bg["together"]["delivered_bytes"], \
+        result["link_bytes_by_job"][down]

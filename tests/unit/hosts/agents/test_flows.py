@@ -7,7 +7,7 @@ import time
 import pytest
 
 from hosts.agents import flows
-from hosts.spec import Listen
+from hosts.spec import Listen, Send
 
 
 @pytest.fixture(autouse=True)
@@ -65,3 +65,26 @@ def test_a_receiver_that_hears_nothing_waits_for_a_late_sender_before_giving_up(
     result, ran = receive_while_sending(set(), rate_mbps=50, deadline_s=60)
     assert result["packets"] == 0
     assert ran >= 6 * flows.QUIET_S - 0.1 and ran < 60
+
+
+def free_tcp_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_an_offered_load_paces_tcp_too():
+    """pace_tcp holds a TCP sender to its rate (the kernel's own pacing): 2 MB at 8 Mbit/s takes about 2 s
+    even on loopback (the first window goes at once, so at least 60% of that)."""
+    port, sport, start_at = free_tcp_port(), free_tcp_port(), time.time() + 0.2
+    size, rate = 2_000_000, 8.0
+    listen = Listen(flow=3, proto="tcp", port=port, bytes=size, rate_mbps=rate)
+    ready, out = threading.Event(), {}
+    t = threading.Thread(target=lambda: out.update(flows.tcp_receive(listen, start_at, start_at + 30, ready)))
+    t.start()
+    ready.wait(5)
+    sent = flows.tcp_send(Send(flow=3, proto="tcp", dst="127.0.0.1", dport=port, sport=sport, bytes=size,
+                               rate_mbps=rate, pace_tcp=True), start_at)
+    t.join(35)
+    assert out["bytes"] == size == sent["bytes"]
+    assert sent["seconds"] >= 0.6 * size * 8 / (rate * 1e6), sent
