@@ -112,7 +112,7 @@ def gpu_crash_recovery() -> dict:
     numbers = {}
     with Network(fabric) as net:
         for policy in ("shrink", "spare", "migrate"):
-            f = recovery.case(net, "gpu-crash", policy, 4.0, "1MiB", rto="fixed")["fault"]
+            f = recovery.case(net, "gpu-crash", policy, 4.0, "1MiB")["fault"]
             if f.get("recovered_s") is None:
                 raise RuntimeError(f"gpu-crash / {policy}: not recovered: {f}")
             numbers[f"{policy}_detected_s"] = f["detected_s"] - f["at_s"]
