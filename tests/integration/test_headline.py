@@ -31,7 +31,19 @@ def test_the_quick_figures_are_published_by_make_bench():
 
 @pytest.mark.parametrize("fig", HELD, ids=[f.key for f in HELD])
 def test_a_headline_figure_holds_within_15_percent_of_its_published_value(fig):
-    new = {"values": {k: [float(v)] for k, v in fig.measure().items()}}
-    print(f"{fig.key}: {measured.figure_text(fig, new)} (published: {measured.figure_text(fig, PUBLISHED[fig.key])})")
-    # one run against the worst of the published repeats: a figure whose repeats spread is held at its spread's edge
-    assert not measured.worse(fig, PUBLISHED[fig.key], new, against="worst")
+    # One run against the worst of the published repeats: a figure whose repeats spread is held at its spread's
+    # edge. A run that misses is measured twice more and the median of the three is held (a moment of load on a
+    # shared machine can cost one run a millisecond figure; a regression costs all three).
+    new = {"values": {}}
+
+    def measure() -> list[str]:
+        for k, v in fig.measure().items():
+            new["values"].setdefault(k, []).append(float(v))
+        print(f"{fig.key}: {measured.figure_text(fig, new)} (published: {measured.figure_text(fig, PUBLISHED[fig.key])})")
+        return measured.worse(fig, PUBLISHED[fig.key], new, against="worst")
+
+    missed = measure()
+    if missed:
+        measure()
+        missed = measure()
+    assert not missed, missed
