@@ -30,9 +30,10 @@ def same_rail(a, b):
 # on the machine: comp 1.00-1.02, dp 1.06-1.39, bubble 0.89-1.06, iteration 1.00-1.16, tp 1.04-4.90, pp 0.19-3.39.
 # comp, dp, bubble and the iteration fail when their phase is off by 2x. TP is two dozen AllReduces of a few ms at
 # the HB rate each: Python's per-call cost dominates it, so its ceiling only catches TP leaving the HB domain (the
-# NIC is 9x slower). The pipeline's sends are a few ms each and may complete into the shaper's burst: its bounds
+# NIC is 9x slower); each is small enough to pass partly within the HB shapers' burst, faster than the rate-based
+# model (0.77 in a full make test run on a quiet machine, 0.98 and 1.12 right after), so its floor is 0.6. The pipeline's sends are a few ms each and may complete into the shaper's burst: its bounds
 # only catch a model or a measurement off by an order of magnitude.
-PHASE_BOUNDS = {"comp": (0.9, 1.25), "tp": (0.8, 8.0), "pp": (0.1, 6.0), "dp": (0.8, 1.75),
+PHASE_BOUNDS = {"comp": (0.9, 1.25), "tp": (0.6, 8.0), "pp": (0.1, 6.0), "dp": (0.8, 1.75),
                 "bubble": (0.7, 1.3), "iteration": (0.9, 1.4)}
 
 
