@@ -181,13 +181,9 @@ class Engine:
             return self._rx_ud(p, raw)
         if p.opcode > H.ACKNOWLEDGE:
             return self._drop("unsupported_opcode")
-        qp = self._qps.get(p.dqpn)
-        if qp is None or qp.qp_type != QPType.RC:
-            return self._drop("unknown_qp")
-        if qp.state != QPState.RTS:
-            return self._drop("bad_state", qp)
-        if p.src_ip != qp.remote.ip:
-            return self._drop("bad_source", qp)
+        qp = self._connected_rc_qp(p)
+        if qp is None:
+            return
         qp.counters["rx_packets"] += 1
         qp.counters["rx_bytes"] += len(raw)
         if p.tos & H.ECN_MASK == H.ECN_CE:
@@ -196,6 +192,17 @@ class Engine:
             self._rx_response(qp, p)
         else:
             self._rx_request(qp, p)
+
+    def _connected_rc_qp(self, p):
+        """The RC QP a packet is for, if it is connected to the packet's sender; else the drop is counted."""
+        qp = self._qps.get(p.dqpn)
+        if qp is None or qp.qp_type != QPType.RC:
+            return self._drop("unknown_qp")
+        if qp.state != QPState.RTS:
+            return self._drop("bad_state", qp)
+        if p.src_ip != qp.remote.ip:
+            return self._drop("bad_source", qp)
+        return qp
 
     # -- DCQCN: the notification point and the reaction point's input
     def _congestion_experienced(self, qp):
@@ -207,13 +214,9 @@ class Engine:
             self._send_cnp(qp)
 
     def _rx_cnp(self, p):
-        qp = self._qps.get(p.dqpn)
-        if qp is None or qp.qp_type != QPType.RC:
-            return self._drop("unknown_qp")
-        if qp.state != QPState.RTS:
-            return self._drop("bad_state", qp)
-        if p.src_ip != qp.remote.ip:
-            return self._drop("bad_source", qp)
+        qp = self._connected_rc_qp(p)
+        if qp is None:
+            return
         qp.counters["cnp_received"] += 1
         self.counters["cnp_received"] += 1
         if qp.cc is not None:
