@@ -12,9 +12,10 @@ import threading
 import time
 
 from testbed.faults import REGISTRY, outcomes
+from testbed.monitor.background import Background
 
 
-class FaultEcho:
+class FaultEcho(Background):
     """Polls the schedule's log (and the controller's state while a link fault injected less than WAIT_S ago
     awaits its stages) from a thread, and reports each new event once. Polling is light (a list, a small JSON
     file, a few times a second) so as not to take CPU from what is measured."""
@@ -25,19 +26,14 @@ class FaultEcho:
         self.seen = 0                    # entries of schedule.log reported
         self.echoed: set[tuple[int, str]] = set()
         self.lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True, name="tb-fault-echo")
+        super().__init__("tb-fault-echo")
 
     def start(self) -> FaultEcho:
-        if self.schedule.faults:
-            self._thread.start()
-        return self
+        return super().start() if self.schedule.faults else self
 
     def stop(self) -> None:
         """Stop watching, after a last look (a detection may land after the last workload)."""
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join()
+        super().stop()
         self.poll(final=True)
 
     def _run(self) -> None:
