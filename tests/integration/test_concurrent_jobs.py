@@ -21,6 +21,15 @@ def ring(name: str, hosts: list[str]) -> dict:
     return {**RING, "name": name, "placement": {"hosts": hosts}}
 
 
+def run_jobs(fabric, spec: dict) -> dict:
+    """A concurrent workload validated and run on its own fabric (single-path routes), its slowdowns printed."""
+    concurrent.validate(fabric, spec, {})
+    with Network(fabric, routing="single") as net:
+        result = concurrent.run(net, spec)
+    print(describe(result), [c for c in result["checks"] if not c["ok"]])
+    return result
+
+
 def assert_exact(result: dict) -> None:
     """Every collective job's every size equal to numpy's on every rank, alone and together."""
     for job in result["jobs"]:
@@ -44,10 +53,7 @@ def test_jobs_on_disjoint_rails_of_rail_only_do_not_slow_each_other():
         {**RING, "name": "rail0", "placement": {"rails": [0]}},
         {**RING, "name": "rail1", "placement": {"rails": [1]}},
         {"type": "traffic", "name": "rail2", "placement": {"rails": [2]}, "size": "512KiB", "protocol": "udp"}]}
-    concurrent.validate(fabric, spec, {})
-    with Network(fabric, routing="single") as net:
-        result = concurrent.run(net, spec)
-    print(describe(result))
+    result = run_jobs(fabric, spec)
     assert result["ok"], result["checks"]
     assert_exact(result)
     assert [j["hosts"] for j in result["jobs"]] == [["s0g0", "s1g0"], ["s0g1", "s1g1"], ["s0g2", "s1g2"]]
@@ -77,10 +83,7 @@ def test_two_rings_over_one_shaped_uplink_slow_each_other_down():
     assert uplink_of(fabric, "s0g0", "s1g1") == uplink_of(fabric, "s1g0", "s0g1")
     assert uplink_of(fabric, "s1g1", "s0g0") == uplink_of(fabric, "s0g1", "s1g0")
     spec = {"type": "concurrent", "jobs": [ring("ring-a", a), ring("ring-b", b)]}
-    concurrent.validate(fabric, spec, {})
-    with Network(fabric, routing="single") as net:
-        result = concurrent.run(net, spec)
-    print(describe(result))
+    result = run_jobs(fabric, spec)
     assert result["ok"], result["checks"]
     assert_exact(result)
     assert all(j["slowdown"] >= 1.5 for j in result["jobs"]), describe(result)
@@ -102,10 +105,7 @@ def test_training_and_program_jobs_run_side_by_side():
          "target_s": 2, "iterations": 2, "placement": {"servers": [0, 1]}},
         {"type": "program", "name": "gloo", "command": "{python} hosts/programs/torch_gloo.py --sizes 64KiB --steps 2",
          "timeout_s": 120, "placement": {"servers": [2, 3], "rails": [0]}}]}
-    concurrent.validate(fabric, spec, {})
-    with Network(fabric, routing="single") as net:
-        result = concurrent.run(net, spec)
-    print(describe(result), [c for c in result["checks"] if not c["ok"]])
+    result = run_jobs(fabric, spec)
     assert result["ok"], [c for c in result["checks"] if not c["ok"]]
     assert [j["hosts"] for j in result["jobs"]] == [["s0g0", "s0g1", "s1g0", "s1g1"], ["s2g0", "s3g0"]]
     assert all(j["slowdown"] is not None for j in result["jobs"])
@@ -125,10 +125,7 @@ def test_an_incast_background_job_slows_a_ring_at_its_receiver():
               "placement": {"servers": [0, 1]}}
     spec = {"type": "concurrent", "allow_overlap": True,
             "jobs": [{**ring("ring", ["s0g0", "s1g1"]), "sizes": ["512KiB"]}, incast]}
-    concurrent.validate(fabric, spec, {})
-    with Network(fabric, routing="single") as net:
-        result = concurrent.run(net, spec)
-    print(describe(result))
+    result = run_jobs(fabric, spec)
     assert result["ok"], [c for c in result["checks"] if not c["ok"]]
     assert_exact(result)
     ring_job, bg = result["jobs"]
