@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from collections import deque
 
 import numpy as np
@@ -261,6 +262,16 @@ class Communicator:
         rank = next((p.rank for p in self.peers if p.name == name), "?")
         return f"rank {rank} ({name}) {self.heartbeat.why(name)}"
 
+    def explained(self, what: str) -> str:
+        """A failed transfer is most often a peer's failure seen from the side (a survivor that gave up on a dead
+        rank closed its queue pairs): give the heartbeats up to their timeout to name the rank that failed first."""
+        if self.heartbeat is None:
+            return what
+        deadline = time.monotonic() + self.heartbeat.timeout + 2 * self.heartbeat.period
+        while (cause := self.peer_failure()) is None and time.monotonic() < deadline:
+            time.sleep(self.heartbeat.period / 2)
+        return what if cause is None else f"{cause} ({what})"
+
     def check_peers(self) -> None:
         """Raise if a peer was declared failed (called where the engine waits)."""
         if (what := self.peer_failure()) is not None:
@@ -365,7 +376,8 @@ class Communicator:
             if ch is None:
                 raise self.fail(f"completion for unknown queue pair {wc.qp_num} on the {path} device")
             if not wc.ok:
-                raise self.fail(f"transfer with rank {ch.peer.rank} ({ch.peer.name}) failed: {wc.status.name}")
+                raise self.fail(self.explained(f"transfer with rank {ch.peer.rank} ({ch.peer.name}) failed: "
+                                               f"{wc.status.name}"))
             slot, is_recv = wc.wr_id >> 1, wc.wr_id & 1
             if not is_recv:
                 ch.sent(slot)
