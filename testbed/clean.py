@@ -108,19 +108,23 @@ def _links(ipr: IPRoute, attempts: int = 10) -> list:
     return list(ipr.get_links())
 
 
-def stale_containers(live: set[str], echo=print) -> int:
-    """Remove the testbed's containers (label and name prefix) whose run is not in progress."""
+def left_containers(live: set[str]) -> list:
+    """The testbed's containers of this tag (label and name prefix) whose run is not in progress; containers
+    acting as machines are their starter's to stop."""
     try:
         from testbed.fabric.backends import dockerhost
         client = dockerhost.engine()
     except Exception:          # no Docker engine (or no SDK): no containers of ours can be running
-        return 0
+        return []
+    return [c for c in client.containers.list(all=True, filters={"label": dockerhost.LABEL})
+            if mine(c.name) and c.labels.get(f"{dockerhost.LABEL}.run") not in live
+            and f"{dockerhost.LABEL}.machine" not in c.labels]
+
+
+def stale_containers(live: set[str], echo=print) -> int:
+    """Remove the containers left_containers finds."""
     removed = 0
-    for c in client.containers.list(all=True, filters={"label": dockerhost.LABEL}):
-        if not mine(c.name) or c.labels.get(f"{dockerhost.LABEL}.run") in live:
-            continue
-        if f"{dockerhost.LABEL}.machine" in c.labels:      # a container acting as a machine: its starter stops it
-            continue
+    for c in left_containers(live):
         try:
             c.remove(force=True)
             removed += 1

@@ -7,7 +7,10 @@ thread started it and whichever session it made. A small reaper outside that cgr
 pipe whose only write end the owner keeps: when the owner dies, however it dies, the reaper reads EOF and
 kills the cgroup. A cgroup whose reaper died as well is found by `testbed clean` through the run's state.
 
-Containers (Docker hosts) and other machines are not in the cgroup: `testbed clean` removes those.
+Processes in containers (Docker hosts) are in their container's cgroups, for its limits, not in the run's: the
+owner names each container's init to the reaper over the same pipe (`also`), and the reaper kills it too, which
+takes down the container's PID namespace and every process in it. The containers themselves, and other
+machines, are `testbed clean`'s to remove.
 """
 from __future__ import annotations
 
@@ -79,18 +82,48 @@ def _signal(pid: int) -> None:
         pass
 
 
+def start_time(pid: int) -> str | None:
+    """The process's start time (clock ticks since boot): with the PID, who it is, even after the PID is reused."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+_active: "Lifeline | None" = None         # this process's run, if it owns one
+
+
+def also(pid: int) -> None:
+    """Kill this process (and, for a PID namespace's init, the namespace) with the run, though it is outside the
+    run's cgroup. Nothing to do where this process owns no tied run."""
+    if _active is not None:
+        _active.also(pid)
+
+
 class Lifeline:
     """The owner's side: its cgroup, the cgroup it came from, and the pipe its reaper watches."""
 
     def __init__(self, cgroup: str, came_from: str, write_fd: int, reaper: subprocess.Popen):
         self.cgroup, self.came_from, self.write_fd, self.reaper = cgroup, came_from, write_fd, reaper
 
+    def also(self, pid: int) -> None:
+        started = start_time(pid)
+        if started is not None:
+            try:
+                os.write(self.write_fd, f"{pid} {started}\n".encode())    # one short write: atomic on a pipe
+            except OSError:
+                pass
+
     def cut(self) -> int:
         """At the end of a run: the owner leaves its cgroup, what is still in there is killed, the reaper ends.
         An owner that cannot leave stays, and its reaper with it: killing the cgroup would kill the owner."""
         if not any(_join(cgroup) for cgroup in (self.came_from, os.path.dirname(self.cgroup))):
             return 0
+        global _active
         left = kill(self.cgroup)
+        if _active is self:
+            _active = None
         os.close(self.write_fd)
         try:
             self.reaper.wait(5)
@@ -130,7 +163,9 @@ def tie(run_dir: str, tag: str) -> Lifeline | None:
         return None
     finally:
         os.close(read_fd)
-    return Lifeline(cgroup, came_from, write_fd, reaper)
+    global _active
+    _active = Lifeline(cgroup, came_from, write_fd, reaper)
+    return _active
 
 
 def _current() -> str:
@@ -150,11 +185,18 @@ def _rmdir(path: str) -> None:
 
 
 def reap(cgroup: str) -> None:
-    """The reaper: wait for the owner's end of the pipe to close, then kill what the run left."""
-    while os.read(0, 4096):
-        pass
+    """The reaper: wait for the owner's end of the pipe to close, then kill what the run left: its cgroup, and the
+    processes outside it the owner named (`pid start-time` lines) that are still the same processes."""
+    named, data = [], b""
+    while chunk := os.read(0, 4096):
+        data += chunk
+        *lines, data = data.split(b"\n")
+        named += [line.split() for line in lines if len(line.split()) == 2]
     if os.path.isdir(cgroup):
         kill(cgroup)
+    for pid, started in named:
+        if pid.isdigit() and start_time(int(pid)) == started.decode():
+            _signal(int(pid))
 
 
 if __name__ == "__main__":

@@ -33,6 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 from mininet.node import Host
 
 from hosts import cgroups
+from testbed.fabric import lifeline
 from testbed.fabric.links import sysname
 from testbed.fabric.backends.base import AttachedHost, LocalProcesses, RemoteShell
 from testbed.fabric.backends.engine import DockerUnavailable, engine  # noqa: F401 (dockerhost.engine: the API)
@@ -244,6 +245,7 @@ class DockerHost(LocalProcesses, Host):
             self.container.reload()
         self.container_pid = self.container.attrs["State"]["Pid"]
         self.cgroups = cgroup_procs(self.container_pid)
+        lifeline.also(self.container_pid)      # the processes in it die with the run, as a namespace host's do
 
     def _popen(self, cmd, **params):
         if self.shell is None and cmd[:1] == ["mnexec"]:
