@@ -69,7 +69,7 @@ SCHEMA = {
                       "items": {
                           "type": "object", "required": ["type"],
                           "properties": {"type": {"enum": list(REGISTRY), "description": "The workload type."}},
-                          "allOf": [{"if": {"properties": {"type": {"const": t}}}, "then": w.SCHEMA}
+                          "allOf": [{"if": {"required": ["type"], "properties": {"type": {"const": t}}}, "then": w.SCHEMA}
                                     for t, w in REGISTRY.items()]}},
         "faults": {"type": "array", "items": FAULT, "default": [],
                    "description": "Failures injected while the workloads run."},

@@ -45,7 +45,7 @@ SCHEMA = {
                                 + " with a `name` and a `placement`.",
                  "items": {"type": "object", "required": ["type"],
                            "properties": {"type": {"enum": list(JOB_TYPES), "description": "The job's workload type."}},
-                           "allOf": [{"if": {"properties": {"type": {"const": t}}}, "then": _job_schema(k)}
+                           "allOf": [{"if": {"required": ["type"], "properties": {"type": {"const": t}}}, "then": _job_schema(k)}
                                      for t, k in JOB_TYPES.items()]}},
         "alone": {"type": "boolean", "default": True,
                   "description": "Run each job alone first (one after the other), for its slowdown."},

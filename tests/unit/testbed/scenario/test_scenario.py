@@ -29,6 +29,10 @@ ERRORS = {
     "training_model": "workloads.0.model.bytes_per_param: 3 is not one of [2, 4]",
     "hosts": "hosts: 'kubernetes' is not one of ['netns', 'docker']",
     "host_limits": "host_limits.memory: size '1MiB' must be between 32 MiB and 64 GiB",
+    "notype": "workloads.0: 'type' is a required property",
+    "job_rail": "jobs.0 (a): placement.rails: 5 is out of range (this fabric has 2: 0..1)",
+    "ecn_order": "ecn: kmin_kb (50) is above kmax_kb (10)",
+    "delay": "fabric.delay_us.nic: -5 is less than the minimum of 0",
 }
 
 
@@ -114,3 +118,11 @@ def test_the_hosts_image_is_asked_of_docker_hosts_only():
     with pytest.raises(ScenarioError, match="host_image"):
         validate({**doc, "host_image": "tensorflow"})           # neither a flavour nor NAME:TAG
     assert host_limits(validate({**doc, "host_image": "tb-tensorflow:latest"})) == {"image": "tb-tensorflow:latest"}
+
+
+def test_a_workload_without_its_type_is_one_error_not_one_per_workload_type():
+    from testbed.scenario.loader import problems
+    import yaml
+    with open(os.path.join(FIXTURES, "notype_error.yaml")) as f:
+        found = problems(yaml.safe_load(f))
+    assert [str(p) for p in found] == ["workloads.0: 'type' is a required property"]
