@@ -7,7 +7,8 @@ Every host of a fabric runs one at the same time; each answers the others' PINGs
 retries its own PINGs, so start-up skew between hosts costs nothing. UDP, like the RoCEv2 traffic the
 fabric is for. Prints {"reached": [...], "unreached": [...]} as JSON.
 
-A probe stops at `--until` at the latest. It stops earlier once its part is settled: it has reached every
+A probe stops at `--until` at the latest, or, if it started after `--not-before` (a slow machine: Python takes
+seconds to start under software emulation), the whole window `until - not_before` after its own start. It stops earlier once its part is settled: it has reached every
 `--expected` address and heard a PING from each of them (reachability is symmetric, so those are the hosts
 that need its PONGs), and for LINGER_S (three retry rounds) every probe has been running (from
 `--not-before`: an isolated target that leaks has had the time to answer) and no PING has come (a peer
@@ -31,6 +32,8 @@ def probe(targets: list[str], until: float, port: int, expected: set[str] | None
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((address, port))
+    if 0 < not_before < time.time():
+        until = max(until, time.time() + (until - not_before))     # a late start still gets its whole window
     reached: set[str] = set()
     heard: set[str] = set()
     next_round, last_ping = 0.0, time.time()

@@ -8,7 +8,7 @@ import pytest
 
 from hosts.agents.probe import LINGER_S, probe
 
-NET = {"late": 1, "leak": 2, "unreachable": 3, "unknown": 4}       # a loopback /24 per test: they run at once
+NET = {"late": 1, "leak": 2, "unreachable": 3, "unknown": 4, "slow": 5}       # a loopback /24 per test: they run at once
 
 
 @pytest.fixture
@@ -79,3 +79,18 @@ def test_without_expectations_a_probe_runs_to_its_deadline(addrs):
     for t in threads:
         t.join(30)
     assert out["a"]["reached"] == [B] and out["a"]["ran_s"] >= 1.4
+
+
+@pytest.mark.parametrize("addrs", ["slow"], indirect=True)
+def test_probes_that_all_start_after_their_window_still_get_it(addrs):
+    """A machine so slow (software emulation) that every probe starts after `until`: each gets the whole window
+    from its own start, and they reach each other."""
+    A, B, _, PORT = addrs
+    now, out = time.time(), {}
+    not_before, until = now - 3.0, now - 1.0                      # a 2 s window, already over
+    threads = [start(out, "a", [B], until, PORT, {B}, not_before, address=A),
+               start(out, "b", [A], until, PORT, {A}, not_before, address=B, delay=0.5)]
+    for t in threads:
+        t.join(30)
+    assert out["a"]["reached"] == [B] and out["b"]["reached"] == [A], out
+    assert out["a"]["ran_s"] < 2.5
