@@ -27,8 +27,8 @@ from pyroute2.netlink.rtnl.tcmsg import tcmsg
 from testbed.fabric.linuxcalls import bpf_load, netns
 from testbed.fabric.links import GATE_BURST, GATE_OPEN
 from testbed.fabric.pfc import PAUSED_RATE, Gate, Pausing, Plan
-from testbed.monitor.queues import RTM_NEWQDISC, TC_H_ROOT, TCA_STATS2, TCA_STATS_QUEUE, TCMSG, attributes, devices, \
-    dump, messages
+from testbed.fabric.rtnl import RTM_NEWQDISC, TC_H_ROOT, TCA_STATS2, TCA_STATS_QUEUE, TCMSG, attributes, devices, dump, \
+    messages
 
 HTB = 0x00100000            # the port's htb, 10: (tc handles are hex)
 GATE_PARENT = 0x00100002    # the data class, 10:2
