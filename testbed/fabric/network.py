@@ -411,7 +411,7 @@ class Network:
         delayed link's ends get their rate and queue with the delay (testbed.fabric.delay), which then owns their
         qdiscs."""
         fab, cmds, delayed = self.fabric, {}, []
-        gate = bool(fab.params.pfc)         # every shaped end's data queue gated: PFC may pause it
+        gated = bool(fab.params.pfc)        # every shaped end's data queue gated: PFC may pause it
         for l in fab.links:
             if self.is_patch(l):
                 continue
@@ -420,7 +420,8 @@ class Network:
                 if node in fab.hosts:
                     dev, netns = f"eth{port}", f"/proc/{self.mn.get(node).pid}/ns/net"
                     if l.shaped and not l.delay_us:
-                        said = self.mn.get(node).cmd(" && ".join(shape(dev, l, gate)) + " || echo TESTBED-FAILED")
+                        said = self.mn.get(node).cmd(" && ".join(shape(dev, l, pfc.gate_limit(l, True) if gated else None))
+                                                     + " || echo TESTBED-FAILED")
                         if "TESTBED-FAILED" in said:
                             raise NetworkError(f"shaping {node} {dev} failed: {said.strip()}")
                 else:
@@ -433,7 +434,7 @@ class Network:
                     if l.mtu != 1500:         # veths come up at 1500
                         mine.append(f"ip link set {dev} mtu {l.mtu}")
                     if l.shaped and not l.delay_us:
-                        mine += shape(dev, l, gate)
+                        mine += shape(dev, l, pfc.gate_limit(l, False) if gated else None)
                 ends.append(End.of(l, dev, netns))
             if l.delay_us:
                 delayed.append(LinkDelay(format(len(delayed), "x"), *ends, delay_us=l.delay_us))

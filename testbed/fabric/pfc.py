@@ -3,7 +3,7 @@ logic with its counters, and the process (pfcd.py) that does it on a live fabric
 
 The kernels here have no PFC. Each shaped end's data queue sits under a tbf of its own, the gate
 (links.beats_first): open, it is far faster than the link and holds nothing; to pause a port, the gate's rate
-drops to PAUSED_RATE with a one-frame bucket, so the port finishes the frame it has tokens for (as a real port
+drops to a frame every PAUSED_FRAME_S with a one-frame bucket, so the port finishes the frame it has tokens for (as a real port
 finishes the frame on the wire) and holds the rest, in order, in its queue; heartbeats keep their own class.
 To resume, the gate opens again and a MAC-control frame sent on the port starts its qdisc (tbf's timer was set
 for the paused rate, seconds away): a tc BPF program on the port's htb takes that frame (TC_ACT_STOLEN), so it
@@ -28,8 +28,9 @@ from dataclasses import asdict, dataclass
 from testbed import PROJECT_ROOT
 from testbed.fabric.links import fabric_tag, interface
 
+HOST_HOLD = 16 << 20        # a paused host NIC's queue: deeper than its senders' socket buffers (below)
 PERIOD_S = 0.002            # how often the points' queues are read: the pause's reaction time, roughly
-PAUSED_RATE = "8kbit"       # a closed gate: a frame every second or so at most
+PAUSED_FRAME_S = 2.0        # a closed gate lets a frame through every 2 s at most
 REPLY_TIMEOUT_S = 10.0
 
 
@@ -89,7 +90,8 @@ class Plan:
                         continue
                     name = f"{far}>{node}"
                     gates[name] = Gate(name, interface(fabric, far, far_port),
-                                       netns_of(far) if far in fabric.hosts else None, other.mtu, other.queue_bytes)
+                                       netns_of(far) if far in fabric.hosts else None, other.mtu,
+                                       gate_limit(other, far in fabric.hosts))
                     feeds.append(name)
                 points.append(Point(f"{node}>{peer}", interface(fabric, node, port), int(t["xoff_kb"] * 1024),
                                     int(t["xon_kb"] * 1024), tuple(sorted(feeds))))
@@ -102,6 +104,14 @@ class Plan:
     def from_json(cls, doc: dict) -> "Plan":
         return cls(tuple(Point(**{**p, "feeds": tuple(p["feeds"])}) for p in doc["points"]),
                    {n: Gate(**g) for n, g in doc["gates"].items()})
+
+
+def gate_limit(link, host_end: bool) -> int:
+    """The queue of a gated end: the link's; at a host's NIC, never less than HOST_HOLD. A lossless NIC never drops
+    what its host hands it: a paused one stops taking, and its senders wait. Here they wait when their socket's
+    send buffer is full (1 MiB for the RoCE transport and the traffic flows, which the kernel doubles and counts
+    with each packet's overhead), so the NIC's queue must outlast those buffers."""
+    return max(link.queue_bytes, HOST_HOLD) if host_end else link.queue_bytes
 
 
 def levels(fabric) -> dict[str, int]:

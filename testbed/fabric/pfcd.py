@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import select
 import socket
@@ -26,7 +27,7 @@ from pyroute2.netlink.rtnl.tcmsg import tcmsg
 
 from testbed.fabric.linuxcalls import bpf_load, netns
 from testbed.fabric.links import GATE_BURST, GATE_OPEN
-from testbed.fabric.pfc import PAUSED_RATE, Gate, Pausing, Plan
+from testbed.fabric.pfc import PAUSED_FRAME_S, Gate, Pausing, Plan
 from testbed.fabric.rtnl import RTM_NEWQDISC, TC_H_ROOT, TCA_STATS2, TCA_STATS_QUEUE, TCMSG, attributes, devices, dump, \
     messages
 
@@ -39,6 +40,14 @@ SKB_PROTOCOL = 16           # offsetof(struct __sk_buff, protocol): the ethertyp
 TC_ACT_STOLEN, TC_ACT_UNSPEC = 4, -1
 # a PFC frame (802.1Qbb): to the MAC-control address, opcode 0x0101, no class paused: only its arrival matters
 KICK_FRAME = bytes.fromhex("0180c2000001" "020000000000" "8808" "0101" "0000") + bytes(46)
+
+
+def paused_gate(mtu: int) -> tuple[str, int]:
+    """A closed gate's rate and bucket: one frame, refilled in PAUSED_FRAME_S. tbf keeps its bucket as the time the
+    rate takes to fill it, in at most 2^32 ns (4.3 s): a slower rate would shrink the bucket below a frame, and
+    tbf drops what does not fit its bucket."""
+    burst = mtu + 100
+    return f"{math.ceil(burst * 8 / PAUSED_FRAME_S)}bit", burst
 
 
 def insn(code: int, dst: int = 0, src: int = 0, off: int = 0, imm: int = 0) -> bytes:
@@ -82,7 +91,7 @@ class Namespace:
             os.close(fd)
 
     def set_gate(self, gate: Gate, paused: bool) -> None:
-        rate, burst = (PAUSED_RATE, gate.mtu + 100) if paused else (GATE_OPEN, GATE_BURST)
+        rate, burst = paused_gate(gate.mtu) if paused else (GATE_OPEN, GATE_BURST)
         self.ipr.tc("change", "tbf", self.index[gate.dev], handle=GATE, parent=GATE_PARENT, rate=rate, burst=burst,
                     limit=gate.limit)
         if not paused:
