@@ -136,7 +136,12 @@ class Watcher:
         self.cpu0 = time.process_time()
 
     def poll(self) -> None:
-        queues = backlogs(dump(self.namespaces[None].ipr, tcmsg(), RTM_GETQDISC), self.wanted)
+        try:
+            queues = backlogs(dump(self.namespaces[None].ipr, tcmsg(), RTM_GETQDISC), self.wanted)
+        except OSError as exc:      # a dump another fabric's changes interrupted: the next poll reads again
+            self.errors += 1
+            self.last_error = f"reading the queues: {exc}"
+            return
         pause, resume = self.logic.step(time.monotonic(), queues)
         self.polls += 1
         self.apply(pause, True)
