@@ -95,6 +95,8 @@ def stale_processes(states: dict[str, dict]) -> list[tuple[int, str]]:
             found.append((pid, f"mininet:{name}"))
         for pid in state.get("delay_pids", []):          # the links' delay process (fabric/delay.py)
             found.append((pid, "testbed.fabric.delayd"))
+        for pid in state.get("pfc_pids", []):            # the pause process (fabric/pfc.py)
+            found.append((pid, "testbed.fabric.pfcd"))
     return found
 
 

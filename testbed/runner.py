@@ -211,6 +211,7 @@ def _run_workloads(net: Network, scenario: dict, results: dict, live: _Live, rep
     live.timeline.stop()
     live.queues.stop()
     live.queues.ecn = net.ecn_counters()
+    live.queues.pfc = net.pfc_stats()
     results["faults"] = schedule.results(net.controller_view().get("port_events", []))
     outcomes.fill(results["faults"], results["workloads"], schedule.t0, net.fabric)
     attach_struck(results["faults"], results["workloads"], schedule.t0)       # the jobs each fault struck

@@ -54,6 +54,7 @@ def check_fabric_tag() -> None:
 def main(argv: list[str] | None = None) -> int:
     from testbed.fabric.delay import DelayUnavailable
     from testbed.fabric.ecn import EcnUnavailable
+    from testbed.fabric.pfc import PfcUnavailable
     from testbed.monitor.pcap import PcapError
     from testbed.results.runs import RunsError
     from testbed.faults.running import HandFaultError
@@ -64,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
         check_fabric_tag()
         return args.func(args)
     except (TopologyError, ScenarioError, UsageError, PcapError, HandFaultError, RunsError, DelayUnavailable,
-            EcnUnavailable) as exc:
+            EcnUnavailable, PfcUnavailable) as exc:
         print(f"testbed {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:

@@ -104,6 +104,10 @@ def cmd_up(args) -> int:
     if fabric.params.ecn:
         from testbed.fabric import ecn
         ecn.require()               # likewise
+    if fabric.params.pfc:
+        from testbed.fabric import pfc
+        for line in pfc.problems(fabric):
+            raise pfc.PfcUnavailable(line)      # likewise
     _refuse_second_fabric()
     require_machine(doc, "up")
     if args.foreground:

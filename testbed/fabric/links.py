@@ -160,25 +160,33 @@ BEAT_MATCH = ",".join(["11", "40 0 0 12", "21 0 8 2048", "48 0 0 23", "21 0 6 17
                        "177 0 0 14", "72 0 0 16", f"21 0 1 {BEAT_PORT}", "6 0 0 4294967295", "6 0 0 0"])
 
 
-def beats_first(dev: str, mbps: float, mtu: int = 1500, limit: int | None = None) -> list[str]:
+GATE_OPEN = "32gbit"        # a paused port's gate when open: far above any link's rate (tbf's rate is 32 bits, bytes/s)
+GATE_BURST = 65536          # and its bucket: any frame, GSO ones too
+
+
+def beats_first(dev: str, mbps: float, mtu: int = 1500, limit: int | None = None,
+                gate_limit: int | None = None) -> list[str]:
     """Heartbeats ahead of the bulk queue of a tbf (handle 1:): as a real NIC gives its control traffic a
     traffic class of its own, a beat must not wait behind a full data queue (1 MiB is 1.7 s at 5 Mbit/s,
     longer than the heartbeat timeout). There is no prio qdisc here, so tbf's child is an htb with two
     classes far above the link's rate (tbf alone sets the rate), served by priority: beats (a cls_bpf
     match on their UDP port) first, everything else in a byte FIFO of the link's queue size. Added once,
-    after the tbf, on a device that has no child qdisc yet."""
+    after the tbf, on a device that has no child qdisc yet. With a gate_limit (fabric.pfc), the data class's FIFO,
+    of that many bytes, sits under a tbf of its own (handle 12:) that PFC closes to pause the port
+    (testbed.fabric.pfc)."""
     quantum, limit = mtu + 100, limit or tbf_limit(mbps, mtu)
     classes = [f"tc class add dev {dev} parent 10: classid 10:{band} htb rate 100gbit quantum {quantum} "
                f"prio {band - 1}" for band in (1, 2)]
+    queue = f"tbf rate {GATE_OPEN} burst {GATE_BURST} limit {gate_limit}" if gate_limit else f"bfifo limit {limit}"
     return [f"tc qdisc add dev {dev} parent 1:1 handle 10: htb default 2", *classes,
-            f"tc qdisc add dev {dev} parent 10:2 handle 12: bfifo limit {limit}",
+            f"tc qdisc add dev {dev} parent 10:2 handle 12: {queue}",
             f"tc filter add dev {dev} parent 10: protocol all pref 1 handle 1 bpf bytecode '{BEAT_MATCH}' "
             f"classid 10:1"]
 
 
-def shape(dev: str, link: Link) -> list[str]:
-    """The commands that shape one end of a shaped link: its tbf, heartbeats first."""
-    return [tbf_of(dev, link), *beats_first(dev, link.mbps, link.mtu, link.queue_bytes)]
+def shape(dev: str, link: Link, gate_limit: int | None = None) -> list[str]:
+    """The commands that shape one end of a shaped link: its tbf, heartbeats first (the data queue gated: PFC)."""
+    return [tbf_of(dev, link), *beats_first(dev, link.mbps, link.mtu, link.queue_bytes, gate_limit)]
 
 
 def worst_queueing_delay(fabric) -> float:

@@ -33,7 +33,7 @@ from mininet.node import Host, OVSSwitch
 from mininet.nodelib import LinuxBridge
 
 from testbed import RUN_ROOT
-from testbed.fabric import ecn, lifeline, ovs, runstate
+from testbed.fabric import ecn, lifeline, ovs, pfc, runstate
 from testbed.fabric.controller import Controller, ControllerError, LoopbackController
 from testbed.fabric.delay import Delays, DelayError, End, LinkDelay, choose_path
 from testbed.fabric.backends import BackendUnavailable, backend_class, softroce
@@ -95,6 +95,9 @@ class Network:
         self.delay_path = self._delay_path()        # before anything is made: DelayUnavailable, one line
         self.delays: Delays | None = None
         self.ecn_object = self._ecn_object()        # likewise: EcnUnavailable, one line
+        self._check_pfc()                           # likewise: PfcUnavailable, one line
+        self.pauses: pfc.Pauses | None = None
+        self.pfc_last: dict = {}                    # the pause process's counters when it stopped
         self.mn: Mininet | None = None
         self.controller: Controller | None = None
         self.timings: dict[str, float] = {}
@@ -155,6 +158,9 @@ class Network:
     def stop(self) -> None:
         t0 = time.monotonic()
         try:
+            if self.pauses is not None:     # before the links go: it opens every gate it closed
+                self.pfc_last = self.pauses.close()
+                self.pauses = None
             if self.delays is not None:     # before the links go: it puts their ends back as they were
                 self.delays.close()
                 self.delays = None
@@ -348,6 +354,34 @@ class Network:
         ecn.require()
         return ecn.compiled()
 
+    def _check_pfc(self) -> None:
+        if not self.fabric.params.pfc:
+            return
+        if self.machines:
+            raise pfc.PfcUnavailable("fabric.pfc: pauses are not made on fabrics spread over machines")
+        wrong = pfc.problems(self.fabric)
+        if wrong:
+            raise pfc.PfcUnavailable(wrong[0])
+
+    def _start_pauses(self) -> None:
+        """The pause process (fabric.pfc), once every gate exists."""
+        plan = pfc.Plan.of(self.fabric, lambda host: f"/proc/{self.mn.get(host).pid}/ns/net")
+        self.pauses = pfc.Pauses(plan)
+        self._record(pfc_pids=[self.pauses.pid])
+
+    def pfc_stats(self) -> dict:
+        """The pause process's counters (pfc.Pausing.counters and its loop's); empty without fabric.pfc."""
+        if self.pauses is None:
+            return self.pfc_last
+        try:
+            return self.pauses.stats()
+        except pfc.PfcError:
+            return {}
+
+    def pfc_totals(self) -> dict:
+        """{pauses, paused_s} over every gate, now (zeros without fabric.pfc)."""
+        return pfc.totals(self.pfc_stats())
+
     def _mark_ecn(self) -> None:
         """The ECN program on every marking switch port's egress, with its link's rate, burst and queue."""
         ends = ecn.port_ends(self.fabric)
@@ -377,6 +411,7 @@ class Network:
         delayed link's ends get their rate and queue with the delay (testbed.fabric.delay), which then owns their
         qdiscs."""
         fab, cmds, delayed = self.fabric, {}, []
+        gated = bool(fab.params.pfc)        # every shaped end's data queue gated: PFC may pause it
         for l in fab.links:
             if self.is_patch(l):
                 continue
@@ -385,7 +420,8 @@ class Network:
                 if node in fab.hosts:
                     dev, netns = f"eth{port}", f"/proc/{self.mn.get(node).pid}/ns/net"
                     if l.shaped and not l.delay_us:
-                        said = self.mn.get(node).cmd(" && ".join(shape(dev, l)) + " || echo TESTBED-FAILED")
+                        said = self.mn.get(node).cmd(" && ".join(shape(dev, l, pfc.gate_limit(l, True) if gated else None))
+                                                     + " || echo TESTBED-FAILED")
                         if "TESTBED-FAILED" in said:
                             raise NetworkError(f"shaping {node} {dev} failed: {said.strip()}")
                 else:
@@ -398,7 +434,7 @@ class Network:
                     if l.mtu != 1500:         # veths come up at 1500
                         mine.append(f"ip link set {dev} mtu {l.mtu}")
                     if l.shaped and not l.delay_us:
-                        mine += shape(dev, l)
+                        mine += shape(dev, l, pfc.gate_limit(l, False) if gated else None)
                 ends.append(End.of(l, dev, netns))
             if l.delay_us:
                 delayed.append(LinkDelay(format(len(delayed), "x"), *ends, delay_us=l.delay_us))
@@ -415,6 +451,8 @@ class Network:
                     raise NetworkError(f"shaping the switch ports failed: {done.stderr.strip()[:300]}")
         if self.ecn_object:
             self._mark_ecn()            # before the delays: their divert goes after it on the same egress
+        if fab.params.pfc:
+            self._start_pauses()
         if delayed:
             self.delays = Delays(self.delay_path)
             try:

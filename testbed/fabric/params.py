@@ -45,7 +45,8 @@ class Param:
     check: "count" (an integer in [low, high]), "rate" (Mbit/s in (0, MAX_MBPS]), "ratio" (a number in
     [low, high]; high may depend on the other values: spare_servers, what servers leave free), "delay" (us,
     >= 0) or "queue" (KiB, > 0), each a number or a per-tier map {nic, uplink, hb}, "links" (per-link
-    overrides by link name), "ecn" (marking thresholds, or a per-tier map of them) or "flag" (true or false)."""
+    overrides by link name), "ecn" (marking thresholds, or a per-tier map of them), "pfc" (pause thresholds, likewise)
+    or "flag" (true or false)."""
     check: str
     description: str                       # the scenario schema's (and docs/scenario-reference.md's)
     low: float = 0
@@ -132,6 +133,14 @@ class FabricParams:
                     "{kmin_kb, kmax_kb, pmax} for every tier, or a map by tier {nic, uplink, hb} (tiers left out: "
                     "no marking). Needs clang, bpftool and tc with BPF (docs/ecn.md). Default: off.",
         result="ECN marking thresholds (a map, or per tier); null: off.")
+    pfc: dict | None = _param(
+        None, check="pfc", help="lossless links, priority flow control at the switch ports, JSON: {xoff_kb, xon_kb}, "
+                                "or per tier {nic: {...}, uplink: {...}, hb: {...}}",
+        description="Priority flow control (a lossless fabric): when a shaped switch port's egress queue passes "
+                    "xoff_kb KiB, the switch pauses the upstream ports that feed that queue (host NICs, neighbour "
+                    "switches' ports) until it falls below xon_kb. {xoff_kb, xon_kb} for every tier, or a map by "
+                    "tier {nic, uplink, hb} (tiers left out: no pauses); emulated (docs/pfc.md). Default: off.",
+        result="PFC thresholds (a map, or per tier); null: off.")
     links: dict | None = _param(
         None, check="links", help="per-link overrides, JSON: {LINK: {mbps, delay_us, queue_kb}}",
         description="Per-link overrides by link name (as `testbed topo` lists them, e.g. rail0-spine1): "
@@ -186,6 +195,12 @@ class FabricParams:
         if not self.ecn or tier not in TIERS:
             return None
         return self.ecn.get(tier) if "pmax" not in self.ecn else self.ecn
+
+    def pfc_thresholds(self, tier: str) -> dict | None:
+        """fabric.pfc's {xoff_kb, xon_kb} for the switch ports of this tier's links (None: no pauses)."""
+        if not self.pfc or tier not in TIERS:
+            return None
+        return self.pfc.get(tier) if "xoff_kb" not in self.pfc else self.pfc
 
     def link_override(self, link_name: str) -> dict:
         """fabric.links' overrides for this link, after time scaling (empty: none)."""
@@ -262,6 +277,8 @@ def _checked(name: str, p: Param, value, values: dict):
         return _checked_links(value)
     if p.check == "ecn":
         return _checked_ecn(value)
+    if p.check == "pfc":
+        return _checked_pfc(value)
     if p.check == "flag":
         if not isinstance(value, bool):
             raise TopologyError(f"{name} must be true or false, got {value!r}")
@@ -358,6 +375,37 @@ def _ecn_thresholds(name: str, value) -> dict:
     return {k: float(value[k]) for k in ECN_KEYS}
 
 
+PFC_KEYS = ("xoff_kb", "xon_kb")
+
+
+def _checked_pfc(value):
+    """PFC thresholds {xoff_kb, xon_kb} for every tier, or a map by tier of them; None: off."""
+    if value is None:
+        return None
+    if isinstance(value, dict) and value and all(k in TIERS for k in value):
+        return {t: _pfc_thresholds(f"pfc.{t}", v) for t, v in value.items()}
+    return _pfc_thresholds("pfc", value)
+
+
+def _pfc_thresholds(name: str, value) -> dict:
+    if not isinstance(value, dict):
+        raise TopologyError(f"{name} must be a map {{{', '.join(PFC_KEYS)}}}, got {value!r}")
+    unknown = [k for k in value if k not in PFC_KEYS]
+    if unknown:
+        raise TopologyError(f"{name}: unknown key {unknown[0]!r}; keys are {', '.join(PFC_KEYS)} (or tiers "
+                            f"{', '.join(TIERS)})")
+    absent = [k for k in PFC_KEYS if k not in value]
+    if absent:
+        raise TopologyError(f"{name} needs {absent[0]}")
+    number = lambda v: not isinstance(v, bool) and isinstance(v, (int, float))
+    for k in PFC_KEYS:
+        if not number(value[k]) or not 0 <= value[k] <= MAX_QUEUE_KB:
+            raise TopologyError(f"{name}.{k} must be a queue in KiB in [0, {MAX_QUEUE_KB}], got {value[k]!r}")
+    if value["xon_kb"] >= value["xoff_kb"]:
+        raise TopologyError(f"{name}: xon_kb ({value['xon_kb']}) must be below xoff_kb ({value['xoff_kb']})")
+    return {k: float(value[k]) for k in PFC_KEYS}
+
+
 # -- what the fields generate ------------------------------------------------------------------------
 
 def _plain(value):
@@ -392,6 +440,16 @@ def _ecn_schema() -> dict:
                                    "properties": tiers}]}
 
 
+def _pfc_schema() -> dict:
+    queue = {"type": "number", "minimum": 0, "maximum": MAX_QUEUE_KB}
+    keys = {"xoff_kb": queue | {"description": "Queue (KiB) above which the port's upstream ports are paused."},
+            "xon_kb": queue | {"description": "Queue (KiB) below which they are resumed; below xoff_kb."}}
+    thresholds = {"type": "object", "additionalProperties": False, "required": list(PFC_KEYS), "properties": keys}
+    tiers = {t: thresholds | {"description": f"On {t} links' switch ports. Default: no pauses."} for t in TIERS}
+    return {"anyOf": [thresholds, {"type": "object", "additionalProperties": False, "minProperties": 1,
+                                   "properties": tiers}]}
+
+
 def _schema_of(f: dataclasses.Field, p: Param) -> dict:
     if p.check in ("delay", "queue"):
         out = _tiers_schema(p.check)
@@ -401,6 +459,8 @@ def _schema_of(f: dataclasses.Field, p: Param) -> dict:
         out = {"type": "object", "additionalProperties": override}
     elif p.check == "ecn":
         out = _ecn_schema()
+    elif p.check == "pfc":
+        out = _pfc_schema()
     elif p.check == "flag":
         out = {"type": "boolean"}
     elif p.check == "count":
@@ -438,7 +498,8 @@ def results_schema() -> tuple[dict, list[str]]:
 
 RESULT_TYPES = {"count": {"type": "integer", "minimum": 0}, "flag": {"type": "boolean"},
                 "delay": {"type": ["number", "object"]}, "queue": {"type": ["number", "object", "null"]},
-                "links": {"type": ["object", "null"]}, "ecn": {"type": ["object", "null"]}}
+                "links": {"type": ["object", "null"]}, "ecn": {"type": ["object", "null"]},
+                "pfc": {"type": ["object", "null"]}}
 
 
 def add_flags(parser) -> None:
@@ -467,7 +528,7 @@ def _flag(text: str) -> bool:
 
 
 FLAG_TYPES = {"count": int, "delay": _tiers_flag, "queue": _tiers_flag, "links": json.loads, "ecn": json.loads,
-              "flag": _flag}
+              "pfc": json.loads, "flag": _flag}
 
 
 def given(args) -> dict:

@@ -136,6 +136,14 @@ def queues_section(results: dict) -> str:
             parts.append(table(["port", "link", "ECN-capable", "marked CE"],
                                [[html.escape(r["port"]), html.escape(r["link"]), cell(r["ect_packets"]),
                                  cell(r["marked_packets"])] for r in e["most_marked"]], left=2))
+    p = q.get("pfc")
+    if p:
+        parts.append(f"<p>PFC: {p['ports_paused']} of {p['ports']} upstream ports paused, {p['pauses']} pauses, "
+                     f"{p['paused_s']:.2f} s paused in all.</p>")
+        if p["most_paused"]:
+            parts.append(table(["port", "link", "pauses", "paused s"],
+                               [[html.escape(r["port"]), html.escape(r["link"]), cell(r["pauses"]),
+                                 cell(r["paused_s"], 3)] for r in p["most_paused"]], left=2))
     return "".join(parts)
 
 

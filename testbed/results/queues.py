@@ -46,11 +46,19 @@ def document(sampler, t0: float) -> dict:
                     "backlog_bytes": [s and s[0] for s in seen], "backlog_packets": [s and s[1] for s in seen],
                     "drops": [s and s[2] for s in seen],
                     "device_drops": [d.get(p.name) for _, d in sampler.device_drops]}
-                   | ({"ecn": sampler.ecn[p.dev]} if p.netns is None and p.dev in sampler.ecn else {}))
+                   | ({"ecn": sampler.ecn[p.dev]} if p.netns is None and p.dev in sampler.ecn else {})
+                   | pfc_of(sampler.pfc, p.name))
     return {"time_base": "workloads_start", "workloads_start": t0, "period_s": sampler.period,
             "cpu_budget": sampler.cpu_budget,
             "times_s": [round(t - t0, 3) for t in times], "device_times_s": [round(t - t0, 3) for t in dtimes],
             "ports": out}
+
+
+def pfc_of(stats: dict, port: str) -> dict:
+    """A port's PFC counters (fabric.pfc): as an upstream port, its pauses and paused time; as a switch queue
+    that sends pauses, its Xoff crossings and the time it held them."""
+    found = {**stats.get("gates", {}).get(port, {}), **stats.get("points", {}).get(port, {})}
+    return {"pfc": found} if found else {}
 
 
 def growth(counter: list) -> list[int | None]:
@@ -103,7 +111,7 @@ def summary(doc: dict, faults: list[dict], fabric, n: int = FULLEST) -> dict:
                         if p["limit_bytes"] else None, "overflow_drops": by["overflow"]})
     fullest.sort(key=lambda r: (-(r["peak_fraction"] or 0), -r["peak_bytes"]))
     return {"drops": {k: sum(r[k] for r in per_port) for k in ("overflow", "fault", "other")},
-            "drops_by_port": per_port, "fullest": [r for r in fullest if r["peak_bytes"]][:n]} | ecn_summary(doc, n)
+            "drops_by_port": per_port, "fullest": [r for r in fullest if r["peak_bytes"]][:n]} | ecn_summary(doc, n) | pfc_summary(doc, n)
 
 
 def ecn_summary(doc: dict, n: int = FULLEST) -> dict:
@@ -117,6 +125,18 @@ def ecn_summary(doc: dict, n: int = FULLEST) -> dict:
     return {"ecn": {"ports": len(ports), "ect_packets": sum(r["ect_packets"] for r in rows),
                     "marked_packets": sum(r["marked_packets"] for r in rows),
                     "most_marked": [r for r in rows if r["marked_packets"]][:n]}}
+
+
+def pfc_summary(doc: dict, n: int = FULLEST) -> dict:
+    """With fabric.pfc: the pauses of the upstream ports, in all and on the ports paused longest."""
+    ports = [p for p in doc["ports"] if "pauses" in p.get("pfc", {})]
+    if not ports:
+        return {}
+    rows = sorted(({"port": p["port"], "link": p["link"], "pauses": p["pfc"]["pauses"],
+                    "paused_s": p["pfc"]["paused_s"]} for p in ports), key=lambda r: -r["paused_s"])
+    return {"pfc": {"ports": len(ports), "ports_paused": sum(1 for r in rows if r["pauses"]),
+                    "pauses": sum(r["pauses"] for r in rows), "paused_s": round(sum(r["paused_s"] for r in rows), 3),
+                    "most_paused": [r for r in rows if r["pauses"]][:n]}}
 
 
 def fractions(doc: dict) -> np.ndarray:

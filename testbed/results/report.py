@@ -129,7 +129,7 @@ def queues_markdown(results: dict) -> list[str]:
         lines += ["| port | overflow | fault | other |", "|---|---|---|---|"]
         lines += [f"| {r['port']} | {r['overflow']} | {r['fault']} | {r['other']} |" for r in q["drops_by_port"]]
         lines.append("")
-    return lines + ecn_markdown(q.get("ecn"))
+    return lines + ecn_markdown(q.get("ecn")) + pfc_markdown(q.get("pfc"))
 
 
 def ecn_markdown(e: dict | None) -> list[str]:
@@ -142,6 +142,19 @@ def ecn_markdown(e: dict | None) -> list[str]:
         lines += ["| port | link | ECN-capable | marked CE |", "|---|---|---|---|"]
         lines += [f"| {r['port']} | {r['link']} | {r['ect_packets']} | {r['marked_packets']} |"
                   for r in e["most_marked"]]
+        lines.append("")
+    return lines
+
+
+def pfc_markdown(p: dict | None) -> list[str]:
+    """fabric.pfc's pauses: in all, and the ports paused longest."""
+    if not p:
+        return []
+    lines = [f"PFC: {p['ports_paused']} of {p['ports']} upstream ports paused, {p['pauses']} pauses, "
+             f"{p['paused_s']:.2f} s paused in all (per port in `queues.json`).", ""]
+    if p["most_paused"]:
+        lines += ["| port | link | pauses | paused s |", "|---|---|---|---|"]
+        lines += [f"| {r['port']} | {r['link']} | {r['pauses']} | {r['paused_s']:.3f} |" for r in p["most_paused"]]
         lines.append("")
     return lines
 

@@ -91,6 +91,12 @@ QUEUES = obj({
                  ["ports", "ect_packets", "marked_packets", "most_marked"]),
              "With fabric.ecn: ECN-capable packets the marking switch ports saw and those they marked CE (per port "
              "in queues.json)."),
+    "pfc": d(obj({"ports": INT, "ports_paused": INT, "pauses": INT, "paused_s": dur("paused, summed over the ports."),
+                  "most_paused": arr(obj({"port": STR, "link": STR, "pauses": INT, "paused_s": dur("the port's paused time.")},
+                                         ["port", "link", "pauses", "paused_s"]), "The ports paused longest.")},
+                 ["ports", "ports_paused", "pauses", "paused_s", "most_paused"]),
+             "With fabric.pfc: the upstream ports PFC can pause, how many it paused, how often and how long in all "
+             "(per port in queues.json)."),
 }, ["file", "period_s", "ports", "samples", "sampler_cpu", "drops", "drops_by_port", "fullest"])
 
 # Every workload record: what the runner adds around the type's own result.

@@ -13,7 +13,7 @@ import time
 
 from hosts.collectives.algorithms import ALGOS
 from hosts.spec.rank import CollectiveRankSpec, HeartbeatSpec
-from testbed.fabric import hb_counters
+from testbed.fabric import hb_counters, pfc
 from testbed.model import bounds
 from testbed.runtime import exits, multicast_ready, progress, recovery
 from testbed.runtime.launch import run_on_hosts
@@ -199,7 +199,7 @@ def _run(net, spec: dict, hosts: list) -> dict:
             4 * bounds.time_model(spec["op"], model_algo(fabric, spec), size, cluster(fabric)) + spec.get("timeout_s", 60) + 30
         manager = recovery.JobManager(net, base, store, [p.entry() for p in peers],
                                       budget).start() if policy != "abort" else None
-        before, hb_before = net.counters(), hb_counters.read(fabric)
+        before, hb_before, pfc_before = net.counters(), hb_counters.read(fabric), net.pfc_totals()
         trees = multicast_ready.TreesReady(net, store).start() if base.multicast_trees_confirmed else None
         try:
             out, failed = run_on_hosts(net, commands, timeout=budget, partial=True, on_exit=exits.reporter(store))
@@ -210,7 +210,7 @@ def _run(net, spec: dict, hosts: list) -> dict:
                 manager.stop()
                 out.update(manager.outputs)
                 failed += manager.errors
-            after, hb_after = net.counters(), hb_counters.read(fabric)
+            after, hb_after, pfc_after = net.counters(), hb_counters.read(fabric), net.pfc_totals()
             shutil.rmtree(store, ignore_errors=True)
         fenced = manager.fenced if manager is not None else set()
         done = [o for o in out.values() if "times" in o]
@@ -228,7 +228,8 @@ def _run(net, spec: dict, hosts: list) -> dict:
         if failed:
             errors.append(f"{size} B: " + "; ".join(failed[:4]) + (f" (+{len(failed) - 4} more)" if len(failed) > 4 else ""))
             break
-        rows.append(row(fabric, spec, size, done, before, after, hb_counters.growth(hb_before, hb_after)))
+        rows.append(row(fabric, spec, size, done, before, after, hb_counters.growth(hb_before, hb_after),
+                        pfc.growth(pfc_before, pfc_after)))
         if spec.get("state"):          # every rank's shared state, bit for bit against numpy's
             parity = rows[-1]["state"] = state_parity.check(done, done[0]["count"])
             rows[-1]["correct"] &= parity["ranks"] == len(done) and not parity["divergent"] \

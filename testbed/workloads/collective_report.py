@@ -22,6 +22,8 @@ ROW = obj({
     "ecn_marked_packets": d(INT, "CE-marked packets the ranks received (the switches' ECN marks, fabric.ecn)."),
     "cnp_sent": d(INT, "CNPs the ranks sent in answer to CE marks (at most one per queue pair per CNP interval)."),
     "cnp_received": d(INT, "CNPs the ranks received (congestion: dcqcn cuts its rate on them)."),
+    "pfc_pauses": d(INT, "Pauses of the fabric's upstream ports while the size ran (fabric.pfc; 0 without it)."),
+    "pfc_paused_s": dur("the time the fabric's ports were paused, summed over the ports (fabric.pfc)."),
     "transport": d({"type": "object"}, "Non-zero transport counters."),
     "hb_bytes": d(INT, "Bytes over the HB links, both ways (warm-up included, as every byte counter)."),
     "link_bytes": d(INT, "Bytes on all links (SPCL): NIC sends + switch egress + hb_bytes."),

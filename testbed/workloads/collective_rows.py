@@ -8,7 +8,8 @@ from testbed.workloads import collective_phases, traffic
 from testbed.workloads.collective_fabric import cluster, itemsize, model_algo, multicast_scope, ranks
 
 
-def row(fabric, spec: dict, size: int, outs: list[dict], before: dict, after: dict, hb_bytes: int = 0) -> dict:
+def row(fabric, spec: dict, size: int, outs: list[dict], before: dict, after: dict, hb_bytes: int = 0,
+        pfc_growth: dict | None = None) -> dict:
     n = outs[0].get("world", len(outs))
     iters = min(len(o["times"]) for o in outs)
     # an iteration takes as long as its slowest rank (of those that ran it: a spare joins late);
@@ -36,6 +37,7 @@ def row(fabric, spec: dict, size: int, outs: list[dict], before: dict, after: di
             "retransmits": counters.get("retransmits", 0),
             "ecn_marked_packets": counters.get("ecn_ce_received", 0),
             "cnp_sent": counters.get("cnp_sent", 0), "cnp_received": counters.get("cnp_received", 0),
+            **(pfc_growth or {"pfc_pauses": 0, "pfc_paused_s": 0.0}),
             "send_nic_bytes": send_nic_bytes(fabric, before, after),
             "recovered_chunks": sum(o.get("recovered_chunks", 0) for o in outs),
             "drops": sum(v for k, v in counters.items() if k.startswith("drop")),

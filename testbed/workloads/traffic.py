@@ -17,7 +17,7 @@ import time
 
 from hosts.spec.flows import FlowsSpec, Listen, Send
 
-from testbed.fabric import ovs
+from testbed.fabric import ovs, pfc
 from testbed.fabric.links import transport_options
 from testbed.runtime.launch import run_on_hosts
 from testbed.scenario.schema import NAME, RATE, SIZE, ScenarioError, parse_size
@@ -80,6 +80,8 @@ RESULT_SCHEMA = {
     "load": d(nullable(NUM), "The offered load asked for (fraction of a sender's NIC rate)."),
     "mbps_min": NUM, "mbps_mean": NUM, "mbps_max": NUM, "delivered_bytes": INT,
     "max_gap_s": dur("the longest silence of any flow."), "lost_packets": INT, "reordered_packets": INT,
+    "pfc_pauses": d(INT, "Pauses of the fabric's upstream ports while the flows ran (fabric.pfc; 0 without it)."),
+    "pfc_paused_s": dur("the time the fabric's ports were paused, summed over the ports (fabric.pfc)."),
     "uplink_bytes": BYTES_BY_PORT, "uplinks_used": INT, "uplink_imbalance": d(nullable(NUM), "max / mean uplink."),
     "per_flow": arr(FLOW),
 }
@@ -191,9 +193,9 @@ def run(net, spec: dict) -> dict:
         FlowsSpec(start_at=start_at, deadline=deadline, listen=tuple(listen[h]), send=tuple(send[h])).save(path)
         commands[h] = ["hosts.agents.flows", path]
 
-    before = net.counters()
+    before, pfc_before = net.counters(), net.pfc_totals()
     out = run_on_hosts(net, commands, timeout=deadline - time.time() + 20)
-    after = net.counters()
+    after, pfc_after = net.counters(), net.pfc_totals()
 
     received = {r["flow"]: r for h in out for r in out[h]["received"]}
     per_flow = []
@@ -206,7 +208,7 @@ def run(net, spec: dict) -> dict:
                          "max_gap_s": r.get("max_gap_s"), "gap_at": r.get("gap_at"),
                          "silences": r.get("silences", []),
                          "reordered": r.get("reordered")})
-    return summarize(fabric, spec, per_flow, uplink_bytes(fabric, before, after))
+    return summarize(fabric, spec, per_flow, uplink_bytes(fabric, before, after)) | pfc.growth(pfc_before, pfc_after)
 
 
 def summarize(fabric, spec: dict, per_flow: list[dict], uplinks: dict[str, int]) -> dict:

@@ -28,8 +28,9 @@ def test_every_field_is_in_the_scenario_schema_with_its_default_and_description(
         prop = schema["properties"][f.name]
         assert prop["description"] == p.description
         assert prop.get("default") == f.default        # hb_mbps: worked out from nic_mbps, no default
-        if p.check in ("delay", "queue", "ecn"):      # a number (ecn: thresholds), or a map by tier
-            assert [o["type"] for o in prop["anyOf"]] == ["object" if p.check == "ecn" else "number", "object"]
+        if p.check in ("delay", "queue", "ecn", "pfc"):      # a number (ecn, pfc: thresholds), or a map by tier
+            assert [o["type"] for o in prop["anyOf"]] == ["object" if p.check in ("ecn", "pfc") else "number",
+                                                          "object"]
             assert list(prop["anyOf"][1]["properties"]) == list(params.TIERS)
         else:
             assert prop["type"] == {"count": "integer", "links": "object", "flag": "boolean"}.get(p.check, "number")
@@ -81,7 +82,8 @@ def test_the_results_block_and_its_schema_come_from_the_fields():
     block = results_schema.FABRIC
     assert all(block["properties"][k] == v for k, v in props.items()) and set(required) <= set(block["required"])
     assert values == {"kind": "clos", "servers": 3, "gpus_per_server": 2, "nic_mbps": 5.0, "hb_mbps": 45.0,
-                      "nic_mtu": 9000, "delay_us": 0.0, "queue_kb": None, "ecn": None, "ideal_uplinks": False,
+                      "nic_mtu": 9000, "delay_us": 0.0, "queue_kb": None, "ecn": None, "pfc": None,
+                      "ideal_uplinks": False,
                       "time_scale": 1.0, "link_overrides": None, "faithful": True}
 
 

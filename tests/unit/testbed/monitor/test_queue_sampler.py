@@ -8,13 +8,13 @@ import struct
 from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg
 from pyroute2.netlink.rtnl.tcmsg import tcmsg
 
+from testbed.fabric import rtnl
 from testbed.fabric.links import switch_port
 from testbed.fabric.topo import build
-from testbed.monitor import queues
 from testbed.monitor.queues import Port, Qdisc, QueueSampler, root_qdiscs, shaped_ports
 
 
-def message(index: int, kind: str, parent: int = queues.TC_H_ROOT, backlog=0, qlen=0, drops=0, limit=None) -> bytes:
+def message(index: int, kind: str, parent: int = rtnl.TC_H_ROOT, backlog=0, qlen=0, drops=0, limit=None) -> bytes:
     """An RTM_NEWQDISC message as the kernel sends it (encoded by pyroute2)."""
     attrs = [("TCA_KIND", kind)]
     if limit is not None:
@@ -24,7 +24,7 @@ def message(index: int, kind: str, parent: int = queues.TC_H_ROOT, backlog=0, ql
                                            ("TCA_STATS_QUEUE", {"qlen": qlen, "backlog": backlog, "drops": drops,
                                                                 "requeues": 0, "overlimits": 5})]}))
     m = tcmsg()
-    m.setvalue({"header": {"type": queues.RTM_NEWQDISC, "flags": 2}, "index": index, "handle": 0x10000,
+    m.setvalue({"header": {"type": rtnl.RTM_NEWQDISC, "flags": 2}, "index": index, "handle": 0x10000,
                 "parent": parent, "attrs": attrs})
     m.encode()
     return bytes(m.data)
@@ -33,13 +33,13 @@ def message(index: int, kind: str, parent: int = queues.TC_H_ROOT, backlog=0, ql
 def device(index: int, name: str, tx_dropped: int) -> bytes:
     m = ifinfmsg()
     stats = {"tx_packets": 5, "rx_dropped": 77, "tx_dropped": tx_dropped}      # the rest 0
-    m.setvalue({"header": {"type": queues.RTM_NEWLINK, "flags": 2}, "index": index,
+    m.setvalue({"header": {"type": rtnl.RTM_NEWLINK, "flags": 2}, "index": index,
                 "attrs": [("IFLA_IFNAME", name), ("IFLA_MTU", 1500), ("IFLA_STATS64", stats)]})
     m.encode()
     return bytes(m.data)
 
 
-DONE = struct.pack("=IHHII", 20, queues.NLMSG_DONE, 2, 0, 0) + b"\0" * 4
+DONE = struct.pack("=IHHII", 20, rtnl.NLMSG_DONE, 2, 0, 0) + b"\0" * 4
 
 
 def test_root_qdiscs_reads_backlog_drops_and_tbfs_limit():
@@ -53,7 +53,7 @@ def test_root_qdiscs_reads_backlog_drops_and_tbfs_limit():
 
 
 def test_devices_reads_each_ones_index_and_transmit_drops():
-    got = queues.devices([device(5, "tb-rail0-p2", 42) + device(1, "lo", 0) + message(5, "tbf") + DONE])
+    got = rtnl.devices([device(5, "tb-rail0-p2", 42) + device(1, "lo", 0) + message(5, "tbf") + DONE])
     assert got == {"tb-rail0-p2": (5, 42), "lo": (1, 0)}
 
 

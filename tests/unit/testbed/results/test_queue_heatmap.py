@@ -15,7 +15,7 @@ PORTS = [Port("s0g0", "hb0", "s0g0-hb0", "hb", "eth1", "/proc/1/ns/net"),
          Port("s1g0", "rail0", "s1g0-rail0", "nic", "eth0", "/proc/2/ns/net")]
 
 
-def sampler(ecn=None):
+def sampler(ecn=None, pfc=None):
     """0.5 s apart from T0 - 0.5: rail0>s1g0 fills to its limit and drops 40 packets, then its qdisc is re-created
     (counters restart) and it drops 5 more; s1g0>rail0 missing from one sample. The devices' drops, every other
     sample: 9 on rail0>s1g0 during the fault on its link, 2 on the HB port with no fault."""
@@ -29,7 +29,7 @@ def sampler(ecn=None):
                            samples=[(T0 - 0.5 + 0.5 * k, s) for k, s in enumerate(q)],
                            device_drops=[(T0 - 0.5 + 1.0 * k, s) for k, s in enumerate(d)],
                            kinds={p.name: "tbf" for p in PORTS}, limits={p.name: LIMIT for p in PORTS},
-                           mean_period=lambda: 0.5, cpu_share=lambda: 0.021, ecn=ecn or {})
+                           mean_period=lambda: 0.5, cpu_share=lambda: 0.021, ecn=ecn or {}, pfc=pfc or {})
 
 
 def fabric():
@@ -139,3 +139,26 @@ def test_no_ecn_no_marks_in_the_summary(tmp_path):
     results = {"scenario": "t", "timings": {"workloads_start": T0}, "faults": []}
     queues.write(fabric(), sampler(), results, str(tmp_path))
     assert "ecn" not in results["queues"] and not any("ECN" in line for line in report.queues_markdown(results))
+
+
+def test_pfc_pauses_go_to_the_ports_rows_the_summary_and_summary_md(tmp_path):
+    """The host's NIC is an upstream port (paused), the switch port into it a queue that sent pauses."""
+    os.makedirs(tmp_path / "plots")
+    stats = {"gates": {"s1g0>rail0": {"pauses": 7, "paused_s": 1.25}, "s0g0>hb0": {"pauses": 0, "paused_s": 0.0}},
+             "points": {"rail0>s1g0": {"xoffs": 7, "asserted_s": 1.25}}}
+    results = {"scenario": "t", "timings": {"workloads_start": T0}, "faults": []}
+    queues.write(fabric(), sampler(pfc=stats), results, str(tmp_path))
+    with open(tmp_path / "queues.json") as f:
+        rows = {p["port"]: p for p in json.load(f)["ports"]}
+    assert rows["s1g0>rail0"]["pfc"] == {"pauses": 7, "paused_s": 1.25}
+    assert rows["rail0>s1g0"]["pfc"] == {"xoffs": 7, "asserted_s": 1.25}
+    p = results["queues"]["pfc"]
+    assert (p["ports"], p["ports_paused"], p["pauses"], p["paused_s"]) == (2, 1, 7, 1.25)
+    assert p["most_paused"] == [{"port": "s1g0>rail0", "link": "s1g0-rail0", "pauses": 7, "paused_s": 1.25}]
+    assert not [x for x in results_schema.errors({"queues": results["queues"]}) if x.startswith("queues")]
+    md = report.queues_markdown(results)
+    assert any("PFC: 1 of 2 upstream ports paused, 7 pauses, 1.25 s paused" in line for line in md)
+    assert "| s1g0>rail0 | s1g0-rail0 | 7 | 1.250 |" in md
+    assert "PFC: 1 of 2 upstream ports paused" in htmlreport.queues_section(results)
+    queues.write(fabric(), sampler(), results, str(tmp_path))
+    assert "pfc" not in results["queues"]

@@ -32,6 +32,7 @@ ERRORS = {
     "notype": "workloads.0: 'type' is a required property",
     "job_rail": "jobs.0 (a): placement.rails: 5 is out of range (this fabric has 2: 0..1)",
     "ecn_order": "ecn: kmin_kb (50) is above kmax_kb (10)",
+    "pfc_order": "pfc: xon_kb (64) must be below xoff_kb (32)",
     "delay": "fabric.delay_us.nic: -5 is less than the minimum of 0",
 }
 

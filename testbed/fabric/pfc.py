@@ -1,0 +1,271 @@
+"""Priority flow control (fabric.pfc), emulated: which switch queues pause which upstream ports, the Xoff/Xon
+logic with its counters, and the process (pfcd.py) that does it on a live fabric.
+
+The kernels here have no PFC. Each shaped end's data queue sits under a tbf of its own, the gate
+(links.beats_first): open, it is far faster than the link and holds nothing; to pause a port, the gate's rate
+drops to a frame every PAUSED_FRAME_S with a one-frame bucket, so the port finishes the frame it has tokens for (as a real port
+finishes the frame on the wire) and holds the rest, in order, in its queue; heartbeats keep their own class.
+To resume, the gate opens again and a MAC-control frame sent on the port starts its qdisc (tbf's timer was set
+for the paused rate, seconds away): a tc BPF program on the port's htb takes that frame (TC_ACT_STOLEN), so it
+never leaves and no drop is counted.
+
+    plan = Plan.of(fabric, netns_of)            # the congestion points (switch ports) and the gates they pause
+    with Pauses(plan, period_s=0.002) as pfc:   # pfcd watches the points' queues and works the gates
+        ...
+        pfc.stats()                             # per gate: pauses, paused_s; per point: xoffs
+
+See docs/pfc.md.
+"""
+from __future__ import annotations
+
+import json
+import select
+import subprocess
+import sys
+from collections import deque
+from dataclasses import asdict, dataclass
+
+from testbed import PROJECT_ROOT
+from testbed.fabric.links import fabric_tag, interface
+
+HOST_HOLD = 16 << 20        # a paused host NIC's queue: deeper than its senders' socket buffers (below)
+PERIOD_S = 0.002            # how often the points' queues are read: the pause's reaction time, roughly
+PAUSED_FRAME_S = 2.0        # a closed gate lets a frame through every 2 s at most
+REPLY_TIMEOUT_S = 10.0
+
+
+class PfcUnavailable(RuntimeError):
+    """fabric.pfc asked of a fabric the testbed cannot pause: one line for the command line (exit status 2)."""
+
+
+@dataclass(frozen=True)
+class Gate:
+    """An upstream port PFC can pause: what `node` sends to `peer` on one shaped link end."""
+    name: str               # "node>peer", as the queue sampler names ports
+    dev: str
+    netns: str | None       # /proc/PID/ns/net of a host, None: the root namespace
+    mtu: int
+    limit: int              # the end's queue (the gate's FIFO), bytes
+
+
+@dataclass(frozen=True)
+class Point:
+    """A switch port's egress queue that sends pauses: above xoff bytes, every gate in `feeds` is paused, until
+    it falls below xon."""
+    name: str               # "switch>peer"
+    dev: str
+    xoff: int
+    xon: int
+    feeds: tuple[str, ...]  # gate names
+
+
+@dataclass(frozen=True)
+class Plan:
+    points: tuple[Point, ...]
+    gates: dict[str, Gate]
+
+    @classmethod
+    def of(cls, fabric, netns_of) -> "Plan":
+        """The fabric's congestion points and gates. netns_of(host) -> its namespace path. A point's upstream
+        ports are the far ends of its switch's other shaped links that can carry traffic into its queue: up-down
+        routing never turns a packet that came down back up, so a port towards a higher tier (a leaf's uplink)
+        is fed only by the links from below it."""
+        level = levels(fabric)
+        at: dict[str, list] = {}
+        for l in fabric.links:
+            if l.shaped:
+                at.setdefault(l.a, []).append((l, l.b, l.b_port, l.a_port))
+                at.setdefault(l.b, []).append((l, l.a, l.a_port, l.b_port))
+        points, gates = [], {}
+        for l in fabric.links:
+            t = fabric.params.pfc_thresholds(l.kind)
+            if not l.shaped or t is None:
+                continue
+            for node, port, peer in ((l.a, l.a_port, l.b), (l.b, l.b_port, l.a)):
+                if node in fabric.hosts:
+                    continue
+                feeds = []
+                for other, far, far_port, _ in at.get(node, []):
+                    if other is l or (level[peer] > level[node] and level[far] >= level[node]):
+                        continue
+                    name = f"{far}>{node}"
+                    gates[name] = Gate(name, interface(fabric, far, far_port),
+                                       netns_of(far) if far in fabric.hosts else None, other.mtu,
+                                       gate_limit(other, far in fabric.hosts))
+                    feeds.append(name)
+                points.append(Point(f"{node}>{peer}", interface(fabric, node, port), int(t["xoff_kb"] * 1024),
+                                    int(t["xon_kb"] * 1024), tuple(sorted(feeds))))
+        return cls(tuple(points), gates)
+
+    def to_json(self) -> dict:
+        return {"points": [asdict(p) for p in self.points], "gates": {n: asdict(g) for n, g in self.gates.items()}}
+
+    @classmethod
+    def from_json(cls, doc: dict) -> "Plan":
+        return cls(tuple(Point(**{**p, "feeds": tuple(p["feeds"])}) for p in doc["points"]),
+                   {n: Gate(**g) for n, g in doc["gates"].items()})
+
+
+def gate_limit(link, host_end: bool) -> int:
+    """The queue of a gated end: the link's; at a host's NIC, never less than HOST_HOLD. A lossless NIC never drops
+    what its host hands it: a paused one stops taking, and its senders wait. Here they wait when their socket's
+    send buffer is full (1 MiB for the RoCE transport and the traffic flows, which the kernel doubles and counts
+    with each packet's overhead), so the NIC's queue must outlast those buffers."""
+    return max(link.queue_bytes, HOST_HOLD) if host_end else link.queue_bytes
+
+
+def levels(fabric) -> dict[str, int]:
+    """Each node's tier: hosts 0, a switch one more than its nearest host (leaves 1, spines 2)."""
+    level = {h: 0 for h in fabric.hosts}
+    frontier = deque(fabric.hosts)
+    near: dict[str, list[str]] = {}
+    for l in fabric.links:
+        near.setdefault(l.a, []).append(l.b)
+        near.setdefault(l.b, []).append(l.a)
+    while frontier:
+        node = frontier.popleft()
+        for n in near.get(node, []):
+            if n not in level:
+                level[n] = level[node] + 1
+                frontier.append(n)
+    return level | {s: level.get(s, 1) for s in fabric.switches}
+
+
+def problems(fabric) -> list[str]:
+    """Why fabric.pfc cannot be made on this fabric as asked, one line each (empty: it can)."""
+    if not fabric.params.pfc:
+        return []
+    found = []
+    for l in fabric.links:
+        t = fabric.params.pfc_thresholds(l.kind)
+        if t is None or not l.shaped:
+            continue
+        if t["xoff_kb"] * 1024 >= l.queue_bytes:
+            found.append(f"fabric.pfc: xoff_kb ({t['xoff_kb']:g}) is not below the queue of {l.name} "
+                         f"({l.queue_bytes / 1024:g} KiB): the queue would drop before it pauses")
+        if l.delay_us:
+            found.append(f"fabric.pfc: {l.name} has a delay; pauses are not made on delayed links")
+    return found[:1]
+
+
+class Pausing:
+    """The Xoff/Xon logic, driven by the points' queues (bytes) at times the caller gives: a point passing Xoff
+    starts asserting pause, and stops below Xon; a gate is paused while any point it feeds asserts. Counts the
+    gates' pauses and paused time, and the points' Xoff crossings and asserted time."""
+
+    def __init__(self, points: tuple[Point, ...] | list[Point]):
+        self.points = {p.name: p for p in points}
+        self.asserting: dict[str, float] = {}       # point -> since
+        self.paused: dict[str, float] = {}          # gate -> since
+        self.pauses: dict[str, int] = {g: 0 for p in points for g in p.feeds}
+        self.paused_s: dict[str, float] = {g: 0.0 for g in self.pauses}
+        self.xoffs: dict[str, int] = {p: 0 for p in self.points}
+        self.asserted_s: dict[str, float] = {p: 0.0 for p in self.points}
+
+    def step(self, now: float, backlogs: dict[str, int]) -> tuple[list[str], list[str]]:
+        """The gates to pause and to resume now, given the points' queues (a point missing keeps its state)."""
+        for name, p in self.points.items():
+            queue = backlogs.get(name)
+            if queue is None:
+                continue
+            if name in self.asserting and queue < p.xon:
+                self.asserted_s[name] += now - self.asserting.pop(name)
+            elif name not in self.asserting and queue > p.xoff:
+                self.asserting[name] = now
+                self.xoffs[name] += 1
+        wanted = {g for name in self.asserting for g in self.points[name].feeds}
+        pause = sorted(wanted - set(self.paused))
+        resume = sorted(set(self.paused) - wanted)
+        for g in pause:
+            self.paused[g] = now
+            self.pauses[g] += 1
+        for g in resume:
+            self.paused_s[g] += now - self.paused.pop(g)
+        return pause, resume
+
+    def release(self, now: float) -> list[str]:
+        """Every pause ends (the watcher stops): the gates to resume."""
+        for name, since in self.asserting.items():
+            self.asserted_s[name] += now - since
+        self.asserting.clear()
+        _, resume = self.step(now, {})
+        return resume
+
+    def counters(self, now: float) -> dict:
+        """{"gates": {gate: {pauses, paused_s}}, "points": {point: {xoffs, asserted_s}}}, ongoing ones counted to
+        now."""
+        return {"gates": {g: {"pauses": n, "paused_s": round(self.paused_s[g] + now - self.paused.get(g, now), 6)}
+                          for g, n in self.pauses.items()},
+                "points": {p: {"xoffs": n, "asserted_s": round(self.asserted_s[p] + now - self.asserting.get(p, now),
+                                                               6)} for p, n in self.xoffs.items()}}
+
+
+def totals(stats: dict) -> dict:
+    """A fabric's pauses and paused time, summed over its gates."""
+    gates = stats.get("gates", {}).values()
+    return {"pauses": sum(g["pauses"] for g in gates), "paused_s": round(sum(g["paused_s"] for g in gates), 6)}
+
+
+def growth(before: dict, after: dict) -> dict:
+    """pfc_pauses and pfc_paused_s between two totals()."""
+    return {"pfc_pauses": after["pauses"] - before["pauses"],
+            "pfc_paused_s": round(after["paused_s"] - before["paused_s"], 6)}
+
+
+class PfcError(RuntimeError):
+    """The pause process failed or did not answer."""
+
+
+class Pauses:
+    """The fabric's pause process (pfcd.py): started with the plan, asked for its counters, ended by closing its
+    input (it resumes every gate it paused before it exits)."""
+
+    def __init__(self, plan: Plan, period_s: float = PERIOD_S):
+        self.proc = subprocess.Popen([sys.executable, "-m", "testbed.fabric.pfcd", "--tag", fabric_tag()],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=PROJECT_ROOT,
+                                     start_new_session=True)
+        self.ask(op="start", plan=plan.to_json(), period_s=period_s)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def stats(self) -> dict:
+        """{"gates": {...}, "points": {...}, "polls", "cpu_s", "errors"} (Pausing.counters and the loop's own)."""
+        return self.ask(op="stats")
+
+    def ask(self, **cmd) -> dict:
+        if self.proc is None or self.proc.poll() is not None:
+            raise PfcError("the pause process has exited")
+        self.proc.stdin.write(json.dumps(cmd) + "\n")
+        self.proc.stdin.flush()
+        ready, _, _ = select.select([self.proc.stdout], [], [], REPLY_TIMEOUT_S)
+        answer = json.loads(self.proc.stdout.readline() or "{}") if ready else {"error": "no answer"}
+        if not answer.get("ok"):
+            raise PfcError(f"pause process, {cmd.get('op')}: {answer.get('error')}")
+        return answer
+
+    def close(self) -> dict:
+        """Stop pausing; the last counters (empty if the process was gone)."""
+        if self.proc is None:
+            return {}
+        last = {}
+        try:
+            last = self.stats()
+        except PfcError:
+            pass
+        self.proc.stdin.close()
+        try:
+            self.proc.wait(5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc.stdout.close()
+        self.proc = None
+        return last
