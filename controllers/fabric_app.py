@@ -8,7 +8,9 @@ as it connects:
     equal-cost ports (`ecmp`);
   - a lowest-priority drop for everything else (so unroutable pairs are really unconnected).
 ECMP groups carry Open vSwitch's selection-method property `dp_hash`: OVS's default select hash
-ignores UDP ports, which would put every RoCEv2 flow of a host pair on one path.
+ignores UDP ports, which would put every RoCEv2 flow of a host pair on one path. Every multi-path route has a
+group of its own, so that its buckets count what each port sent to that destination: the bytes on each link
+by destination (and so by job) under ECMP and spraying (testbed/workloads/concurrent_bytes.py).
 
 Mode `rr` instead sends multi-path traffic to the controller, which forwards packet by packet in
 round robin: exact per-packet spraying of UDP (and RoCEv2) for small demonstrations, a few thousand
@@ -83,7 +85,7 @@ class FabricRouting(app_manager.OSKenApp if hasattr(app_manager, "OSKenApp") els
         self.rr_next: dict[tuple[str, str], int] = {}     # round robin position per (switch, dst IP)
         self.state_path = conf.state_path
         self.dps: dict[str, object] = {}
-        self.groups: dict[str, dict[tuple, int]] = {}     # switch -> {(type, ports): group id}
+        self.groups: dict[str, dict[tuple, int]] = {}     # switch -> {(dst IP, type, ports): group id}
         self.current: dict[str, dict[str, tuple]] = {}    # switch -> {dst IP: (type, ports)}
         self.installed: dict[str, dict] = {}
         self.pending: dict[int, tuple[int, str, dict]] = {}    # dpid -> (barrier xid, switch, what it got)
@@ -156,7 +158,7 @@ class FabricRouting(app_manager.OSKenApp if hasattr(app_manager, "OSKenApp") els
             elif kind == "rr":
                 action = parser.OFPActionOutput(ofp.OFPP_CONTROLLER, ofp.OFPCML_NO_BUFFER)
             else:
-                action = parser.OFPActionGroup(self.group(dp, name, kind, ports))
+                action = parser.OFPActionGroup(self.group(dp, name, ip, kind, ports))
             self.add_flow(dp, PRIO_ROUTE, parser.OFPMatch(eth_type=0x0800, ipv4_dst=ip), [action])
             self.current[name][ip] = route
             changed += 1
@@ -169,9 +171,10 @@ class FabricRouting(app_manager.OSKenApp if hasattr(app_manager, "OSKenApp") els
             changed += 1
         return changed
 
-    def group(self, dp, name: str, kind: str, ports: tuple) -> int:
-        """The group id for (kind, ports) on this switch, created on first use."""
-        key = (kind, ports)
+    def group(self, dp, name: str, ip: str, kind: str, ports: tuple) -> int:
+        """The group id of the route to `ip` as (kind, ports) on this switch, created on first use: one per
+        route, so that its bucket counters are that destination's bytes per port."""
+        key = (ip, kind, ports)
         if key in self.groups[name]:
             return self.groups[name][key]
         gid = len(self.groups[name]) + 1

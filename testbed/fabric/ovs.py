@@ -86,31 +86,60 @@ FLOW_RE = re.compile(r"n_bytes=(\d+),.*?(?:nw_dst=([\d.]+)\S*)?\s+actions=(\S+)"
 
 
 def dump_flow_bytes(bridge: str, run=None) -> dict[str, int]:
-    """What one bridge's flows forwarded, in bytes: "IP>ACTIONS" for a route to one destination address
-    (ACTIONS: output:PORT for a single path, group:G for ECMP or spraying), "*>ACTIONS" for the others (the
-    drop-everything-else rule: actions=drop); one `ovs-ofctl dump-flows`."""
+    """What one bridge's flows forwarded, in bytes: "IP>output:PORT" for a route to one destination address
+    through one port, "IP>group:G" for one through a group several destinations share, "*>ACTIONS" for the others
+    (the drop-everything-else rule: actions=drop). The controller gives every multi-path route a select
+    (ECMP, spraying) or fast-failover group of its own, whose buckets count what each port sent: such a route's
+    bytes are split by port. A shared fast-failover group counts as its first port (where it sends while that
+    port is up). One `ovs-ofctl dump-flows`, `dump-groups` and `dump-group-stats`."""
     proc = (run or _local)(["ovs-ofctl", "-O", "OpenFlow13", "dump-flows", bridge], check=False)
     if proc.returncode != 0:
         raise OVSError(f"ovs-ofctl dump-flows {bridge}: {proc.stderr.strip()}")
-    first = failover_ports(bridge, run)
+    flows = FLOW_RE.findall(proc.stdout)
+    groups = group_buckets(bridge, run)
+    users: dict[str, int] = {}
+    for _, _, actions in flows:
+        if actions.startswith("group:"):
+            users[actions[6:]] = users.get(actions[6:], 0) + 1
+    split = bucket_bytes(bridge, run) if any(n == 1 and groups.get(g, ("",))[0] in ("select", "ff")
+                                             for g, n in users.items()) else {}
     out: dict[str, int] = {}
-    for nbytes, dst, actions in FLOW_RE.findall(proc.stdout):
-        if actions.startswith("group:") and actions[6:] in first:
-            actions = f"output:{first[actions[6:]]}"       # a fast-failover group sends on its first live port
-        key = f"{dst or '*'}>{actions}"
-        out[key] = out.get(key, 0) + int(nbytes)
+
+    def add(key: str, n: int) -> None:
+        out[key] = out.get(key, 0) + n
+    for nbytes, dst, actions in flows:
+        gid = actions[6:] if actions.startswith("group:") else None
+        kind, ports = groups.get(gid, ("", []))
+        if gid and dst and users[gid] == 1 and kind in ("select", "ff") and gid in split:
+            for port, sent in zip(ports, split[gid]):          # the route's own group: its buckets split it
+                add(f"{dst}>output:{port}", sent)
+        elif gid and kind == "ff" and ports:
+            add(f"{dst or '*'}>output:{ports[0]}", int(nbytes))
+        else:
+            add(f"{dst or '*'}>{actions}", int(nbytes))
     return out
 
 
-GROUP_RE = re.compile(r"group_id=(\d+),type=ff,bucket=bucket_id:\d+,watch_port:(\d+)")
+GROUP_RE = re.compile(r"group_id=(\d+),type=(\w+)(\S*)")
+BUCKET_PORT_RE = re.compile(r"bucket=bucket_id:\d+,[^=]*?(?:watch_port:\d+,)?actions=output:(\d+)")
+BUCKET_BYTES_RE = re.compile(r"bucket\d+:packet_count=\d+,byte_count=(\d+)")
 
 
-def failover_ports(bridge: str, run=None) -> dict[str, str]:
-    """Fast-failover group id -> the port of its first bucket (where it sends while that port is up)."""
+def group_buckets(bridge: str, run=None) -> dict[str, tuple[str, list[str]]]:
+    """Group id -> (type, the output port of each bucket in order); one `ovs-ofctl dump-groups`."""
     proc = (run or _local)(["ovs-ofctl", "-O", "OpenFlow15", "dump-groups", bridge], check=False)
     if proc.returncode != 0:
         raise OVSError(f"ovs-ofctl dump-groups {bridge}: {proc.stderr.strip()}")
-    return dict(GROUP_RE.findall(proc.stdout))
+    return {gid: (kind, BUCKET_PORT_RE.findall(rest)) for gid, kind, rest in GROUP_RE.findall(proc.stdout)}
+
+
+def bucket_bytes(bridge: str, run=None) -> dict[str, list[int]]:
+    """Group id -> the bytes each of its buckets sent, in bucket order; one `ovs-ofctl dump-group-stats`."""
+    proc = (run or _local)(["ovs-ofctl", "-O", "OpenFlow15", "dump-group-stats", bridge], check=False)
+    if proc.returncode != 0:
+        raise OVSError(f"ovs-ofctl dump-group-stats {bridge}: {proc.stderr.strip()}")
+    return {m.group(1): [int(b) for b in BUCKET_BYTES_RE.findall(m.group(2))]
+            for m in re.finditer(r"group_id=(\d+),(\S*)", proc.stdout)}
 
 
 def growth(before: dict, after: dict, port: str, key: str = "tx_bytes") -> int:

@@ -2,11 +2,12 @@
 
 The controller installs one route per destination address on every switch (controllers/fabric_app.py), and
 OpenFlow counts the bytes each route forwarded. Jobs hold disjoint GPUs, so a route's destination names its
-job: a switch's bytes split by job exactly. A route with one output port (single-path routing, or any switch
-where the destination has one way) also names the link: its port's transmitted bytes split by job. ECMP and
-spraying routes go through groups that several destinations share, so on those switches only the switch's
-total is split. The check: every switch's flows forwarded what its ports received, and every split link's
-bytes by job add up to what its port sent (within 2%).
+job: a switch's bytes split by job exactly. A route with one output port names the link too; a multi-path route
+(ECMP, spraying, flow splitting, a fast-failover route) sends through a group of its own, whose buckets count
+what each port sent (testbed/fabric/ovs.py dump_flow_bytes): either way each port's transmitted bytes split by
+job, under every routing mode. A group several destinations share (none of ours) splits only the switch's
+total. The check: every switch's flows forwarded what its ports received, and every split link's bytes by job
+add up to what its port sent (within 2%).
 """
 from __future__ import annotations
 
@@ -22,12 +23,12 @@ def _grown(before: dict, after: dict, key: str) -> int:
 
 def attribute(fabric, jobs: dict[str, list[str]], flows: tuple[dict, dict], ports: tuple[dict, dict]) -> dict:
     """jobs: name -> hosts; flows: Network.flow_bytes() before and after; ports: Network.counters() before and
-    after. Returns bytes by job per switch and per link (SWITCH:PORT, what it sent; single-path routes only),
+    after. Returns bytes by job per switch and per link (SWITCH:PORT, what it sent),
     and how far each switch's flow bytes are from its ports' received bytes."""
     ip_job = {fabric.hosts[h].ip: name for name, hosts in jobs.items() for h in hosts}
     switches: dict[str, dict[str, int]] = {}
     links: dict[str, dict[str, int]] = {}
-    shared: set[str] = set()          # switches whose traffic went through ECMP or spraying groups
+    shared: set[str] = set()          # switches whose traffic went through groups several destinations share
     for sw, after in flows[1].items():
         before = flows[0].get(sw, {})
         per_job = switches.setdefault(sw, {})

@@ -1,4 +1,5 @@
-"""Reading what each route forwarded from `ovs-ofctl dump-flows`, a fast-failover group read as its first port."""
+"""Reading what each route forwarded from `ovs-ofctl dump-flows`: a route's own group split by its buckets' counters
+(`dump-group-stats`), a fast-failover group without them read as its first port."""
 import subprocess
 
 from testbed.fabric import ovs
@@ -16,8 +17,19 @@ GROUPS = """OFPST_GROUP_DESC reply (OF1.5) (xid=0x2):
 """
 
 
+STATS = """OFPST_GROUP reply (OF1.5) (xid=0x6):
+ group_id=1,duration=0.7s,ref_count=1,packet_count=5,byte_count=500,bucket0:packet_count=4,byte_count=400,bucket1:packet_count=1,byte_count=100
+ group_id=2,duration=0.7s,ref_count=1,packet_count=4,byte_count=400,bucket0:packet_count=1,byte_count=150,bucket1:packet_count=3,byte_count=250
+"""
+
+
 def fake(argv, check=True):
     out = GROUPS if "dump-groups" in argv else FLOWS
+    return subprocess.CompletedProcess(argv, 0, out, "")
+
+
+def with_stats(argv, check=True):
+    out = {"dump-groups": GROUPS, "dump-group-stats": STATS}.get(argv[3], FLOWS)
     return subprocess.CompletedProcess(argv, 0, out, "")
 
 
@@ -25,3 +37,18 @@ def test_each_route_its_destination_and_where_it_sent():
     assert ovs.dump_flow_bytes("tb-rrail0", run=fake) == {
         "*>CONTROLLER:65535": 60, "10.11.0.1>output:1": 1234, "10.11.0.2>output:4": 500,
         "10.11.1.2>group:2": 400, "*>drop": 262}
+
+
+def test_a_routes_own_group_is_split_by_its_buckets():
+    """ECMP and spraying: each bucket's bytes are what its port sent to the route's destination."""
+    assert ovs.dump_flow_bytes("tb-rrail0", run=with_stats) == {
+        "*>CONTROLLER:65535": 60, "10.11.0.1>output:1": 1234, "10.11.0.2>output:4": 400, "10.11.0.2>output:3": 100,
+        "10.11.1.2>output:3": 150, "10.11.1.2>output:4": 250, "*>drop": 262}
+
+
+def test_a_group_two_routes_share_is_not_split():
+    shared = FLOWS.replace("actions=group:1", "actions=group:2")
+    run = lambda argv, check=True: subprocess.CompletedProcess(    # noqa: E731
+        argv, 0, {"dump-groups": GROUPS, "dump-group-stats": STATS}.get(argv[3], shared), "")
+    got = ovs.dump_flow_bytes("tb-rrail0", run=run)
+    assert got["10.11.0.2>group:2"] == 500 and got["10.11.1.2>group:2"] == 400
