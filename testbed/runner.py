@@ -30,7 +30,7 @@ from testbed.results import results_schema, runs
 from testbed.runtime import progress
 from testbed.scenario import host_limits
 from testbed.scenario.schema import ScenarioError
-from testbed.workloads import REGISTRY, attach_struck
+from testbed.workloads import REGISTRY, attach_struck, hook
 
 class Interrupted(Exception):
     pass
@@ -214,7 +214,7 @@ def _run_workloads(net: Network, scenario: dict, results: dict, live: _Live, rep
     live.queues.pfc = net.pfc_stats()
     results["faults"] = schedule.results(net.controller_view().get("port_events", []))
     outcomes.fill(results["faults"], results["workloads"], schedule.t0, net.fabric)
-    attach_struck(results["faults"], results["workloads"], schedule.t0)       # the jobs each fault struck
+    attach_struck(results["faults"], results["workloads"], schedule.t0, net.fabric)   # the jobs each fault struck
     results["checks"] += outcomes.checks(results["faults"])
     results["checks"] += timing.late_checks(scenario.get("faults", []), results["faults"], results["workloads"])
     end = net.counters()
@@ -225,7 +225,11 @@ def _run_workloads(net: Network, scenario: dict, results: dict, live: _Live, rep
 
 
 def _run_workload(net: Network, spec: dict, label: str, schedule, checks: list) -> dict:
-    schedule.workload_started(label)          # faults timed from this workload's start
+    # faults timed from this workload count from its start, or from the moment it names (concurrent: when its
+    # jobs start together), when it calls net.start_faults
+    net.start_faults = lambda: schedule.workload_started(label)
+    if not hook(spec["type"], "times_its_faults"):
+        net.start_faults()
     started = time.time()
     t0 = time.monotonic()
     with CpuSampler() as cpu:

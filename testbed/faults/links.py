@@ -13,6 +13,19 @@ from testbed.faults.targets import LINKS, resolve, switch_ports
 CUT_SILENCE_WITHIN_S = 0.25
 
 
+def resumed(flows: list[list], at: float) -> tuple[float | None, int]:
+    """When the last of the flows a cut at `at` silenced was heard again, and how many it silenced. flows: each
+    flow's silences [(start, length)] (Unix times). A flow was cut if one of its silences ended after the cut
+    and began at most CUT_SILENCE_WITHIN_S after it; its longest such silence is the cut's."""
+    ends = []
+    for silences in flows:
+        cut_by = [(length, start + length) for start, length in silences
+                  if start <= at + CUT_SILENCE_WITHIN_S and start + length >= at]
+        if cut_by:
+            ends.append(max(cut_by)[1])
+    return (max(ends) if ends else None), len(ends)
+
+
 @dataclass(frozen=True)
 class LinkFault(FaultKind):
     """Cables cut at `at` (carrier lost), mended after `duration` if given; disable: the switch port
@@ -46,15 +59,9 @@ class LinkFault(FaultKind):
         traffic resumed when the last cut flow got a packet again (seconds after the workloads started; None if
         no flow was silent across it: nothing the receivers could see)."""
         flows = [f.get("silences") or [] for w in workloads for f in w.get("per_flow", [])]
-        at = t0 + record["at_s"]
-        ends = []
-        for silences in flows:
-            cut_by = [(length, start + length) for start, length in silences
-                      if start <= at + CUT_SILENCE_WITHIN_S and start + length >= at]
-            if cut_by:
-                ends.append(max(cut_by)[1])
-        record["resumed_s"] = round(max(ends) - t0, 4) if ends else None
-        record["flows_cut"] = len(ends)
+        back, silenced = resumed(flows, t0 + record["at_s"])
+        record["resumed_s"] = round(back - t0, 4) if back is not None else None
+        record["flows_cut"] = silenced
 
     def describe(self, f: dict) -> str:
         return (f"fault {f['kind']} {f['target']}: at {f['at_s']} s, controller saw it at {f['detected_s']} s, "

@@ -4,7 +4,7 @@ struck while they ran their view of it (`jobs`: their type's `struck` hook, test
 """
 from __future__ import annotations
 
-from testbed.schema_words import INT, STR, arr, d, dur, nullable, obj, rel
+from testbed.schema_words import BOOL, INT, NUM, STR, arr, d, dur, nullable, obj, rel
 
 RECORD = obj({
     "kind": d(STR, "The fault's kind (link-down, link-flap, switch-down, gpu-crash, ...)."),
@@ -33,8 +33,18 @@ RECORD = obj({
                      "stall_s": dur("the silence of the job's traffic that began with the fault (null: none)."),
                      "stall_from_s": rel("when that silence began."),
                      "resumed_s": rel("when the job's traffic resumed (null: never)."),
-                     "longest_silence_s": dur("the job's longest silence over its run.")},
+                     "longest_silence_s": dur("the job's longest silence over its run."),
+                     "job": d(STR, "A concurrent workload's job (testbed/workloads/concurrent_faults.py)."),
+                     "part": d({"enum": ["alone", "together"]}, "The part of the concurrent workload it struck."),
+                     "hit": d(BOOL, "Whether it hit the job: one of its GPUs, or a link its bytes crossed or its "
+                                    "flows fell silent across."),
+                     "why": d(nullable(STR), "How it hit the job."),
+                     "exact": d(nullable(BOOL), "A collective job's every size equal to numpy's on every rank."),
+                     "detected_s": rel("when the job's ranks noticed it."),
+                     "recovered_s": rel("when the job's communicator had re-formed."),
+                     "first_success_s": rel("when the job's first collective after re-forming had completed."),
+                     "slowdown": d(nullable(NUM), "The job's time together over its time alone.")},
                     ["workload", "ended"], closed=False),
                 "The jobs running when it struck, how each took it (their type's `struck` hook: program jobs, "
-                "testbed/workloads/program_faults.py)."),
+                "testbed/workloads/program_faults.py; the jobs of a concurrent workload: concurrent_faults.py)."),
 }, ["kind", "target", "at_s", "detected_s", "recovered_s", "restored_s"])

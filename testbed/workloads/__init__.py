@@ -19,6 +19,10 @@ and, where the type has something to say (`hook` falls back to the defaults belo
     relative_times(result, t0)       put the Unix times its agents report on the run's time base (t0 or None)
     struck(result, at_s, t0) -> dict|None   its view of a fault that struck while it ran, for the fault's `jobs`
                                      (testbed/faults/record.py; at_s: seconds from the workloads' start)
+    struck_jobs(result, fault, t0, fabric) -> [dict]   the same for a type that runs several jobs: one view per
+                                     job running when the fault struck (default: struck's, if any)
+    times_its_faults                 True: faults timed from it count from when it calls net.start_faults
+                                     (concurrent: when its jobs start together), not from its start
 
 What the fault kinds read from a result, whatever its type: `first_error_at` and `recoveries` (GPU faults,
 testbed/faults/recovered.py), `per_flow[].silences` (link faults: when the traffic they cut resumed,
@@ -72,6 +76,13 @@ class _Defaults:
     def struck(result: dict, at_s: float, t0: float) -> dict | None:
         return None
 
+    @staticmethod
+    def struck_jobs(result: dict, fault: dict, t0: float, fabric) -> list[dict]:
+        job = hook(result.get("type"), "struck")(result, fault["at_s"], t0)
+        return [job] if job is not None else []
+
+    times_its_faults = False
+
 
 REGISTRY: dict[str, Workload] = {"connectivity": connectivity, "traffic": traffic, "collective": collective,
                                  "offload": offload, "training_iteration": training, "program": program,
@@ -80,15 +91,17 @@ REGISTRY: dict[str, Workload] = {"connectivity": connectivity, "traffic": traffi
 
 def hook(type_name: str | None, name: str):
     """A type's optional hook `name`, or the default (also for a type this testbed does not know: an old run)."""
-    return getattr(REGISTRY.get(type_name), name, None) or getattr(_Defaults, name)
+    mine = getattr(REGISTRY.get(type_name), name, None)
+    return mine if mine is not None else getattr(_Defaults, name)
 
 
-def attach_struck(faults: list[dict], results: list[dict], t0: float) -> None:
-    """Add `jobs` to every fault that struck while workloads ran: each one's view of it (its type's `struck`)."""
+def attach_struck(faults: list[dict], results: list[dict], t0: float, fabric=None) -> None:
+    """Add `jobs` to every fault that struck while workloads ran: each job's view of it (its type's `struck_jobs`,
+    by default its `struck`)."""
     for fault in faults:
         if fault.get("at_s") is None:
             continue
         jobs = [job for w in results if w["started_s"] <= fault["at_s"] <= w["started_s"] + w["wall_s"]
-                and (job := hook(w.get("type"), "struck")(w, fault["at_s"], t0)) is not None]
+                for job in hook(w.get("type"), "struck_jobs")(w, fault, t0, fabric)]
         if jobs:
             fault["jobs"] = jobs

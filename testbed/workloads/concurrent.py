@@ -8,6 +8,10 @@ iteration; a program: its completion time, start-up included); its slowdown
 is together / alone. Each job is its own launch: its own ranks, store (rendezvous) directory, results and host
 logs (RESULTS/jobs/NAME/hosts/). Counters a job's own result reads from the switches (fabric_bytes,
 uplink_bytes) are the whole fabric's: while the jobs run together they include the other jobs' bytes.
+
+Faults: a fault timed from this workload (`workload: NAME`) counts from the moment its jobs start together. What
+it did to each job is testbed/workloads/concurrent_faults.py's; the jobs' recoveries are also the workload's own
+(`recoveries`, `first_error_at`), from which the fault's record reads when it was detected and recovered.
 """
 from __future__ import annotations
 
@@ -17,8 +21,12 @@ import time
 
 from testbed.runtime import progress
 from testbed.scenario.schema import NAME, ScenarioError
-from testbed.schema_words import BOOL, INT, NUM, STR, arr, d, nullable, obj
+from testbed.schema_words import BOOL, INT, NUM, STR, arr, at, d, dur, nullable, obj
 from testbed.workloads import collective, concurrent_bytes, concurrent_placement, program, traffic, training
+from testbed.workloads.concurrent_faults import struck_jobs  # noqa: F401 (what a fault did to each job)
+
+# Faults timed from this workload count from the moment its jobs start together (the runner leaves it the call).
+times_its_faults = True
 
 # The types a job may be: their own SCHEMA plus name and placement.
 JOB_TYPES = {"collective": collective, "traffic": traffic, "training_iteration": training, "program": program}
@@ -64,6 +72,10 @@ JOB = obj({
     "slowdown": d(nullable(NUM), "seconds_together / seconds_alone."),
     "alone": d({"type": ["object", "null"]}, "Its workload result alone (its type's record)."),
     "together": d({"type": "object"}, "Its workload result with the other jobs (its type's record)."),
+    "alone_at": at("when its alone run started (null: not run alone)."),
+    "alone_wall_s": d(nullable(NUM), "Seconds (a duration): its alone run's wall-clock time."),
+    "together_at": at("when the jobs started together."),
+    "together_wall_s": dur("from then until this job ended."),
 }, ["job", "type", "ok", "hosts", "seconds_alone", "seconds_together", "slowdown", "together"])
 
 # Its keys in results.json's workload record (the runner adds the common ones).
@@ -73,12 +85,14 @@ RESULT_SCHEMA = {
     "max_slowdown": d(nullable(NUM), "The largest job slowdown."),
     "switch_bytes_by_job": d(BY_JOB, "While the jobs ran together: SWITCH -> job (or other) -> bytes it forwarded "
                                      "to that job's GPUs (its routes' OpenFlow counters)."),
-    "link_bytes_by_job": d(BY_JOB, "SWITCH:PORT -> job -> bytes it sent, for ports that single-path routes use "
-                                   "(ECMP and spraying groups are shared by destinations: not split per link)."),
+    "link_bytes_by_job": d(BY_JOB, "SWITCH:PORT -> job -> bytes it sent (single-path routes' counters, and the "
+                                   "buckets of the group each multi-path route has of its own)."),
     "uplink_bytes_by_job": d(BY_JOB, "The spine uplinks of link_bytes_by_job, as SENDER>RECEIVER."),
     "job_bytes_deviation": d(nullable(NUM), "The largest |bytes by job - port counter| / port counter over the "
                                             "switches (received) and split links (sent); null with a multicast job, "
                                             "whose trees' counters go with the trees."),
+    "recoveries": arr({"type": "object"}, "Every job's re-formed epochs (its collective's `recoveries`, alone and "
+                                          "together), each with `job` and `part`: what GPU faults read."),
 }
 
 
@@ -144,7 +158,7 @@ def run(net, spec: dict) -> dict:
     if spec.get("alone", True):
         for job, hosts in jobs:
             report.note(f"job {job['name']} alone on {', '.join(hosts)}")
-            alone[job["name"]] = _run_job(net, job, hosts)
+            alone[job["name"]] = _timed(net, job, hosts)
     report.note(f"{len(jobs)} jobs together")
     flows, ports = [net.flow_bytes()], [net.counters()]
     together = _together(net, jobs)
@@ -153,11 +167,12 @@ def run(net, spec: dict) -> dict:
     attributed = concurrent_bytes.attribute(fabric, {job["name"]: hosts for job, hosts in jobs}, flows, ports)
     records, checks = [], []
     for job, hosts in jobs:
-        a, t = alone.get(job["name"]), together[job["name"]]
+        (a, a_at, a_wall), (t, t_at, t_wall) = alone.get(job["name"], (None, None, None)), together[job["name"]]
         sa, st = (measured_seconds(a) if a else None), measured_seconds(t)
         records.append({"job": job["name"], "type": job["type"], "ok": t["ok"] and (a is None or a["ok"]),
                         "hosts": hosts, "seconds_alone": _round(sa), "seconds_together": _round(st),
-                        "slowdown": round(st / sa, 4) if sa and st else None, "alone": a, "together": t})
+                        "slowdown": round(st / sa, 4) if sa and st else None, "alone": a, "together": t,
+                        "alone_at": a_at, "alone_wall_s": a_wall, "together_at": t_at, "together_wall_s": t_wall})
         for when, result in (("alone", a), ("together", t)):
             for c in (result or {}).get("checks", []):
                 checks.append({**c, "name": f"{job['name']} {when}: {c['name']}"})
@@ -168,7 +183,17 @@ def run(net, spec: dict) -> dict:
             "jobs": records, "max_slowdown": max(slowdowns) if slowdowns else None,
             "switch_bytes_by_job": attributed["switches"], "link_bytes_by_job": attributed["links"],
             "uplink_bytes_by_job": concurrent_bytes.uplinks_by_job(fabric, attributed),
-            "job_bytes_deviation": None if _multicast(spec) else attributed["max_deviation"], "checks": checks}
+            "job_bytes_deviation": None if _multicast(spec) else attributed["max_deviation"], "checks": checks,
+            **_recoveries(records)}
+
+
+def _recoveries(records: list[dict]) -> dict:
+    """Every job's re-formed epochs and first error, as the workload's own: what GPU faults read (testbed/faults/
+    recovered.py, returns.py), each epoch naming its job and part."""
+    epochs = [{**r, "job": j["job"], "part": part} for j in records for part in ("alone", "together")
+              for r in (j[part] or {}).get("recoveries", [])]
+    errors = [e for j in records for part in ("alone", "together") if (e := (j[part] or {}).get("first_error_at"))]
+    return {"recoveries": epochs, "first_error_at": min(errors) if errors else None}
 
 
 def _multicast(spec: dict) -> bool:
@@ -192,6 +217,13 @@ def _run_job(net, job: dict, hosts: list[str]) -> dict:
     return result
 
 
+def _timed(net, job: dict, hosts: list[str]) -> tuple[dict, float, float]:
+    """One job's result, when it started (Unix time) and how long it ran."""
+    started, t0 = time.time(), time.monotonic()
+    result = _run_job(net, job, hosts)
+    return result, round(started, 4), round(time.monotonic() - t0, 4)
+
+
 def _settled(net, limit_s: float = 5.0) -> dict:
     """The port counters once they stop moving (what the shaped links still held when the last rank ended has
     arrived, and the flow counters have caught up): the moment to read both for the bytes by job."""
@@ -204,16 +236,15 @@ def _settled(net, limit_s: float = 5.0) -> dict:
     return now
 
 
-def _together(net, jobs: list) -> dict[str, dict]:
-    """Every job at once, one thread each, started at the same moment."""
-    out: dict[str, dict] = {}
-    start = threading.Barrier(len(jobs))
-    t0: dict[str, float] = {}
+def _together(net, jobs: list) -> dict[str, tuple[dict, float, float]]:
+    """Every job at once, one thread each, started at the same moment: the moment the faults timed from this
+    workload count from (the runner's net.start_faults)."""
+    out: dict[str, tuple[dict, float, float]] = {}
+    start = threading.Barrier(len(jobs), action=getattr(net, "start_faults", None))
 
     def one(job, hosts):
         start.wait()
-        t0[job["name"]] = time.monotonic()
-        out[job["name"]] = _run_job(net, job, hosts)
+        out[job["name"]] = _timed(net, job, hosts)
 
     threads = [threading.Thread(target=one, args=j, name=f"tb-job-{j[0]['name']}", daemon=True) for j in jobs]
     for t in threads:
@@ -281,7 +312,7 @@ def report_section(workloads: list[dict]) -> list[str]:
         uplinks = w.get("uplink_bytes_by_job") or {}
         names = [j["job"] for j in w["jobs"]]
         if uplinks:
-            out += ["Spine uplinks while the jobs ran together, bytes by job (single-path routes; the routes' "
+            out += ["Spine uplinks while the jobs ran together, bytes by job (the routes' and their groups' "
                     "OpenFlow counters):", "", "| uplink | " + " | ".join(names) + " |",
                     "|---|" + "---|" * len(names)]
             out += [f"| {link} | " + " | ".join(str(by.get(n, 0)) for n in names) + " |"
@@ -311,8 +342,8 @@ def report_plots(workloads: list[dict], plots_dir: str) -> list[str]:
 
 
 def plot_job_links(w: dict, path: str) -> bool:
-    """A heatmap of the bytes each spine uplink (each link fed by single-path routes where there are no uplinks)
-    sent for each job while the jobs ran together: where the jobs met."""
+    """A heatmap of the bytes each spine uplink (each split link where there are no uplinks) sent for each job
+    while the jobs ran together: where the jobs met."""
     by_link = w.get("link_bytes_by_job") or {}
     names = [j["job"] for j in w.get("jobs", [])]
     if not by_link or not names:

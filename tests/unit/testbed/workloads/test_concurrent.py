@@ -210,3 +210,61 @@ def test_a_job_name_used_twice_is_refused(fabric):
     job = {"type": "traffic", "name": "a", "placement": {"rails": [0]}}
     with pytest.raises(ScenarioError, match=r"a job name is used twice \(a\)"):
         concurrent.validate(fabric, {"type": "concurrent", "jobs": [job, {**job, "placement": {"rails": [1]}}]}, {})
+
+
+def ring_result(ok=True, recoveries=(), first_error_at=None) -> dict:
+    return {"type": "collective", "ok": ok, "rows": [{"correct": ok, "retransmits": 3}], "checks": [],
+            "recoveries": list(recoveries), "first_error_at": first_error_at}
+
+
+def test_a_fault_says_which_jobs_it_hit_and_how_each_took_it():
+    """A GPU crash in job a while a and b run together: a is hit (its GPU), detected and shrunk; b is not hit and
+    has nothing to report but its completion and its time. A link cut hits the job whose bytes crossed it; a fault
+    in the alone part concerns the job running alone then."""
+    from testbed.faults.jobs import describe
+    from testbed.workloads.concurrent_faults import struck_jobs
+    fabric = build("rail-optimized", 2, 2, spines=2, oversubscription=1, nic_mbps=5)
+    t0 = 1000.0
+    recovered = {"detected_at": 1011.0, "detected_by": "heartbeats", "reformed_at": 1011.5,
+                 "first_success_at": 1013.0, "lost_steps": 1, "policy": "shrink", "failed": ["s1g1"]}
+    up = next(l for l in fabric.links if l.kind == "uplink" and l.a == "rail0")
+    w = {"name": "w", "link_bytes_by_job": {f"rail0:{up.a_port}": {"b": 5000}},
+         "jobs": [{"job": "a", "hosts": ["s0g0", "s1g1"], "alone": ring_result(), "together":
+                   ring_result(recoveries=[recovered]), "alone_at": 1001.0, "alone_wall_s": 3.0,
+                   "together_at": 1008.0, "together_wall_s": 8.0,
+                   "seconds_alone": 1.0, "seconds_together": 1.6, "slowdown": 1.6},
+                  {"job": "b", "hosts": ["s1g0", "s0g1"], "alone": ring_result(), "together": ring_result(),
+                   "alone_at": 1004.0, "alone_wall_s": 3.0, "together_at": 1008.0, "together_wall_s": 4.0,
+                   "seconds_alone": 1.0, "seconds_together": 1.02, "slowdown": 1.02}]}
+    crash = {"kind": "gpu-crash", "target": "s1g1", "at_s": 10.0}
+    a, b = struck_jobs(w, crash, t0, fabric)
+    assert (a["job"], a["part"], a["hit"], b["job"], b["hit"]) == ("a", "together", True, "b", False)
+    assert "s1g1" in a["why"] and b["why"] is None
+    assert (a["detected_s"], a["detected_by"], a["recovered_s"], a["first_success_s"], a["lost_steps"],
+            a["recovery"]) == (11.0, "heartbeats", 11.5, 13.0, 1, "shrink")
+    assert b["detected_s"] is None and b["recovery"] is None and b["ended"] == "completed" and b["exact"]
+    line = describe({**crash, "jobs": [a, b]})
+    assert "job w/a (together): hit (its GPU s1g1), detected at 11.0 s by heartbeats" in line
+    assert "job w/b (together): not hit, completed, exact, slowdown x1.02" in line
+    # b's bytes crossed the cut uplink; a finished before a later cut and is not among the jobs it struck
+    cut = {"kind": "link-down", "target": f"{up.a}-{up.b}", "at_s": 13.0}
+    a_view, = [v for v in struck_jobs(w, {**cut, "at_s": 11.0}, t0, fabric) if v["job"] == "b"]
+    assert a_view["hit"] and "5000 B" in a_view["why"]
+    assert [v["job"] for v in struck_jobs(w, {**cut, "at_s": 14.0}, t0, fabric)] == ["a"]
+    # in the alone part: the job running alone then
+    alone, = struck_jobs(w, {**crash, "at_s": 2.0}, t0, fabric)
+    assert (alone["job"], alone["part"], alone["hit"]) == ("a", "alone", True)
+
+
+def test_the_jobs_recoveries_are_the_workloads_own():
+    """What the GPU fault records read (testbed/faults/recovered.py): every job's epochs, naming the job."""
+    from testbed.workloads.concurrent import _recoveries
+    epoch = {"detected_at": 5.0, "reformed_at": 6.0}
+    got = _recoveries([{"job": "a", "alone": None, "together": ring_result(recoveries=[epoch], first_error_at=5.0)},
+                       {"job": "b", "alone": ring_result(), "together": ring_result()}])
+    assert got == {"recoveries": [{**epoch, "job": "a", "part": "together"}], "first_error_at": 5.0}
+
+
+def test_faults_timed_from_a_concurrent_workload_wait_for_its_jobs_to_start_together():
+    from testbed.workloads import hook
+    assert hook("concurrent", "times_its_faults") is True and hook("collective", "times_its_faults") is False
