@@ -21,19 +21,19 @@ def ring(name: str, hosts: list[str]) -> dict:
     return {**RING, "name": name, "placement": {"hosts": hosts}}
 
 
-def run_jobs(fabric, spec: dict) -> dict:
+def run_jobs(fabric, spec: dict, routing: str = "single") -> dict:
     """A concurrent workload validated and run on its own fabric (single-path routes), its slowdowns printed."""
     concurrent.validate(fabric, spec, {})
-    with Network(fabric, routing="single") as net:
+    with Network(fabric, routing=routing) as net:
         result = concurrent.run(net, spec)
     print(describe(result), [c for c in result["checks"] if not c["ok"]])
     return result
 
 
-def assert_exact(result: dict) -> None:
+def assert_exact(result: dict, parts=("alone", "together")) -> None:
     """Every collective job's every size equal to numpy's on every rank, alone and together."""
     for job in result["jobs"]:
-        for when in ("alone", "together"):
+        for when in parts:
             run = job[when]
             assert run["ok"], (job["job"], when, run["checks"])
             if job["type"] == "collective":
@@ -93,6 +93,32 @@ def test_two_rings_over_one_shaped_uplink_slow_each_other_down():
     assert set(shared) == {"ring-a", "ring-b"} and min(shared.values()) >= 1 << 20, shared
 
 
+@pytest.mark.parametrize("routing", ["ecmp", "spray"])
+def test_bytes_by_job_on_every_link_under_ecmp_and_spraying(routing):
+    """Two rings across the spines, routed by ECMP (each queue pair hashed onto an uplink) or sprayed (every
+    packet hashed anew): each multi-path route's own group counts what each of its ports sent, so every link's
+    bytes split by job, the uplinks' included, and add up to its port counter within 2%."""
+    fabric = build("rail-optimized", 2, 2, spines=2, oversubscription=1, nic_mbps=NIC_MBPS)
+    spec = {"type": "concurrent", "alone": False,
+            "jobs": [{**ring("ring-a", ["s0g0", "s1g1"]), "sizes": ["512KiB"]},
+                     {**ring("ring-b", ["s1g0", "s0g1"]), "sizes": ["512KiB"]}]}
+    result = run_jobs(fabric, spec, routing)
+    assert result["ok"], [c for c in result["checks"] if not c["ok"]]
+    assert_exact(result, parts=("together",))
+    uplinks = result["uplink_bytes_by_job"]
+    print(routing, uplinks, result["job_bytes_deviation"])
+    assert result["job_bytes_deviation"] <= 0.02
+    # the rail switches send to the spines through ECMP groups: their uplinks split by job (before, only
+    # single-path ports were), each ring's share at least its 2 iterations' cross-spine half of 512 KiB
+    crossed = {job: sum(by.get(job, 0) for link, by in uplinks.items() if link.startswith("rail"))
+               for job in ("ring-a", "ring-b")}
+    assert all(n >= 512 * 1024 for n in crossed.values()), crossed
+    if routing == "spray":          # every ring's packets over both spines
+        for job in ("ring-a", "ring-b"):
+            assert len({link.split(">")[1] for link, by in uplinks.items()
+                        if link.startswith("rail") and by.get(job, 0) > 0}) == 2, uplinks
+
+
 def test_training_and_program_jobs_run_side_by_side():
     """A training iteration (tp 2, dp 2) on servers 0-1 and a torch.distributed program on rail 0 of servers 2-3:
     each completes with its own checks passed, alone and together, and each rail switch's bytes split between the
@@ -140,3 +166,52 @@ def test_an_incast_background_job_slows_a_ring_at_its_receiver():
     assert all(f["mbps"] <= 1.1 * 0.3 * NIC_MBPS for f in bg["alone"]["per_flow"]), bg["alone"]["per_flow"]
     assert sum(result["link_bytes_by_job"][down].values()) >= bg["together"]["delivered_bytes"], \
         result["link_bytes_by_job"][down]
+
+
+def crash_scenario() -> dict:
+    """Job `hit` (rail 0 of three servers) runs by itself with a GPU crash, then beside job `other` (rail 1) with
+    the same crash, timed from the moment the jobs start together. Both recover by shrinking."""
+    hit = {**RING, "name": "hit", "sizes": ["512KiB"], "iterations": 4, "timeout_s": 20, "recovery": "shrink",
+           "placement": {"rails": [0]}}
+    other = {**RING, "name": "other", "sizes": ["512KiB"], "iterations": 4, "timeout_s": 20,
+             "placement": {"rails": [1]}}
+    crash = {"at": 2.5, "kind": "gpu-crash", "target": "s2g0"}
+    return {"name": "concurrent-crash",
+            "fabric": {"kind": "rail-only", "servers": 3, "gpus_per_server": 2, "nic_mbps": NIC_MBPS},
+            "routing": {"mode": "single"},
+            "workloads": [{"type": "concurrent", "name": "by-itself", "alone": False, "jobs": [hit]},
+                          {"type": "concurrent", "name": "side-by-side", "jobs": [hit, other]}],
+            "faults": [{**crash, "workload": "by-itself"}, {**crash, "workload": "side-by-side"}]}
+
+
+@pytest.mark.slow
+def test_a_gpu_crash_in_one_job_leaves_the_other_job_alone(tmp_path):
+    """A GPU crash in job `hit` while job `other` runs beside it on another rail: the fault's record names both
+    jobs, `hit` as hit (its GPU) and `other` as not. `hit` detects it by heartbeats, shrinks and ends with numpy's
+    result as it does by itself; `other` has no recovery, ends exact, and its measured time stays within 10% of
+    its time alone."""
+    from testbed import runner
+    doc = crash_scenario()
+    runner.check(doc, runner.fabric_of(doc))
+    out = runner.run(doc, str(tmp_path / "run"), echo=lambda *a: None)
+    print(runner.summary_table(out))
+    assert out["ok"], [c for c in out["checks"] if not c["ok"]]
+    by_itself, side_by_side = out["faults"]
+    views = {j["job"]: j for j in side_by_side["jobs"]}
+    assert set(views) == {"hit", "other"} and {j["part"] for j in views.values()} == {"together"}, views
+    alone_view, = by_itself["jobs"]
+    hit, other = views["hit"], views["other"]
+    # the crashed job: found by its heartbeats, re-formed without s2g0, exact, as when it ran by itself
+    for view, fault in ((alone_view, by_itself), (hit, side_by_side)):
+        assert view["hit"] and "s2g0" in view["why"], view
+        assert view["detected_by"] == "heartbeats" and view["recovery"] == "shrink", view
+        assert 0 < view["detected_s"] - fault["at_s"] < 3 and view["recovered_s"] > view["detected_s"], view
+        assert view["ended"] == "completed" and view["exact"], view
+    assert hit["lost_steps"] == alone_view["lost_steps"]
+    assert side_by_side["detected_by"] == "heartbeats" and side_by_side["recovery"] == "shrink", side_by_side
+    # the other job: untouched
+    assert not other["hit"] and other["detected_s"] is None and other["recovery"] is None, other
+    assert other["ended"] == "completed" and other["exact"], other
+    jobs = {j["job"]: j for j in out["workloads"][1]["jobs"]}
+    assert not jobs["other"]["together"]["recoveries"] and jobs["hit"]["together"]["recoveries"]
+    assert abs(jobs["other"]["slowdown"] - 1) <= 0.10, describe(out["workloads"][1])
