@@ -104,6 +104,19 @@ def failover_gap() -> dict:
     return numbers
 
 
+def jobs_slowdown() -> dict:
+    """Two ring AllReduce jobs over the same 1:1 spine uplinks: each mode's slowdown, the mean of the two jobs'."""
+    from testbed.scenario import load
+    numbers = {}
+    for mode in ("single", "ecmp", "spray", "split:4"):
+        out = _run(load(os.path.join(ROOT, "scenarios", "concurrent_rings.yaml"), [f"routing.mode={mode}"]))
+        jobs = out["workloads"][0]["jobs"]
+        if not all(j["ok"] and j["slowdown"] for j in jobs):
+            raise RuntimeError(f"concurrent_rings / {mode}: {[c['detail'] for c in out['checks'] if not c['ok']]}")
+        numbers[mode.replace(":", "")] = statistics.mean(j["slowdown"] for j in jobs)
+    return numbers
+
+
 def gpu_crash_recovery() -> dict:
     import recovery
     from testbed.fabric.network import Network
@@ -174,6 +187,13 @@ FIGURES = [
     Figure("alltoall", "all-to-all, rail-only / rail-optimized time", "[collectives](docs/collectives.md)",
            "2x4, NIC 5 Mbit/s, 4 MiB: two-step on rail-only against direct on rail-optimized",
            alltoall_ratio, lambda s: f"{s['measured'](3)} measured, {s['model'](3)} modelled", quick=True),
+    Figure("jobs_slowdown", "two ring AllReduce jobs on the same 1:1 spine uplinks, slowdown together / alone",
+           "[concurrent jobs](docs/concurrent.md#measured)",
+           "scenarios/concurrent_rings.yaml (rail-optimized 2x2, 2 spines, NIC 5 Mbit/s, two 2-rank rings of 1 MiB), "
+           "per routing mode; the mean of the two jobs' slowdowns",
+           jobs_slowdown,
+           lambda s: (f"single path {s['single']()}, ECMP {s['ecmp']()}, spraying {s['spray']()}, "
+                      f"split:4 {s['split4']()}")),
     Figure("multicast", "AllGather, 1 MiB, 8 / 16 GPUs, switch multicast vs ring",
            "[multicast](docs/collectives.md#switch-multicast-and-the-multicast-allgather)",
            by_hand=".venv/bin/python benchmarks/multicast_allgather.py --grids 2x4,4x4 --sizes 1MiB"),
@@ -385,7 +405,7 @@ def main(argv=None) -> int:
             failures.append(f"{key}: {type(e).__name__}: {e}")
             print(f"  {key} FAILED: {e}", flush=True)
             continue
-        drops = worse(fig, published[key], new)
+        drops = worse(fig, published.get(key, {}), new)      # a new figure has nothing to be worse than
         failures += drops
         print(f"  {fig.key}: {figure_text(fig, new)}" + (f"  WORSE: {'; '.join(drops)}" if drops else ""), flush=True)
         if not drops or args.accept:
