@@ -215,3 +215,30 @@ def test_a_gpu_crash_in_one_job_leaves_the_other_job_alone(tmp_path):
     jobs = {j["job"]: j for j in out["workloads"][1]["jobs"]}
     assert not jobs["other"]["together"]["recoveries"] and jobs["hit"]["together"]["recoveries"]
     assert abs(jobs["other"]["slowdown"] - 1) <= 0.10, describe(out["workloads"][1])
+
+
+def test_a_link_cut_names_the_jobs_whose_bytes_crossed_it(tmp_path):
+    """A spine uplink on ring-a's path cut for 1 s while ring-a (across the spines) and ring-c (on rail 2) run
+    together: the fault's record names ring-a as hit (its bytes crossed the link) and ring-c as not; both end
+    with numpy's result. The controller rerouted, so the bytes by job are reported but not checked (a replaced
+    route's counters go with it)."""
+    from testbed import runner
+    doc = {"name": "concurrent-cut",
+           "fabric": {"kind": "rail-optimized", "servers": 2, "gpus_per_server": 3, "spines": 2,
+                      "oversubscription": 1, "nic_mbps": NIC_MBPS},
+           "routing": {"mode": "single"},
+           "workloads": [{"type": "concurrent", "name": "two", "alone": False,
+                          "jobs": [ring("ring-a", ["s0g0", "s1g1"]), ring("ring-c", ["s0g2", "s1g2"])]}],
+           "faults": [{"workload": "two", "at": 1.5, "kind": "link-down", "target": "path:s0g0>s1g1",
+                       "duration": 1.0}]}
+    runner.check(doc, runner.fabric_of(doc))
+    out = runner.run(doc, str(tmp_path / "run"), echo=lambda *a: None)
+    print(runner.summary_table(out))
+    assert out["ok"], [c for c in out["checks"] if not c["ok"]]
+    fault, = out["faults"]
+    views = {j["job"]: j for j in fault["jobs"]}
+    assert views["ring-a"]["hit"] and "crossed" in views["ring-a"]["why"], views
+    assert not views["ring-c"]["hit"], views
+    assert all(v["ended"] == "completed" and v["exact"] for v in views.values()), views
+    w = out["workloads"][0]
+    assert w["rerouted"] >= 1 and not any(c["name"] == "two: job bytes" for c in out["checks"])
