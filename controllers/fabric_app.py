@@ -8,9 +8,10 @@ as it connects:
     equal-cost ports (`ecmp`);
   - a lowest-priority drop for everything else (so unroutable pairs are really unconnected).
 ECMP groups carry Open vSwitch's selection-method property `dp_hash`: OVS's default select hash
-ignores UDP ports, which would put every RoCEv2 flow of a host pair on one path. Every multi-path route has a
-group of its own, so that its buckets count what each port sent to that destination: the bytes on each link
-by destination (and so by job) under ECMP and spraying (testbed/workloads/concurrent_bytes.py).
+ignores UDP ports, which would put every RoCEv2 flow of a host pair on one path. Routes with the same ports
+share a group; with --route-groups every multi-path route has a group of its own, so that its buckets count
+what each port sent to that destination: the bytes on each link by destination (and so by job) under ECMP and
+spraying (testbed/workloads/concurrent_bytes.py). That costs a group per route, and bring-up time.
 
 Mode `rr` instead sends multi-path traffic to the controller, which forwards packet by packet in
 round robin: exact per-packet spraying of UDP (and RoCEv2) for small demonstrations, a few thousand
@@ -80,12 +81,13 @@ class FabricRouting(app_manager.OSKenApp if hasattr(app_manager, "OSKenApp") els
         conf = settings.load()
         self.topo = Topology(conf.topology)
         self.mode, self.failover, self.delay_s = conf.routing, conf.failover, conf.delay_s
+        self.route_groups = conf.route_groups
         if self.mode not in ("single", "ecmp", "rr"):
             raise ValueError(f"unknown routing mode {self.mode!r}; choose single, ecmp or rr")
         self.rr_next: dict[tuple[str, str], int] = {}     # round robin position per (switch, dst IP)
         self.state_path = conf.state_path
         self.dps: dict[str, object] = {}
-        self.groups: dict[str, dict[tuple, int]] = {}     # switch -> {(dst IP, type, ports): group id}
+        self.groups: dict[str, dict[tuple, int]] = {}     # switch -> {(dst IP or None, type, ports): group id}
         self.current: dict[str, dict[str, tuple]] = {}    # switch -> {dst IP: (type, ports)}
         self.installed: dict[str, dict] = {}
         self.pending: dict[int, tuple[int, str, dict]] = {}    # dpid -> (barrier xid, switch, what it got)
@@ -172,9 +174,10 @@ class FabricRouting(app_manager.OSKenApp if hasattr(app_manager, "OSKenApp") els
         return changed
 
     def group(self, dp, name: str, ip: str, kind: str, ports: tuple) -> int:
-        """The group id of the route to `ip` as (kind, ports) on this switch, created on first use: one per
-        route, so that its bucket counters are that destination's bytes per port."""
-        key = (ip, kind, ports)
+        """The group id of the route to `ip` as (kind, ports) on this switch, created on first use: shared by the
+        routes with the same ports, or (route_groups) one per route, whose bucket counters are then that
+        destination's bytes per port."""
+        key = (ip if self.route_groups else None, kind, ports)
         if key in self.groups[name]:
             return self.groups[name][key]
         gid = len(self.groups[name]) + 1

@@ -20,8 +20,10 @@ def main() -> None:
     ap.add_argument("--failover", action="store_true", help="data-plane fast failover (watch ports)")
     ap.add_argument("--delay-ms", type=float, default=0.0,
                     help="act on a port change this long after hearing of it (a remote, busy controller)")
+    ap.add_argument("--route-groups", action="store_true",
+                    help="a group of its own for every multi-path route, whose buckets count each port's bytes")
     args = ap.parse_args()
-    settings.export(args.topology, args.mode, args.state, args.failover, args.delay_ms)
+    settings.export(args.topology, args.mode, args.state, args.failover, args.delay_ms, args.route_groups)
 
     import functools
 

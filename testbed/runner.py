@@ -104,7 +104,8 @@ def run(scenario: dict, out_dir: str, echo=print, report: progress.Progress | No
     net = Network(fabric, routing=results["fabric"]["routing"], failover=results["fabric"]["failover"],
                   hosts=results["fabric"]["host_backend"], host_limits=host_limits(scenario),
                   controller_delay_ms=results["fabric"]["controller_delay_ms"],
-                  machines=machines_from(scenario.get("machines", [])))
+                  machines=machines_from(scenario.get("machines", [])),
+                  route_groups=any(hook(w["type"], "splits_link_bytes") for w in scenario["workloads"]))
     net.out_dir = out_dir            # the results folder: workloads keep files there (a program's per-rank logs)
     live = _Live(captures=capture.Captures(net, scenario.get("capture", []), out_dir))
     try:

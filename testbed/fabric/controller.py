@@ -66,8 +66,9 @@ def listens(pid: int, port: int) -> bool:
 class Controller:
     """One controller process per fabric; its files live in the run directory."""
 
-    def __init__(self, run_dir: str, routing: str, failover: bool, delay_ms: float = 0.0):
+    def __init__(self, run_dir: str, routing: str, failover: bool, delay_ms: float = 0.0, route_groups: bool = False):
         self.run_dir, self.routing, self.failover, self.delay_ms = run_dir, routing, failover, delay_ms
+        self.route_groups = route_groups         # a group per multi-path route: link bytes by destination
         self.port = free_port()
         self.topology_path = os.path.join(run_dir, "topology.json")
         self.state_path = os.path.join(run_dir, "controller-state.json")
@@ -99,7 +100,8 @@ class Controller:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "controllers.run", "--topology", self.topology_path,
                  "--mode", controller_mode(self.routing), "--port", str(self.port), "--state", self.state_path,
-                 "--delay-ms", str(self.delay_ms)] + (["--failover"] if self.failover else []),
+                 "--delay-ms", str(self.delay_ms)] + (["--failover"] if self.failover else [])
+                + (["--route-groups"] if self.route_groups else []),
                 stdout=log, stderr=subprocess.STDOUT, env=env, cwd=PROJECT_ROOT, start_new_session=True)
         return self.proc.pid
 

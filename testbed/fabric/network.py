@@ -67,7 +67,8 @@ def set_host_port(node, run_dir: str, host: str, port: int, up: bool) -> None:
 class Network:
     def __init__(self, fabric: Fabric, routing: str = "ecmp", run_dir: str | None = None,
                  failover: bool = True, hosts: str = "netns", host_limits: dict | None = None,
-                 controller_delay_ms: float = 0.0, machines: list[Machine] | None = None):
+                 controller_delay_ms: float = 0.0, machines: list[Machine] | None = None,
+                 route_groups: bool = False):
         try:
             backend = backend_class(hosts)
         except BackendUnavailable as exc:
@@ -87,6 +88,7 @@ class Network:
         self.routing = routing
         self.failover = failover
         self.controller_delay_ms = controller_delay_ms
+        self.route_groups = route_groups      # every multi-path route its own group: link bytes by destination
         self.hosts = hosts
         self.host_limits = host_limits or {}
         self.rdma = {"transport": "uroce", "detail": "not brought up"}
@@ -134,7 +136,8 @@ class Network:
                      machines=[m.to_json() for m in self.machines.values()],
                      placement=self.placement.node_machine if self.placement else {})
         self.timings.update(self.backend.start(list(self.fabric.hosts), self._record))
-        self.controller = Controller(self.run_dir, self.routing, self.failover, self.controller_delay_ms)
+        self.controller = Controller(self.run_dir, self.routing, self.failover, self.controller_delay_ms,
+                                     self.route_groups)
         # The controller starts up (~0.5 s) while Mininet builds; it must listen before the switches start.
         self._record(controller_pid=self._controller_call(self.controller.launch, self.fabric))
         self._open_tunnels()

@@ -23,6 +23,8 @@ and, where the type has something to say (`hook` falls back to the defaults belo
                                      job running when the fault struck (default: struck's, if any)
     times_its_faults                 True: faults timed from it count from when it calls net.start_faults
                                      (concurrent: when its jobs start together), not from its start
+    splits_link_bytes                True: it reads every link's bytes by destination, so the controller gives
+                                     every multi-path route a group of its own (it costs bring-up time)
 
 What the fault kinds read from a result, whatever its type: `first_error_at` and `recoveries` (GPU faults,
 testbed/faults/recovered.py), `per_flow[].silences` (link faults: when the traffic they cut resumed,
@@ -82,6 +84,7 @@ class _Defaults:
         return [job] if job is not None else []
 
     times_its_faults = False
+    splits_link_bytes = False
 
 
 REGISTRY: dict[str, Workload] = {"connectivity": connectivity, "traffic": traffic, "collective": collective,

@@ -27,6 +27,8 @@ from testbed.workloads.concurrent_faults import struck_jobs  # noqa: F401 (what 
 
 # Faults timed from this workload count from the moment its jobs start together (the runner leaves it the call).
 times_its_faults = True
+# Its bytes by job on every link, under ECMP and spraying too: a group per multi-path route (controllers/fabric_app.py).
+splits_link_bytes = True
 
 # The types a job may be: their own SCHEMA plus name and placement.
 JOB_TYPES = {"collective": collective, "traffic": traffic, "training_iteration": training, "program": program}

@@ -24,7 +24,7 @@ def ring(name: str, hosts: list[str]) -> dict:
 def run_jobs(fabric, spec: dict, routing: str = "single") -> dict:
     """A concurrent workload validated and run on its own fabric (single-path routes), its slowdowns printed."""
     concurrent.validate(fabric, spec, {})
-    with Network(fabric, routing=routing) as net:
+    with Network(fabric, routing=routing, route_groups=True) as net:     # as the runner brings it up for them
         result = concurrent.run(net, spec)
     print(describe(result), [c for c in result["checks"] if not c["ok"]])
     return result
