@@ -5,15 +5,22 @@ packets queued above a threshold; the receiver answers them with CNPs (at most o
 interval, engine.py); the sender here
 
 - on a CNP: target Rt <- Rc, Rc <- Rc (1 - alpha/2) (at most once per rate_reduce_monitor_period, never below
-  the minimum rate, never by more than rpg_min_dec_fac), then alpha <- (1 - g) alpha + g;
+  the minimum rate, never by more than rpg_min_dec_fac), then alpha <- (1 - g) alpha + g. As ConnectX does
+  (clamp_tgt_rate 0, clamp_tgt_rate_after_time_inc 1), the target takes the current rate only if the timer has
+  raised the rate since the last cut: a run of cuts on one congestion episode keeps the rate before it as the
+  target, which fast recovery then climbs back to (clamp_tgt_rate 1 gives the paper's rule, Rt <- Rc on every
+  cut, which leaves a sender whose marks arrived a queue late far below its share);
 - every alpha period without a CNP: alpha <- (1 - g) alpha;
 - after a cut, counts rate-increase timer periods (T) and rpg_byte_reset-byte chunks sent (BC); each time one
   of them advances it raises the rate: while both are below F, fast recovery Rc <- (Rt + Rc) / 2; once one
   passes F, additive increase Rt += R_AI first; once both do, hyper increase Rt += R_HAI first (a fixed step, as
   the authors' simulator does). A cut resets both counters. Delay and loss are not its signals.
 
-Defaults are ConnectX's (the firmware's DCQCN parameters, named as MLNX_OFED names them), with two exceptions
-from the paper: F = 5 stages (rpg_threshold) and the CNP interval N = 50 us.
+Defaults are ConnectX's (the firmware's DCQCN parameters, named as MLNX_OFED names them), with three exceptions
+from the paper: F = 5 stages (rpg_threshold), the CNP interval N = 50 us and, with it, the alpha timer's 55 us
+(dce_tcp_rtt). The last two go together: alpha rises once per CNP and decays once per alpha period, so ConnectX's
+1 us period against CNPs 50 us apart decays it fifty times per rise and holds it near 1/50 under any congestion;
+each cut is then ~1% and an incast's queue stays at its buffer.
 
 Scaling. A fabric with `fabric.time_scale: K` runs a real fabric's rates divided by K and its delays multiplied
 by K, so a packet takes K times longer and a bandwidth-delay product holds the same number of packets. DCQCN is
@@ -36,7 +43,7 @@ import math
 class DcqcnParams:
     """DCQCN's parameters as on a real fabric (before time scaling), ConnectX's names and defaults."""
     dce_tcp_g: int = 1019                        # alpha gain, g = (1024 - dce_tcp_g) / 1024 (~1/205)
-    dce_tcp_rtt_us: float = 1                    # the alpha timer's period
+    dce_tcp_rtt_us: float = 55                   # the alpha timer's period (the paper's; ConnectX ships 1)
     initial_alpha_value: int = 1023              # alpha on the first CNP, /1024
     rpg_min_dec_fac: int = 50                    # largest cut per CNP, percent
     rpg_min_rate_mbps: float = 1                 # the rate never falls below it
@@ -47,6 +54,7 @@ class DcqcnParams:
     rpg_ai_rate_mbps: float = 5                  # R_AI, additive increase
     rpg_hai_rate_mbps: float = 50                # R_HAI, hyper increase
     cnp_interval_us: float = 50                  # notification point: one CNP per QP per interval (N)
+    clamp_tgt_rate: int = 0                      # 1: Rt <- Rc on every cut; 0: only after a timer increase
 
     @property
     def g(self) -> float:
@@ -78,6 +86,7 @@ class DcqcnCC:
         self.hai_bps = p.rpg_hai_rate_mbps * 1e6 / time_scale
         self.min_bps = p.rpg_min_rate_mbps * 1e6 / time_scale
         self.max_cut = p.rpg_min_dec_fac / 100
+        self.clamp_always = bool(p.clamp_tgt_rate)
         self.line_bps = line_bps
         self.rate_bps = self.target_bps = line_bps     # Rc, Rt: start at line rate, as NICs do
         self.alpha = p.initial_alpha_value / 1024
@@ -110,7 +119,8 @@ class DcqcnCC:
         self.advance(now)
         self.cnps += 1
         if now - self._last_cut >= self.reduce_period:
-            self.target_bps = self.rate_bps
+            if self.clamp_always or self.t_stage > 0:
+                self.target_bps = self.rate_bps
             self.rate_bps = max(self.rate_bps * max(1 - self.alpha / 2, 1 - self.max_cut), self.min_bps)
             self._last_cut = now
             self.decreases += 1

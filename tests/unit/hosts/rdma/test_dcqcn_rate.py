@@ -51,7 +51,7 @@ def test_cut_alpha_and_the_three_increase_phases():
 
 
 def test_byte_counter_and_hyper_increase():
-    cc = make(rpg_threshold=1)
+    cc = make(rpg_threshold=1, clamp_tgt_rate=1)     # the paper's rule: Rt <- Rc on every cut
     cc.cnp(0.0)
     cc.cnp(10 * US)                                  # a second cut: the target is the first cut's rate
     rc, rt = cc.rate_bps, cc.target_bps
@@ -79,6 +79,25 @@ def test_byte_counter_and_hyper_increase():
     # a cut resets both counters
     cc.cnp(300 * US)
     assert (cc.t_stage, cc.b_stage) == (0, 0)
+
+
+def test_target_clamped_only_after_a_timer_increase():
+    """ConnectX's rule (clamp_tgt_rate 0): a run of cuts keeps the rate before the first as the target; once the
+    timer has raised the rate, the next cut takes the current rate as the target, as the paper's rule does."""
+    cc = make()
+    g, a = 1 / 16, 1023 / 1024
+    rc = L
+    for t in (0, 5, 10):                              # three cuts, past the monitor period, no timer stage between
+        cc.cnp(t * US)
+        rc *= 1 - a / 2
+        a = (1 - g) * a + g
+        assert (cc.rate_bps, cc.target_bps) == pytest.approx((rc, L))
+    cc.advance(110 * US)                              # T = 1 (at 110 us): fast recovery towards the line rate
+    rc = (L + rc) / 2
+    assert (cc.t_stage, cc.rate_bps, cc.target_bps) == (1, pytest.approx(rc), pytest.approx(L))
+    a *= (1 - g) ** 11                                # alpha periods at 20, 30 .. 120 us
+    cc.cnp(125 * US)                                  # after a timer increase: Rt <- Rc
+    assert (cc.target_bps, cc.rate_bps) == pytest.approx((rc, rc * (1 - a / 2)))
 
 
 def test_recovers_to_line_rate_then_stops_and_has_a_floor():
