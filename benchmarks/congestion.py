@@ -1,0 +1,264 @@
+"""Benchmark: RoCE congestion control on a fabric whose switch ports mark ECN (printed, not asserted; root).
+
+    .venv/bin/python benchmarks/congestion.py [--quick] [--reps 3] [--parts incast,routing]
+                                              [--schemes none,delay,dcqcn] [--modes ecmp,spray,split:4] [--lossless]
+
+Both parts run a fabric given at a real fabric's rates and slowed by fabric.time_scale (1.5 Gbit/s NICs run at
+5 Mbit/s, K = 300), so DCQCN's timers and rates scale with it (docs/rdma.md#dcqcn); the switch ports mark ECN
+with fabric.ecn (a tc BPF program's virtual queue of the port's tbf, docs/ecn.md).
+
+incast: 7 hosts on one switch RDMA WRITE --kb KiB each at once to an 8th (uroce RC queue pairs in the hosts'
+namespaces, each paced at its NIC's rate, every write checked byte for byte), with no congestion control, the
+delay-based one and DCQCN. The switch port into the receiver is the bottleneck; its tbf's queue is sampled every
+50 ms. Printed per scheme, mean (min-max) over --reps runs:
+- queue: median and 95th percentile of the samples, KiB, and the share of samples under Kmax;
+- the sampled queue over the run (ten points, KiB, of one run);
+- goodput: payload bytes over the time to the last completion, over the bottleneck's rate (RoCE MTU 4096 in
+  9000-byte frames: 0.98 at most);
+- Jain's fairness index over the senders' rates (bytes over each one's own completion time);
+- drops at the bottleneck's queue (its buffer: --queue-kb), packets retransmitted, CNPs, ports' CE marks.
+Lossless (--lossless) needs fabric.pfc, which this testbed does not have yet: it is refused with that reason.
+
+routing: all-to-all and a rank-order ring AllReduce on rail-optimized 2 x 4 over two 2:1 oversubscribed spines
+(scenarios/lb_compare.yaml's fabric), per routing mode (ECMP, per-packet spraying, flow splitting), each without
+congestion control and with DCQCN. Printed: time, busbw / link bound, uplink imbalance, retransmissions, CE
+marks received and CNPs, and for the ring AllReduce DCQCN's cost (time with DCQCN / without - 1) per repeat.
+
+--quick: one repeat, smaller transfers (a few minutes).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+NIC_MBPS, TIME_SCALE = 1500, 300            # a real fabric's rate, emulated at NIC_MBPS / TIME_SCALE = 5 Mbit/s
+ECN = {"kmin_kb": 8, "kmax_kb": 40, "pmax": 1.0}
+SCHEMES = ("none", "delay", "dcqcn")
+SENDERS = 7
+SAMPLE_S = 0.05
+
+
+def tc_stats(dev: str) -> dict:
+    """The port's tbf: backlog and drops (bytes, packets)."""
+    out = json.loads(subprocess.run(["tc", "-s", "-j", "qdisc", "show", "dev", dev, "root"], capture_output=True,
+                                    text=True, check=True).stdout)
+    q = next(q for q in out if q["kind"] == "tbf")
+    return {"backlog": q["backlog"], "drops": q["drops"]}
+
+
+class QueueSampler(threading.Thread):
+    """Samples a port's tbf backlog every SAMPLE_S until stopped."""
+
+    def __init__(self, dev: str):
+        super().__init__(daemon=True)
+        self.dev, self.samples, self._done = dev, [], threading.Event()
+
+    def run(self):
+        while not self._done.wait(SAMPLE_S):
+            self.samples.append(tc_stats(self.dev)["backlog"])
+
+    def stop(self) -> list[int]:
+        self._done.set()
+        self.join()
+        return self.samples
+
+
+def incast_fabric(queue_kb: int, mtu: int):
+    from testbed.fabric.topo import build
+    return build("rail-only", SENDERS + 1, 1, nic_mbps=NIC_MBPS, time_scale=TIME_SCALE, ecn=ECN,
+                 queue_kb={"nic": queue_kb}, nic_mtu=mtu)
+
+
+def incast_once(net, fabric, scheme: str, size: int, roce_mtu: int) -> dict:
+    """One 7-to-1 incast on a live fabric; returns its figures."""
+    from hosts.rdma import Access, QPType, SendWR, WROpcode, open_device
+    from testbed.fabric import ecn
+    from testbed.fabric.linuxcalls import netns
+    from testbed.fabric.links import switch_port
+    hosts = [f"s{i}g0" for i in range(SENDERS + 1)]
+    link = next(l for l in fabric.links if {l.a, l.b} == {"rail0", hosts[-1]})
+    port = switch_port("rail0", link.a_port if link.a == "rail0" else link.b_port)
+    rate = NIC_MBPS / TIME_SCALE * 1e6
+    devs = {}
+    for h in hosts:
+        node = net.host(h)
+        with netns(f"/proc/{node.pid}/ns/net"):
+            devs[h] = open_device(node.IP(), backend="uroce")
+    rx = devs[hosts[-1]]
+    pd_r, cq_r = rx.alloc_pd(), rx.create_cq()
+    opts = dict(rate_limit_bps=rate, timeout=1.0, rto="adaptive", time_scale=TIME_SCALE, mtu=roce_mtu)
+    if scheme != "none":
+        opts["cc"] = scheme
+    senders = []
+    for h in hosts[:-1]:
+        dev = devs[h]
+        pd, cq = dev.alloc_pd(), dev.create_cq()
+        src, dst = bytearray(os.urandom(size)), bytearray(size)
+        ms, md = pd.reg_mr(src, Access.ALL), pd_r.reg_mr(dst, Access.ALL)
+        qs, qr = dev.create_qp(pd, QPType.RC, cq, **opts), rx.create_qp(pd_r, QPType.RC, cq_r, **opts)
+        qs.connect(qr.info())
+        qr.connect(qs.info())
+        senders.append((cq, qs, ms, md, src, dst))
+    before, marks0 = tc_stats(port), ecn.counters(port)["marked_packets"]
+    sampler = QueueSampler(port)
+    sampler.start()
+    t0 = time.monotonic()
+    for _, qs, ms, md, _, _ in senders:
+        qs.post_send(SendWR(WROpcode.RDMA_WRITE, [ms.sge(0, size)], wr_id=1, remote_addr=md.addr, rkey=md.rkey))
+    done = []
+    try:
+        for cq, _, _, _, src, dst in senders:
+            wc = cq.wait(1, 300)
+            if not (wc and wc[0].ok):
+                raise RuntimeError(f"{scheme}: a write did not complete: {wc}")
+            done.append(time.monotonic() - t0)
+            if dst != src:
+                raise RuntimeError(f"{scheme}: the data differs")
+    finally:
+        samples = sampler.stop()
+        after = tc_stats(port)
+        marks = ecn.counters(port)["marked_packets"] - marks0
+        counters = [s[1].counters for s in senders]
+        for dev in devs.values():
+            dev.close()
+    rates = [size / t for t in done]
+    kib = [b / 1024 for b in samples] or [0]
+    return {
+        "queue_p50_kb": statistics.median(kib),
+        "queue_p95_kb": statistics.quantiles(kib, n=20)[-1] if len(kib) > 1 else kib[0],
+        "under_kmax": sum(q < ECN["kmax_kb"] for q in kib) / len(kib),
+        "series": [kib[int(i * len(kib) / 10)] for i in range(10)] if len(kib) >= 10 else kib,
+        "goodput": size * SENDERS * 8 / max(done) / rate,
+        "jain": sum(rates) ** 2 / (len(rates) * sum(r * r for r in rates)),
+        "drops": after["drops"] - before["drops"],
+        "retransmits": sum(c["retransmits"] for c in counters),
+        "cnps": sum(c["cnp_received"] for c in counters),
+        "marks": marks,
+    }
+
+
+def fmt(values, digits=2) -> str:
+    return f"{statistics.mean(values):.{digits}f} ({min(values):.{digits}f}-{max(values):.{digits}f})"
+
+
+def incast(args) -> dict:
+    from testbed.fabric.network import Network
+    if args.lossless:
+        raise SystemExit("congestion.py: --lossless needs fabric.pfc (priority flow control), which this testbed "
+                         "does not have yet")
+    fabric = incast_fabric(args.queue_kb, args.mtu)
+    roce_mtu = 4096 if args.mtu >= 4096 + 100 else 1024
+    size = args.kb * 1024
+    print(f"\n## {SENDERS}-to-1 incast, {args.kb} KiB each, NICs {NIC_MBPS:g} Mbit/s at time scale {TIME_SCALE} "
+          f"({NIC_MBPS / TIME_SCALE:g} Mbit/s), ECN {ECN}, queue {args.queue_kb} KiB, lossy; {args.reps} runs: "
+          f"mean (min-max)")
+    print(f"{'scheme':<7} {'queue p50 KiB':>16} {'queue p95 KiB':>16} {'<Kmax':>16} {'goodput':>16} {'Jain':>16} "
+          f"{'drops':>12} {'resent':>14} {'CNPs':>12} {'CE marks':>14}")
+    results = {}
+    with Network(fabric) as net:
+        for scheme in args.schemes:
+            runs = [incast_once(net, fabric, scheme, size, roce_mtu) for _ in range(args.reps)]
+            results[scheme] = runs
+            col = lambda k, d=2: fmt([r[k] for r in runs], d)
+            print(f"{scheme:<7} {col('queue_p50_kb', 0):>16} {col('queue_p95_kb', 0):>16} {col('under_kmax'):>16} "
+                  f"{col('goodput'):>16} {col('jain'):>16} {col('drops', 0):>12} {col('retransmits', 0):>14} "
+                  f"{col('cnps', 0):>12} {col('marks', 0):>14}", flush=True)
+        print("queue over the run (KiB, ten points of the first run):")
+        for scheme, runs in results.items():
+            print(f"  {scheme:<7} " + " ".join(f"{q:5.0f}" for q in runs[0]["series"]))
+    return results
+
+
+def routing_doc(mode: str, size: str, alltoall: bool = True) -> dict:
+    work = []
+    for cc in ("none", "dcqcn"):
+        if alltoall:
+            work.append({"type": "collective", "name": f"alltoall-{cc}", "op": "alltoall", "algo": "direct",
+                         "sizes": [size], "iterations": 1, "congestion": cc})
+        work.append({"type": "collective", "name": f"ring-{cc}", "op": "allreduce", "algo": "ring", "ring": "rank",
+                     "sizes": [size], "iterations": 1, "congestion": cc})
+    return {"name": f"bench-congestion-{mode.replace(':', '')}",
+            "fabric": {"kind": "rail-optimized", "servers": 2, "gpus_per_server": 4, "spines": 2,
+                       "oversubscription": 2, "nic_mbps": NIC_MBPS, "time_scale": TIME_SCALE, "ecn": ECN},
+            "routing": {"mode": mode}, "workloads": work}
+
+
+def routing(args) -> dict:
+    from testbed import runner
+    print(f"\n## routing modes with and without DCQCN: rail-optimized 2 x 4, 2 spines at 2:1, NICs {NIC_MBPS:g} "
+          f"Mbit/s at time scale {TIME_SCALE}, ECN {ECN}, {args.size} per collective; {args.reps} runs: "
+          f"mean (min-max)")
+    print(f"{'mode':<8} {'workload':<15} {'time s':>18} {'busbw/bound':>16} {'imbalance':>16} {'resent':>12} "
+          f"{'CE recv':>12} {'CNPs':>12}")
+    results = {}
+    for mode in args.modes:
+        rows = {}
+        for _ in range(args.reps):
+            out = runner.run(routing_doc(mode, args.size), tempfile.mkdtemp(prefix="tb-cong-"), echo=lambda *a: None)
+            for w in out["workloads"]:
+                for r in w["rows"]:
+                    if not r["correct"]:
+                        raise RuntimeError(f"{mode} {w['name']}: wrong result")
+                    rows.setdefault(w["name"], []).append(r)
+        results[mode] = rows
+        for name, rs in rows.items():
+            col = lambda f, d=2: fmt([f(r) for r in rs], d)
+            print(f"{mode:<8} {name:<15} {col(lambda r: r['seconds']):>18} {col(lambda r: r['bus_ratio']):>16} "
+                  f"{col(lambda r: r['uplink_imbalance'] or 0):>16} {col(lambda r: r['retransmits'], 0):>12} "
+                  f"{col(lambda r: r.get('ecn_marked_packets') or 0, 0):>12} "
+                  f"{col(lambda r: r.get('cnp_received') or 0, 0):>12}", flush=True)
+        cost = [d["seconds"] / n["seconds"] - 1 for n, d in zip(rows["ring-none"], rows["ring-dcqcn"])]
+        print(f"{mode:<8} ring AllReduce, DCQCN's cost: {fmt([100 * c for c in cost], 1)} %", flush=True)
+    return results
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="one repeat, smaller transfers")
+    ap.add_argument("--reps", type=int)
+    ap.add_argument("--parts", default="incast,routing")
+    ap.add_argument("--schemes", default=",".join(SCHEMES))
+    ap.add_argument("--modes", default="ecmp,spray,split:4")
+    ap.add_argument("--kb", type=int, help="KiB each incast sender writes (default 512, quick 256)")
+    ap.add_argument("--size", help="bytes per collective (default 4MiB, quick 2MiB)")
+    ap.add_argument("--queue-kb", type=int, default=256, help="the bottleneck's buffer")
+    ap.add_argument("--mtu", type=int, default=1500, help="the links' MTU (9000: RoCE MTU 4096, else 1024)")
+    ap.add_argument("--ecn", type=json.loads, help=f"fabric.ecn (default {json.dumps(ECN)})")
+    ap.add_argument("--lossless", action="store_true", help="with fabric.pfc (not in this testbed yet)")
+    args = ap.parse_args(argv)
+    if args.ecn:
+        ECN.clear()
+        ECN.update(args.ecn)
+    args.reps = args.reps or (1 if args.quick else 3)
+    args.kb = args.kb or (256 if args.quick else 512)
+    args.size = args.size or ("2MiB" if args.quick else "4MiB")
+    args.schemes, args.modes, parts = args.schemes.split(","), args.modes.split(","), args.parts.split(",")
+    if not set(args.schemes) <= set(SCHEMES) or not set(parts) <= {"incast", "routing"}:
+        ap.error(f"--schemes: among {', '.join(SCHEMES)}; --parts: among incast, routing")
+    if os.geteuid() != 0:
+        print("congestion.py needs root (a fabric)", file=sys.stderr)
+        return 2
+    from testbed.fabric import ecn
+    lacking = ecn.missing()
+    if lacking:
+        print(f"congestion.py: cannot mark ECN here: {lacking}", file=sys.stderr)
+        return 2
+    if "incast" in parts:
+        incast(args)
+    if "routing" in parts:
+        routing(args)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
