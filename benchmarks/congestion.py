@@ -109,6 +109,9 @@ def incast_once(net, fabric, scheme: str, size: int, roce_mtu: int) -> dict:
         qs.connect(qr.info())
         qr.connect(qs.info())
         senders.append((cq, qs, ms, md, src, dst))
+    drain_by = time.monotonic() + 30             # what a run before left queued (duplicates resent) drains first
+    while tc_stats(port)["backlog"] and time.monotonic() < drain_by:
+        time.sleep(0.1)
     before, marks0 = tc_stats(port), ecn.counters(port)["marked_packets"]
     sampler = QueueSampler(port)
     sampler.start()
@@ -230,8 +233,8 @@ def main(argv=None) -> int:
     ap.add_argument("--schemes", default=",".join(SCHEMES))
     ap.add_argument("--modes", default="ecmp,spray,split:4")
     ap.add_argument("--kb", type=int, help="KiB each incast sender writes (default 512, quick 256)")
-    ap.add_argument("--size", help="bytes per collective (default 4MiB, quick 2MiB)")
-    ap.add_argument("--queue-kb", type=int, default=256, help="the bottleneck's buffer")
+    ap.add_argument("--size", help="bytes per collective (default 2MiB, quick 1MiB)")
+    ap.add_argument("--queue-kb", type=int, default=1024, help="the bottleneck's buffer (1 MiB: the testbed's default)")
     ap.add_argument("--mtu", type=int, default=1500, help="the links' MTU (9000: RoCE MTU 4096, else 1024)")
     ap.add_argument("--ecn", type=json.loads, help=f"fabric.ecn (default {json.dumps(ECN)})")
     ap.add_argument("--lossless", action="store_true", help="with fabric.pfc (not in this testbed yet)")
@@ -241,7 +244,7 @@ def main(argv=None) -> int:
         ECN.update(args.ecn)
     args.reps = args.reps or (1 if args.quick else 3)
     args.kb = args.kb or (256 if args.quick else 512)
-    args.size = args.size or ("2MiB" if args.quick else "4MiB")
+    args.size = args.size or ("1MiB" if args.quick else "2MiB")
     args.schemes, args.modes, parts = args.schemes.split(","), args.modes.split(","), args.parts.split(",")
     if not set(args.schemes) <= set(SCHEMES) or not set(parts) <= {"incast", "routing"}:
         ap.error(f"--schemes: among {', '.join(SCHEMES)}; --parts: among incast, routing")

@@ -87,6 +87,26 @@ def ring_allreduce() -> dict:
             "mtu1500": _collective("rail-optimized", "allreduce", "ring", 1500)["bus_ratio"]}
 
 
+def dcqcn_incast() -> dict:
+    import congestion
+    from testbed.fabric.network import Network
+    fabric = congestion.incast_fabric(queue_kb=1024, mtu=1500)
+    with Network(fabric) as net:
+        r = {cc: congestion.incast_once(net, fabric, cc, 512 * 1024, roce_mtu=1024) for cc in ("none", "dcqcn")}
+    return {"dcqcn_goodput": r["dcqcn"]["goodput"], "dcqcn_drops": r["dcqcn"]["drops"],
+            "dcqcn_under_kmax": r["dcqcn"]["under_kmax"], "none_goodput": r["none"]["goodput"],
+            "none_drops": r["none"]["drops"]}
+
+
+def dcqcn_ring_cost() -> dict:
+    import congestion
+    rows = {w["name"]: w["rows"][0] for w in _run(congestion.routing_doc("ecmp", "4MiB", alltoall=False))["workloads"]}
+    if not all(r["correct"] for r in rows.values()):
+        raise RuntimeError(f"ring AllReduce with and without DCQCN: a wrong result: {rows}")
+    return {"cost_pct": 100 * (rows["ring-dcqcn"]["seconds"] / rows["ring-none"]["seconds"] - 1),
+            "dcqcn_bus_ratio": rows["ring-dcqcn"]["bus_ratio"], "none_bus_ratio": rows["ring-none"]["bus_ratio"]}
+
+
 def alltoall_ratio() -> dict:
     ro, opt = (_collective(k, "alltoall", a, 9000) for k, a in (("rail-only", "two-step"), ("rail-optimized", "direct")))
     model = (ro["bytes"] / ro["bound_busbw_MBps"]) / (opt["bytes"] / opt["bound_busbw_MBps"])
@@ -178,6 +198,21 @@ FIGURES = [
            "rail-optimized 2x4, 2 spines, NIC 5 Mbit/s, 4 MiB, 2 iterations; jumbo frames and 1500-byte frames",
            ring_allreduce, lambda s: f"{s['jumbo']()} ({s['mtu1500']()} with 1500-byte frames)",
            held={"jumbo": "higher", "mtu1500": "higher"}, quick=True),
+    Figure("dcqcn_incast", "7-to-1 incast, DCQCN / no congestion control, goodput / bottleneck",
+           "[ECN](docs/ecn.md#dcqcn-under-incast)",
+           "benchmarks/congestion.py's incast: rail-only 8x1, NICs 1.5 Gbit/s at time scale 300 (5 Mbit/s), 1500-byte "
+           "frames, ECN from 8 to 40 KiB, 1 MiB queue, 512 KiB RDMA WRITE per sender",
+           dcqcn_incast,
+           lambda s: (f"{s['dcqcn_goodput']()} with DCQCN ({s['dcqcn_drops'](0)} drops, queue under Kmax "
+                      f"{s['dcqcn_under_kmax']()} of the run), {s['none_goodput']()} without ({s['none_drops'](0)} "
+                      "drops)"),
+           held={"dcqcn_goodput": "higher"}, quick=True),
+    Figure("dcqcn_ring_cost", "ring AllReduce, DCQCN's cost in time", "[ECN](docs/ecn.md#dcqcn-under-incast)",
+           "rail-optimized 2x4, 2 spines at 2:1, NICs 1.5 Gbit/s at time scale 300, ECN from 8 to 40 KiB, ECMP, 4 MiB",
+           dcqcn_ring_cost,
+           lambda s: (f"{s['cost_pct'](1)}% (busbw / bound {s['dcqcn_bus_ratio']()} with DCQCN, "
+                      f"{s['none_bus_ratio']()} without)"),
+           quick=True),
     Figure("hierarchical", "hierarchical AllReduce / AllGather, busbw / sequential bound",
            "[collectives](docs/collectives.md#with-jumbo-nic-links)",
            by_hand=".venv/bin/python benchmarks/hierarchical.py --grids 2x4,4x4"),
