@@ -1,7 +1,8 @@
 """Benchmark: RoCE congestion control on a fabric whose switch ports mark ECN (printed, not asserted; root).
 
     .venv/bin/python benchmarks/congestion.py [--quick] [--reps 3] [--parts incast,routing]
-                                              [--schemes none,delay,dcqcn] [--modes ecmp,spray,split:4] [--lossless]
+                                              [--schemes none,delay,dcqcn] [--modes ecmp,spray,split:4]
+                                              [--loss lossy,lossless]
 
 Both parts run a fabric given at a real fabric's rates and slowed by fabric.time_scale (1.5 Gbit/s NICs run at
 5 Mbit/s, K = 300), so DCQCN's timers and rates scale with it (docs/rdma.md#dcqcn); the switch ports mark ECN
@@ -17,7 +18,8 @@ delay-based one and DCQCN. The switch port into the receiver is the bottleneck; 
   9000-byte frames: 0.98 at most);
 - Jain's fairness index over the senders' rates (bytes over each one's own completion time);
 - drops at the bottleneck's queue (its buffer: --queue-kb), packets retransmitted, CNPs, ports' CE marks.
-Lossless (--lossless) needs fabric.pfc, which this testbed does not have yet: it is refused with that reason.
+Each lossy (drops when the queue is full) and lossless (fabric.pfc: the port pauses the senders' NICs above
+128 KiB of queue, resumes them below 64; pauses and paused time counted, docs/pfc.md).
 
 routing: all-to-all and a rank-order ring AllReduce on rail-optimized 2 x 4 over two 2:1 oversubscribed spines
 (scenarios/lb_compare.yaml's fabric), per routing mode (ECMP, per-packet spraying, flow splitting), each without
@@ -44,6 +46,7 @@ sys.path.insert(0, ROOT)
 
 NIC_MBPS, TIME_SCALE = 1500, 300            # a real fabric's rate, emulated at NIC_MBPS / TIME_SCALE = 5 Mbit/s
 ECN = {"kmin_kb": 8, "kmax_kb": 40, "pmax": 1.0}
+PFC = {"xoff_kb": 128, "xon_kb": 64}          # lossless: pauses above 128 KiB of a switch port's queue
 SCHEMES = ("none", "delay", "dcqcn")
 SENDERS = 7
 SAMPLE_S = 0.05
@@ -74,16 +77,16 @@ class QueueSampler(threading.Thread):
         return self.samples
 
 
-def incast_fabric(queue_kb: int, mtu: int):
+def incast_fabric(queue_kb: int, mtu: int, lossless: bool = False):
     from testbed.fabric.topo import build
     return build("rail-only", SENDERS + 1, 1, nic_mbps=NIC_MBPS, time_scale=TIME_SCALE, ecn=ECN,
-                 queue_kb={"nic": queue_kb}, nic_mtu=mtu)
+                 queue_kb={"nic": queue_kb}, nic_mtu=mtu, pfc=PFC if lossless else None)
 
 
 def incast_once(net, fabric, scheme: str, size: int, roce_mtu: int) -> dict:
     """One 7-to-1 incast on a live fabric; returns its figures."""
     from hosts.rdma import Access, QPType, SendWR, WROpcode, open_device
-    from testbed.fabric import ecn
+    from testbed.fabric import ecn, pfc
     from testbed.fabric.linuxcalls import netns
     from testbed.fabric.links import switch_port
     hosts = [f"s{i}g0" for i in range(SENDERS + 1)]
@@ -114,6 +117,7 @@ def incast_once(net, fabric, scheme: str, size: int, roce_mtu: int) -> dict:
     while tc_stats(port)["backlog"] and time.monotonic() < drain_by:
         time.sleep(0.1)
     before, marks0 = tc_stats(port), ecn.counters(port)["marked_packets"]
+    pauses0 = pfc.totals(net.pauses.stats()) if net.pauses else None
     sampler = QueueSampler(port)
     sampler.start()
     t0 = time.monotonic()
@@ -132,6 +136,7 @@ def incast_once(net, fabric, scheme: str, size: int, roce_mtu: int) -> dict:
         samples = sampler.stop()
         after = tc_stats(port)
         marks = ecn.counters(port)["marked_packets"] - marks0
+        paused = pfc.growth(pauses0, pfc.totals(net.pauses.stats())) if pauses0 else {}
         counters = [s[1].counters for s in senders]
         for dev in devs.values():
             dev.close()
@@ -148,6 +153,8 @@ def incast_once(net, fabric, scheme: str, size: int, roce_mtu: int) -> dict:
         "retransmits": sum(c["retransmits"] for c in counters),
         "cnps": sum(c["cnp_received"] for c in counters),
         "marks": marks,
+        "pauses": paused.get("pfc_pauses", 0),
+        "paused_s": paused.get("pfc_paused_s", 0.0),
     }
 
 
@@ -157,29 +164,29 @@ def fmt(values, digits=2) -> str:
 
 def incast(args) -> dict:
     from testbed.fabric.network import Network
-    if args.lossless:
-        raise SystemExit("congestion.py: --lossless needs fabric.pfc (priority flow control), which this testbed "
-                         "does not have yet")
-    fabric = incast_fabric(args.queue_kb, args.mtu)
-    roce_mtu = 4096 if args.mtu >= 4096 + 100 else 1024
     size = args.kb * 1024
-    print(f"\n## {SENDERS}-to-1 incast, {args.kb} KiB each, NICs {NIC_MBPS:g} Mbit/s at time scale {TIME_SCALE} "
-          f"({NIC_MBPS / TIME_SCALE:g} Mbit/s), ECN {ECN}, queue {args.queue_kb} KiB, lossy; {args.reps} runs: "
-          f"mean (min-max)")
-    print(f"{'scheme':<7} {'queue p50 KiB':>16} {'queue p95 KiB':>16} {'<Kmax':>16} {'goodput':>16} {'Jain':>16} "
-          f"{'drops':>12} {'resent':>14} {'CNPs':>12} {'CE marks':>14}")
+    roce_mtu = 4096 if args.mtu >= 4096 + 100 else 1024
     results = {}
-    with Network(fabric) as net:
-        for scheme in args.schemes:
-            runs = [incast_once(net, fabric, scheme, size, roce_mtu) for _ in range(args.reps)]
-            results[scheme] = runs
-            col = lambda k, d=2: fmt([r[k] for r in runs], d)
-            print(f"{scheme:<7} {col('queue_p50_kb', 0):>16} {col('queue_p95_kb', 0):>16} {col('under_kmax'):>16} "
-                  f"{col('goodput'):>16} {col('jain'):>16} {col('drops', 0):>12} {col('retransmits', 0):>14} "
-                  f"{col('cnps', 0):>12} {col('marks', 0):>14}", flush=True)
+    for loss in args.loss:
+        fabric = incast_fabric(args.queue_kb, args.mtu, lossless=loss == "lossless")
+        print(f"\n## {SENDERS}-to-1 incast, {args.kb} KiB each, NICs {NIC_MBPS:g} Mbit/s at time scale {TIME_SCALE} "
+              f"({NIC_MBPS / TIME_SCALE:g} Mbit/s), ECN {ECN}, queue {args.queue_kb} KiB, {loss}"
+              f"{f' (PFC {PFC})' if loss == 'lossless' else ''}; {args.reps} runs: mean (min-max)")
+        print(f"{'scheme':<7} {'queue p50 KiB':>16} {'queue p95 KiB':>16} {'<Kmax':>16} {'goodput':>16} "
+              f"{'Jain':>16} {'drops':>12} {'resent':>14} {'CNPs':>12} {'CE marks':>14} {'pauses':>12} "
+              f"{'paused s':>16}")
+        with Network(fabric) as net:
+            for scheme in args.schemes:
+                runs = [incast_once(net, fabric, scheme, size, roce_mtu) for _ in range(args.reps)]
+                results[loss, scheme] = runs
+                col = lambda k, d=2: fmt([r[k] for r in runs], d)
+                print(f"{scheme:<7} {col('queue_p50_kb', 0):>16} {col('queue_p95_kb', 0):>16} "
+                      f"{col('under_kmax'):>16} {col('goodput'):>16} {col('jain'):>16} {col('drops', 0):>12} "
+                      f"{col('retransmits', 0):>14} {col('cnps', 0):>12} {col('marks', 0):>14} "
+                      f"{col('pauses', 0):>12} {col('paused_s', 1):>16}", flush=True)
         print("queue over the run (KiB, ten points of the first run):")
-        for scheme, runs in results.items():
-            print(f"  {scheme:<7} " + " ".join(f"{q:5.0f}" for q in runs[0]["series"]))
+        for scheme in args.schemes:
+            print(f"  {scheme:<7} " + " ".join(f"{q:5.0f}" for q in results[loss, scheme][0]["series"]))
     return results
 
 
@@ -245,7 +252,7 @@ def main(argv=None) -> int:
     ap.add_argument("--queue-kb", type=int, default=1024, help="the bottleneck's buffer (1 MiB: the testbed's default)")
     ap.add_argument("--mtu", type=int, default=1500, help="the links' MTU (9000: RoCE MTU 4096, else 1024)")
     ap.add_argument("--ecn", type=json.loads, help=f"fabric.ecn (default {json.dumps(ECN)})")
-    ap.add_argument("--lossless", action="store_true", help="with fabric.pfc (not in this testbed yet)")
+    ap.add_argument("--loss", default="lossy,lossless", help="lossy (drops at a full queue), lossless (fabric.pfc)")
     args = ap.parse_args(argv)
     if args.ecn:
         ECN.clear()
@@ -254,8 +261,10 @@ def main(argv=None) -> int:
     args.kb = args.kb or (256 if args.quick else 512)
     args.size = args.size or ("1MiB" if args.quick else "2MiB")
     args.schemes, args.modes, parts = args.schemes.split(","), args.modes.split(","), args.parts.split(",")
-    if not set(args.schemes) <= set(SCHEMES) or not set(parts) <= {"incast", "routing"}:
-        ap.error(f"--schemes: among {', '.join(SCHEMES)}; --parts: among incast, routing")
+    args.loss = args.loss.split(",")
+    if not set(args.schemes) <= set(SCHEMES) or not set(parts) <= {"incast", "routing"} \
+            or not set(args.loss) <= {"lossy", "lossless"}:
+        ap.error(f"--schemes: among {', '.join(SCHEMES)}; --parts: among incast, routing; --loss: lossy, lossless")
     if os.geteuid() != 0:
         print("congestion.py needs root (a fabric)", file=sys.stderr)
         return 2
