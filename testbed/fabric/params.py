@@ -343,64 +343,59 @@ def _checked_links(value):
 
 
 ECN_KEYS = ("kmin_kb", "kmax_kb", "pmax")
+PFC_KEYS = ("xoff_kb", "xon_kb")
+
+
+def _per_tier(what: str, value, thresholds):
+    """A map of thresholds for every tier, or a map by tier of them; None: off."""
+    if value is None:
+        return None
+    if isinstance(value, dict) and value and all(k in TIERS for k in value):
+        return {t: thresholds(f"{what}.{t}", v) for t, v in value.items()}
+    return thresholds(what, value)
+
+
+def _threshold_map(name: str, value, keys: tuple[str, ...]) -> None:
+    """Check that value is a map with exactly these keys (or tiers of such maps), and its queues in KiB."""
+    if not isinstance(value, dict):
+        raise TopologyError(f"{name} must be a map {{{', '.join(keys)}}}, got {value!r}")
+    unknown = [k for k in value if k not in keys]
+    if unknown:
+        raise TopologyError(f"{name}: unknown key {unknown[0]!r}; keys are {', '.join(keys)} (or tiers "
+                            f"{', '.join(TIERS)})")
+    absent = [k for k in keys if k not in value]
+    if absent:
+        raise TopologyError(f"{name} needs {absent[0]}")
+    for k in keys:
+        if k.endswith("_kb") and (not _is_number(value[k]) or not 0 <= value[k] <= MAX_QUEUE_KB):
+            raise TopologyError(f"{name}.{k} must be a queue in KiB in [0, {MAX_QUEUE_KB}], got {value[k]!r}")
+
+
+def _is_number(v) -> bool:
+    return not isinstance(v, bool) and isinstance(v, (int, float))
 
 
 def _checked_ecn(value):
     """ECN thresholds {kmin_kb, kmax_kb, pmax} for every tier, or a map by tier of them; None: off."""
-    if value is None:
-        return None
-    if isinstance(value, dict) and value and all(k in TIERS for k in value):
-        return {t: _ecn_thresholds(f"ecn.{t}", v) for t, v in value.items()}
-    return _ecn_thresholds("ecn", value)
+    return _per_tier("ecn", value, _ecn_thresholds)
 
 
 def _ecn_thresholds(name: str, value) -> dict:
-    if not isinstance(value, dict):
-        raise TopologyError(f"{name} must be a map {{{', '.join(ECN_KEYS)}}}, got {value!r}")
-    unknown = [k for k in value if k not in ECN_KEYS]
-    if unknown:
-        raise TopologyError(f"{name}: unknown key {unknown[0]!r}; keys are {', '.join(ECN_KEYS)} (or tiers "
-                            f"{', '.join(TIERS)})")
-    absent = [k for k in ECN_KEYS if k not in value]
-    if absent:
-        raise TopologyError(f"{name} needs {absent[0]}")
-    number = lambda v: not isinstance(v, bool) and isinstance(v, (int, float))
-    for k in ("kmin_kb", "kmax_kb"):
-        if not number(value[k]) or not 0 <= value[k] <= MAX_QUEUE_KB:
-            raise TopologyError(f"{name}.{k} must be a queue in KiB in [0, {MAX_QUEUE_KB}], got {value[k]!r}")
+    _threshold_map(name, value, ECN_KEYS)
     if value["kmin_kb"] > value["kmax_kb"]:
         raise TopologyError(f"{name}: kmin_kb ({value['kmin_kb']}) is above kmax_kb ({value['kmax_kb']})")
-    if not number(value["pmax"]) or not 0 < value["pmax"] <= 1:
+    if not _is_number(value["pmax"]) or not 0 < value["pmax"] <= 1:
         raise TopologyError(f"{name}.pmax must be a probability in (0, 1], got {value['pmax']!r}")
     return {k: float(value[k]) for k in ECN_KEYS}
 
 
-PFC_KEYS = ("xoff_kb", "xon_kb")
-
-
 def _checked_pfc(value):
     """PFC thresholds {xoff_kb, xon_kb} for every tier, or a map by tier of them; None: off."""
-    if value is None:
-        return None
-    if isinstance(value, dict) and value and all(k in TIERS for k in value):
-        return {t: _pfc_thresholds(f"pfc.{t}", v) for t, v in value.items()}
-    return _pfc_thresholds("pfc", value)
+    return _per_tier("pfc", value, _pfc_thresholds)
 
 
 def _pfc_thresholds(name: str, value) -> dict:
-    if not isinstance(value, dict):
-        raise TopologyError(f"{name} must be a map {{{', '.join(PFC_KEYS)}}}, got {value!r}")
-    unknown = [k for k in value if k not in PFC_KEYS]
-    if unknown:
-        raise TopologyError(f"{name}: unknown key {unknown[0]!r}; keys are {', '.join(PFC_KEYS)} (or tiers "
-                            f"{', '.join(TIERS)})")
-    absent = [k for k in PFC_KEYS if k not in value]
-    if absent:
-        raise TopologyError(f"{name} needs {absent[0]}")
-    number = lambda v: not isinstance(v, bool) and isinstance(v, (int, float))
-    for k in PFC_KEYS:
-        if not number(value[k]) or not 0 <= value[k] <= MAX_QUEUE_KB:
-            raise TopologyError(f"{name}.{k} must be a queue in KiB in [0, {MAX_QUEUE_KB}], got {value[k]!r}")
+    _threshold_map(name, value, PFC_KEYS)
     if value["xon_kb"] >= value["xoff_kb"]:
         raise TopologyError(f"{name}: xon_kb ({value['xon_kb']}) must be below xoff_kb ({value['xoff_kb']})")
     return {k: float(value[k]) for k in PFC_KEYS}
