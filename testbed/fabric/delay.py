@@ -21,15 +21,14 @@ import functools
 import json
 import os
 import re
-import select
 import shlex
 import socket
 import subprocess
-import sys
 from dataclasses import dataclass
 
-from testbed import PREFIX, PROJECT_ROOT
+from testbed import PREFIX
 from testbed.fabric import delayline, netem
+from testbed.fabric.daemon import Daemon
 from testbed.fabric.links import IFNAMSIZ, fabric_tag
 
 PATHS = ("netem", "userspace")          # preference order: netem costs no process
@@ -166,7 +165,7 @@ class Delays:
     def __init__(self, path: str | None = None):
         self.path = path or choose_path()
         self.links: dict[str, tuple[LinkDelay, dict]] = {}    # key -> (link, what apply made)
-        self.proc: subprocess.Popen | None = None
+        self.daemon: Daemon | None = None
 
     def __enter__(self):
         return self
@@ -231,26 +230,20 @@ class Delays:
     def close(self) -> None:
         for key in list(self.links):
             self.remove(key)
-        if self.proc is not None:
-            self.proc.stdin.close()         # end of input: the process exits
-            try:
-                self.proc.wait(5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-            self.proc.stdout.close()
-            self.proc = None
+        if self.daemon is not None:
+            self.daemon.end()
+            self.daemon = None
+
+    @property
+    def proc(self):
+        """The delay process, once started."""
+        return self.daemon.proc if self.daemon is not None else None
 
     def ask(self, check: bool = True, **cmd) -> dict:
         """One command to the delay process (started on first use) and its answer."""
-        if self.proc is None:
-            self.proc = subprocess.Popen([sys.executable, "-m", "testbed.fabric.delayd", "--tag", fabric_tag()],
-                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                                         cwd=PROJECT_ROOT, start_new_session=True)
-        self.proc.stdin.write(json.dumps(cmd) + "\n")
-        self.proc.stdin.flush()
-        ready, _, _ = select.select([self.proc.stdout], [], [], REPLY_TIMEOUT_S)
-        answer = json.loads(self.proc.stdout.readline() or "{}") if ready else {"error": "no answer"}
+        if self.daemon is None:
+            self.daemon = Daemon("testbed.fabric.delayd", REPLY_TIMEOUT_S)
+        answer = self.daemon.ask(cmd)
         if check and not answer.get("ok"):
             raise DelayError(f"delay process, {cmd.get('op')} {cmd.get('line', '')}: {answer.get('error')}")
         return answer

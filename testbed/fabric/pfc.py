@@ -18,15 +18,11 @@ See docs/pfc.md.
 """
 from __future__ import annotations
 
-import json
-import select
-import subprocess
-import sys
 from collections import deque
 from dataclasses import asdict, dataclass
 
-from testbed import PROJECT_ROOT
-from testbed.fabric.links import fabric_tag, interface
+from testbed.fabric.daemon import Daemon
+from testbed.fabric.links import interface
 
 HOST_HOLD = 16 << 20        # a paused host NIC's queue: deeper than its senders' socket buffers (below)
 PERIOD_S = 0.002            # how often the points' queues are read: the pause's reaction time, roughly
@@ -221,9 +217,7 @@ class Pauses:
     input (it resumes every gate it paused before it exits)."""
 
     def __init__(self, plan: Plan, period_s: float = PERIOD_S):
-        self.proc = subprocess.Popen([sys.executable, "-m", "testbed.fabric.pfcd", "--tag", fabric_tag()],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=PROJECT_ROOT,
-                                     start_new_session=True)
+        self.daemon: Daemon | None = Daemon("testbed.fabric.pfcd", REPLY_TIMEOUT_S)
         self.ask(op="start", plan=plan.to_json(), period_s=period_s)
 
     def __enter__(self):
@@ -234,38 +228,29 @@ class Pauses:
 
     @property
     def pid(self) -> int:
-        return self.proc.pid
+        return self.daemon.pid
 
     def stats(self) -> dict:
         """{"gates": {...}, "points": {...}, "polls", "cpu_s", "errors"} (Pausing.counters and the loop's own)."""
         return self.ask(op="stats")
 
     def ask(self, **cmd) -> dict:
-        if self.proc is None or self.proc.poll() is not None:
+        if self.daemon is None or not self.daemon.alive():
             raise PfcError("the pause process has exited")
-        self.proc.stdin.write(json.dumps(cmd) + "\n")
-        self.proc.stdin.flush()
-        ready, _, _ = select.select([self.proc.stdout], [], [], REPLY_TIMEOUT_S)
-        answer = json.loads(self.proc.stdout.readline() or "{}") if ready else {"error": "no answer"}
+        answer = self.daemon.ask(cmd)
         if not answer.get("ok"):
             raise PfcError(f"pause process, {cmd.get('op')}: {answer.get('error')}")
         return answer
 
     def close(self) -> dict:
         """Stop pausing; the last counters (empty if the process was gone)."""
-        if self.proc is None:
+        if self.daemon is None:
             return {}
         last = {}
         try:
             last = self.stats()
         except PfcError:
             pass
-        self.proc.stdin.close()
-        try:
-            self.proc.wait(5)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        self.proc.stdout.close()
-        self.proc = None
+        self.daemon.end()
+        self.daemon = None
         return last

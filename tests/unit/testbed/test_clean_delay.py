@@ -8,16 +8,23 @@ def test_a_crashed_runs_delay_process_is_found_by_pid_and_marker():
     assert (4321, "testbed.fabric.delayd") in found
 
 
-def test_the_marker_is_in_the_delay_process_command_line():
+def test_the_marker_is_in_the_daemons_command_lines():
+    """What clean looks for is in the command line of the delay and pause processes, as they run."""
     import inspect
-    from testbed.fabric import delay
-    assert '"-m", "testbed.fabric.delayd"' in inspect.getsource(delay.Delays.ask)
+    from testbed.fabric import delay, pfc
+    from testbed.fabric.daemon import Daemon
+    for module, user in (("testbed.fabric.delayd", delay), ("testbed.fabric.pfcd", pfc)):
+        assert f'Daemon("{module}"' in inspect.getsource(user)
+        daemon = Daemon(module)
+        try:
+            with open(f"/proc/{daemon.pid}/cmdline") as f:
+                argv = f.read().split("\0")
+        finally:
+            daemon.end()
+        assert argv[1:3] == ["-m", module]
 
 
 def test_a_crashed_runs_pause_process_is_found_by_pid_and_marker():
     """fabric.pfc's pause process, recorded as the delay process is."""
-    import inspect
-    from testbed.fabric import pfc
     found = clean.stale_processes({"/run/testbed/run-1": {"pfc_pids": [4322], "host_pids": {}}})
     assert (4322, "testbed.fabric.pfcd") in found
-    assert '"-m", "testbed.fabric.pfcd"' in inspect.getsource(pfc.Pauses.__init__)
