@@ -8,6 +8,8 @@
     reduce_scatter(comm, x, op, algo)   ring            -> this rank's segment of the reduced x
     broadcast(comm, x, root, algo)      chain (pipelined) | multicast
     alltoall(comm, x, algo)             direct | two-step (rail-only: over the HB domain, then the rail)
+    fsdp.exchange(comm, shard, grads)   sequential | overlapped: FSDP's AllGather of parameters and
+                                        ReduceScatter of gradients (fsdp.py)
 
 Flat rings follow `comm.ring` (a cycle of ranks whose neighbours can reach each other: the launcher
 passes one that keeps NIC hops inside a rail). Hierarchical algorithms use the server / local rank
@@ -18,14 +20,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from hosts.collectives import hierarchical, mcast_allgather, pipeline
+from hosts.collectives import fsdp, hierarchical, mcast_allgather, pipeline
 from hosts.collectives.groups import bounds, check_grid, hb_rows, ring_allgather, ring_reduce_scatter
 from hosts.collectives.phases import phase
 
 OPS = {"sum": np.add, "max": np.maximum}
 ALGOS = {"allreduce": ("ring", "rhd", "hierarchical", "hierarchical-pipelined"),
          "allgather": ("ring", "rd", "hierarchical", "hierarchical-pipelined", "multicast"),
-         "reduce_scatter": ("ring",), "broadcast": ("chain", "multicast"), "alltoall": ("direct", "two-step")}
+         "reduce_scatter": ("ring",), "broadcast": ("chain", "multicast"), "alltoall": ("direct", "two-step"), "fsdp": fsdp.ALGOS}
 
 
 # -- operations ------------------------------------------------------------------------------

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from hosts.collectives import algorithms
+from hosts.collectives import algorithms, fsdp
 from hosts.spec.rank import CollectiveRankSpec
 
 
@@ -34,6 +34,10 @@ def run_op(comm, spec: CollectiveRankSpec, x: np.ndarray) -> np.ndarray:
         return algorithms.broadcast(comm, x, spec.root, algo)
     if op == "alltoall":
         return algorithms.alltoall(comm, x, algo)
+    if op == "fsdp":      # x is the layer's gradients; this rank's segment of x doubles as its parameter shard
+        lo, hi = algorithms.bounds(len(x), comm.world)[comm.rank]
+        params, mine = fsdp.exchange(comm, x[lo:hi].copy(), x, algorithms.OPS[spec.reduce], algo)
+        return np.concatenate([params, mine])
     raise ValueError(f"unknown operation {op!r}")
 
 
@@ -41,21 +45,30 @@ def expected(spec: CollectiveRankSpec, world: int, rank: int, count: int, dtype)
     """What rank `rank` must hold after the operation, from every rank's input made one at a time (memory of
     one input and the result, whatever the world size)."""
     op = spec.op
-    if op in ("allreduce", "reduce_scatter"):
-        # the inputs are small integers: a wide accumulator gives the exact sum numpy's own would, in any order
-        wide = np.int64 if np.issubdtype(np.dtype(dtype), np.integer) else np.float64
-        combine = np.maximum if spec.reduce == "max" else np.add
-        total = make_input(0, count, dtype).astype(wide)
-        for r in range(1, world):
-            combine(total, make_input(r, count, dtype), out=total, casting="unsafe")
-        total = total.astype(dtype)
-        if op == "allreduce":
-            return total
+    if op == "allreduce":
+        return _reduced(spec.reduce, world, count, dtype)
+    if op == "reduce_scatter":
         lo, hi = algorithms.bounds(count, world)[rank]
-        return total[lo:hi]
+        return _reduced(spec.reduce, world, count, dtype)[lo:hi]
+    if op == "fsdp":      # the parameters gathered from every rank's segment, then this rank's reduced gradients
+        segs = algorithms.bounds(count, world)
+        params = np.concatenate([make_input(r, count, dtype)[lo:hi] for r, (lo, hi) in enumerate(segs)])
+        lo, hi = segs[rank]
+        return np.concatenate([params, _reduced(spec.reduce, world, count, dtype)[lo:hi]])
     if op == "allgather":
         return np.concatenate([make_input(r, count, dtype) for r in range(world)])
     if op == "broadcast":
         return make_input(spec.root, count, dtype)
     m = count // world
     return np.concatenate([make_input(src, count, dtype)[rank * m:(rank + 1) * m] for src in range(world)])
+
+
+def _reduced(reduce: str, world: int, count: int, dtype) -> np.ndarray:
+    """Every rank's input reduced. The inputs are small integers: a wide accumulator gives the exact sum numpy's
+    own would, in any order."""
+    wide = np.int64 if np.issubdtype(np.dtype(dtype), np.integer) else np.float64
+    combine = np.maximum if reduce == "max" else np.add
+    total = make_input(0, count, dtype).astype(wide)
+    for r in range(1, world):
+        combine(total, make_input(r, count, dtype), out=total, casting="unsafe")
+    return total.astype(dtype)

@@ -12,7 +12,7 @@ from contextlib import contextmanager
 
 # The phases' names, in the order they run, with the link each one uses.
 LINKS = {"hb_reduce_scatter": "hb", "rail_exchange": "nic", "hb_allgather": "hb", "rail_allgather": "nic",
-         "hb_exchange": "hb", "pipelined": "hb+nic"}
+         "hb_exchange": "hb", "pipelined": "hb+nic", "allgather": "ring", "reduce_scatter": "ring"}
 
 
 @contextmanager

@@ -13,7 +13,7 @@ from hosts.rdma.mtu import DEFAULT_ROCE_MTU
 from hosts.spec.base import Spec
 from hosts.spec.peers import Member, Peer
 
-Op = Literal["allreduce", "allgather", "reduce_scatter", "broadcast", "alltoall"]
+Op = Literal["allreduce", "allgather", "reduce_scatter", "broadcast", "alltoall", "fsdp"]
 Recovery = Literal["abort", "shrink", "spare", "migrate"]
 
 

@@ -10,7 +10,7 @@ runs the schedule of hosts/collectives/pipeline.py: pieces of the buffer go thro
 other, while each link carries whatever pieces are ready.
 
 busbw factors follow nccl-tests: AllReduce 2(n-1)/n, AllGather / ReduceScatter / AlltoAll (n-1)/n,
-Broadcast 1. The bound busbw of an algorithm is the busbw it would reach running exactly at its
+Broadcast 1; FSDP's exchange (an AllGather and a ReduceScatter of the layer, S its size) 2(n-1)/n. The bound busbw of an algorithm is the busbw it would reach running exactly at its
 model time: busbw_bound = S * factor / T_model.
 """
 from __future__ import annotations
@@ -23,7 +23,7 @@ from hosts.collectives.pipeline import MAX_PIECES
 def bus_factor(op: str, n: int) -> float:
     if n <= 1:
         return 1.0
-    return {"allreduce": 2 * (n - 1) / n, "broadcast": 1.0}.get(op, (n - 1) / n)
+    return {"allreduce": 2 * (n - 1) / n, "fsdp": 2 * (n - 1) / n, "broadcast": 1.0}.get(op, (n - 1) / n)
 
 
 @dataclass(frozen=True)
@@ -96,6 +96,11 @@ def phases(op: str, algo: str, size: float, c: Cluster) -> list[Phase]:
     if op == "alltoall" and algo == "two-step":
         d = size / c.n
         return [hb("hb_exchange", y * (x - 1) * d), nic("rail_exchange", x * (y - 1) * d)]
+    if op == "fsdp":           # ring algorithms: the ring's slowest link bounds them (ring_rate)
+        link, one = ("hb" if y == 1 else "nic"), (c.n - 1) / c.n * size
+        # overlapped, both run from the start to about the end over a link that carries both
+        each = one if algo == "sequential" else 2 * one
+        return [Phase("allgather", link, each, c.ring_rate()), Phase("reduce_scatter", link, each, c.ring_rate())]
     return []
 
 

@@ -53,9 +53,10 @@ def check_paths(fabric, spec: dict) -> None:
         pairs = list(zip(ring, ring[1:] + ring[:1]))
     for a, b in pairs:
         if a.server != b.server and not fabric.nic_reachable(a, b):
-            hint = "hierarchical" if spec["op"] in ("allreduce", "allgather") else "two-step"
+            hint = {"allreduce": "hierarchical", "allgather": "hierarchical", "alltoall": "two-step"}.get(spec["op"])
             raise ScenarioError(f"{spec['op']}/{algo} needs a path between {a.name} and {b.name}, which a "
-                                f"{fabric.kind} fabric does not have; use algo {hint}")
+                                f"{fabric.kind} fabric does not have; "
+                                + (f"use algo {hint}" if hint else "no algorithm of this op avoids it"))
 
 
 def multicast_scope(fabric, spec: dict | None = None) -> str:

@@ -19,6 +19,11 @@ def stacked(spec, world, rank, count, dtype):
         return total if op == "allreduce" else total[lo:hi]
     if op == "allgather":
         return np.concatenate(inputs)
+    if op == "fsdp":
+        segs = algorithms.bounds(count, world)
+        total = np.sum(np.stack(inputs), axis=0).astype(dtype)
+        lo, hi = segs[rank]
+        return np.concatenate([np.concatenate([inputs[r][a:b] for r, (a, b) in enumerate(segs)]), total[lo:hi]])
     if op == "broadcast":
         return inputs[spec.get("root", 0)]
     m = count // world
@@ -29,7 +34,7 @@ def stacked(spec, world, rank, count, dtype):
 @pytest.mark.parametrize("world", [1, 3, 7, 64])
 @pytest.mark.parametrize("spec", [{"op": "allreduce"}, {"op": "allreduce", "reduce": "max"},
                                   {"op": "reduce_scatter"}, {"op": "allgather"}, {"op": "broadcast", "root": 0},
-                                  {"op": "alltoall"}])
+                                  {"op": "alltoall"}, {"op": "fsdp"}])
 def test_the_reference_equals_numpy_on_the_stacked_inputs(spec, world, dtype):
     count = world * 37 + 5 if spec["op"] != "alltoall" else world * 11
     for rank in {0, world // 2, world - 1}:

@@ -122,3 +122,19 @@ def test_the_piece_count_is_bounded_and_grows_with_the_size(size):
     k = pipeline_pieces("allreduce", size, C)
     assert 1 <= k <= MAX_PIECES
     assert pipeline_pieces("allreduce", 64 << 20, C) >= pipeline_pieces("allreduce", 1 << 20, C)
+
+
+@pytest.mark.parametrize("x,y", [(4, 2), (3, 1), (1, 5)])
+def test_fsdp_exchange_is_bound_like_an_allreduce_and_its_phases_add_up_in_sequence(x, y):
+    """A rank sends the same 2(n-1)/n of the layer either way: the bound of an AllReduce of the same size; in
+    sequence its two phases add up to it, overlapped each phase spans it."""
+    c = Cluster(x=x, y=y, c_s=625_000, c_f=5_625_000)
+    size = 4 * 2**20
+    want = time_model("allreduce", "ring", size, c)
+    for algo in ("sequential", "overlapped"):
+        assert time_model("fsdp", algo, size, c) == pytest.approx(want)
+    seq = phases("fsdp", "sequential", size, c)
+    assert [p.name for p in seq] == ["allgather", "reduce_scatter"]
+    assert sum(p.seconds for p in seq) == pytest.approx(want)
+    assert all(p.seconds == pytest.approx(want) for p in phases("fsdp", "overlapped", size, c))
+    assert {p.link for p in seq} == {"hb" if y == 1 else "nic"}
