@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from testbed import runner
+from testbed import runner, scenario
 from testbed.fabric.backends import image
 from testbed.fabric.backends.dockerhost import container_name, holder_name
 from testbed.fabric.network import Network
@@ -313,3 +313,19 @@ def test_a_users_own_image_runs_the_hosts_and_a_missing_one_is_named(client, tmp
                    for c in missing["checks"])
     finally:
         client.images.remove(tag, force=True)
+
+
+@root
+@pytest.mark.slow
+def test_concurrent_jobs_run_on_docker_hosts_exact_with_bytes_by_job(client, host_image, tmp_path):
+    """Two rings tiled on rail-aligned blocks of rail-only, each in its own containers: every job exact alone and
+    together, and the bytes by job add up to the port counters as on namespaces."""
+    doc = scenario.load(os.path.join(ROOT, "scenarios", "concurrent_tiling.yaml"), ["hosts=docker"])
+    r = runner.run(doc, str(tmp_path), echo=lambda *a: None)
+    assert r["ok"], [c for c in r["checks"] if not c["ok"]]
+    assert r["fabric"]["host_backend"] == "docker"
+    w, = r["workloads"]
+    assert sorted(j["job"] for j in w["jobs"]) == ["job-a", "job-b"] and all(j["ok"] for j in w["jobs"]), w["jobs"]
+    checks = [c["name"] for c in r["checks"]]
+    assert sum(c.endswith(": correct") for c in checks) == 4 and any(c.endswith("job bytes") for c in checks), checks
+    assert w["job_bytes_deviation"] <= 0.02, w["job_bytes_deviation"]
