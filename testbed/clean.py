@@ -135,20 +135,46 @@ def stale_containers(live: set[str], echo=print) -> int:
     return removed
 
 
-def clean_machines(state: dict, echo=print) -> int:
-    """What a run spread over machines left on them; a machine that cannot be reached is named."""
+def _on_machines(state: dict):
+    """(machine, its nodes' shell PIDs) for each machine a run was spread over."""
     from testbed.fabric import machines
-    placement, gone = state.get("placement", {}), 0
+    placement, tag = state.get("placement", {}), state.get("tag", "")
     pids = {**state.get("host_pids", {}), **state.get("switch_pids", {})}
-    tag = state.get("tag", "")
     for entry in state["machines"]:
         machine = machines.Machine.from_json(entry)
-        nodes = {n: pid for n, pid in pids.items() if placement.get(node_of(n, tag)) == machine.name}
+        yield machine, {n: pid for n, pid in pids.items() if placement.get(node_of(n, tag)) == machine.name}
+
+
+def clean_machines(state: dict, echo=print, close: bool = True) -> int:
+    """What a run spread over machines left on them; a machine that cannot be reached is named. close: end the
+    tag's shared ssh connection to each machine too (not while a run of the tag may use it)."""
+    from testbed.fabric import machines
+    gone = 0
+    for machine, nodes in _on_machines(state):
         try:
-            gone += machines.clean(machine, nodes, state.get("bridges", []))
+            gone += machines.clean(machine, nodes, state.get("bridges", []), PREFIX + state.get("tag", ""))
+            if close:           # a run killed where it could not be tied (no cgroup v2) left its connection
+                machine.close()
         except (machines.MachineError, subprocess.TimeoutExpired) as exc:
             echo(f"clean: machine {machine.name}: {exc}")
     return gone
+
+
+def left_on_machines(states: dict[str, dict], live: set[str]) -> list[str]:
+    """What clean_machines would remove from the machines of runs no longer alive, as MACHINE:OBJECT (read only);
+    a machine that cannot be reached is named as MACHINE:unreachable."""
+    from testbed.fabric import machines
+    found = []
+    for run_dir, state in states.items():
+        if run_dir in live or not state.get("machines"):
+            continue
+        for machine, nodes in _on_machines(state):
+            try:
+                found += [f"{machine.name}:{obj}" for obj in
+                          machines.left(machine, nodes, state.get("bridges", []), PREFIX + state.get("tag", ""))]
+            except (machines.MachineError, subprocess.TimeoutExpired):
+                found.append(f"{machine.name}:unreachable")
+    return found
 
 
 def clean(echo=print) -> dict:
@@ -201,7 +227,7 @@ def clean(echo=print) -> dict:
     # Runs spread over machines: what they left on each machine.
     for run_dir, state in states.items():
         if run_dir not in live and state.get("machines"):
-            removed["machines"] = removed.get("machines", 0) + clean_machines(state, echo)
+            removed["machines"] = removed.get("machines", 0) + clean_machines(state, echo, close=not live)
 
     for run_dir in left_run_dirs(states, live):
         shutil.rmtree(run_dir, ignore_errors=True)

@@ -134,4 +134,5 @@ def leftovers() -> dict[str, list[str]]:
     netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split("\n")
     found["namespaces"] = [line.split()[0] for line in netns if line.strip() and clean.mine(line.split()[0])]
     found["containers"] = sorted(c.name for c in clean.left_containers(live))
+    found["on machines"] = clean.left_on_machines(states, live)
     return {k: v for k, v in found.items() if v}

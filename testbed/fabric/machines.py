@@ -31,6 +31,7 @@ from mininet.nodelib import LinuxBridge
 
 from testbed import PREFIX, RUN_ROOT
 from testbed.fabric.backends.base import NamespaceHost
+from testbed.fabric.links import fabric_tag
 from testbed.fabric.placement import MACHINE_NAME
 
 VXLAN_PORT = 4789
@@ -60,21 +61,25 @@ class Machine:
         except OSError:
             raise MachineError(f"machine {self.name}: address {self.address!r} does not resolve") from None
 
-    def ssh(self, tty: bool = False) -> list[str]:
-        """The ssh command that runs one command line on the machine. One connection per machine, shared by
-        every node and process (ControlMaster): sshd's limits on new connections are not hit at bring-up."""
+    def ssh(self, tty: bool = False, share: bool = True) -> list[str]:
+        """The ssh command that runs one command line on the machine. One connection per machine and fabric tag,
+        shared by every node and process (ControlMaster): sshd's limits on new connections are not hit at
+        bring-up. The connection persists until close(); it starts with the first shared command, so a run
+        starts it from inside its cgroup and it dies with the run (testbed/fabric/lifeline.py). share=False
+        (the checks before a run is tied) uses the connection if there is one but does not start it."""
         os.makedirs(SSH_DIR, mode=0o700, exist_ok=True)
+        control = ["-o", "ControlMaster=auto", "-o", "ControlPersist=yes"] if share else ["-o", "ControlMaster=no"]
         return ["ssh", "-q", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "-o", "ServerAliveInterval=5",
-                "-o", "ServerAliveCountMax=3",
-                "-o", "ControlMaster=auto", "-o", f"ControlPath={SSH_DIR}/%C", "-o", "ControlPersist=yes",
+                "-o", "ServerAliveCountMax=3", *control, "-o", f"ControlPath={SSH_DIR}/{fabric_tag() or '-'}-%C",
                 *self.ssh_options, *(["-tt"] if tty else ["-T"]), f"{self.ssh_user}@{self.address}"]
 
     def as_root(self, argv: list[str]) -> list[str]:
         return argv if self.ssh_user == "root" else ["sudo", "-n", "-E", *argv]
 
-    def run(self, argv: list[str], check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess:
+    def run(self, argv: list[str], check: bool = True, timeout: float = 60,
+            share: bool = True) -> subprocess.CompletedProcess:
         """argv in the machine's root namespace; its output as text. check: MachineError if it fails."""
-        proc = subprocess.run(self.ssh() + [shlex.join(self.as_root(argv))], capture_output=True, text=True,
+        proc = subprocess.run(self.ssh(share=share) + [shlex.join(self.as_root(argv))], capture_output=True, text=True,
                               timeout=timeout, stdin=subprocess.DEVNULL)
         if check and proc.returncode != 0:
             why = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or [f"exit {proc.returncode}"]
@@ -128,9 +133,9 @@ def check(machine: Machine) -> dict:
              f"hosts package in {machine.pythonpath}'; "
              "[ -d /sys/module/openvswitch ] && echo DATAPATH kernel || echo DATAPATH user")
     try:
-        proc = subprocess.run(machine.ssh() + [f"PYTHONPATH={shlex.quote(machine.pythonpath)}; export PYTHONPATH; "
-                                               + probe],
-                              capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
+        command = f"PYTHONPATH={shlex.quote(machine.pythonpath)}; export PYTHONPATH; " + probe
+        proc = subprocess.run(machine.ssh(share=False) + [command], capture_output=True, text=True, timeout=30,
+                              stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
         raise MachineError(f"machine {machine.name}: no answer over ssh at {machine.address} in 30 s") from None
     if proc.returncode == 255:
@@ -143,28 +148,41 @@ def check(machine: Machine) -> dict:
     return {"datapath": datapath}
 
 
-def clean(machine: Machine, nodes: dict[str, int], bridges: list[str]) -> int:
+def clean(machine: Machine, nodes: dict[str, int], bridges: list[str], prefix: str = PREFIX) -> int:
     """What a finished or crashed run left on a machine: its nodes' shells (by PID, while their command line
-    still names the node), its bridges, and the testbed's devices in the root namespace (veth ends, VXLAN
-    devices, HB bridges). Returns how many objects went; MachineError if the machine cannot be reached."""
-    lines = [f"grep -qa 'mininet:{name}' /proc/{pid}/cmdline 2>/dev/null && kill -9 {pid} && echo GONE"
+    still names the node), its bridges, and the devices named with `prefix` (the run's fabric tag's) in the
+    root namespace (veth ends, VXLAN devices, HB bridges). Returns how many objects went; MachineError if the
+    machine cannot be reached."""
+    return len(_objects(machine, nodes, bridges, prefix, remove=True))
+
+
+def left(machine: Machine, nodes: dict[str, int], bridges: list[str], prefix: str = PREFIX) -> list[str]:
+    """What clean() would remove from the machine now, by name (node shells as NODE/PID); it removes nothing."""
+    return _objects(machine, nodes, bridges, prefix, remove=False)
+
+
+def _objects(machine: Machine, nodes: dict[str, int], bridges: list[str], prefix: str, remove: bool) -> list[str]:
+    """One ssh round that names each object of the run found on the machine, removing it first with remove."""
+    kill, del_br, del_dev = ("kill -9 {pid} && ", "ovs-vsctl --timeout=5 del-br {br} && ",
+                             'ip link del "$dev" 2>/dev/null && ') if remove else ("", "", "")
+    lines = [f"grep -qa 'mininet:{name}' /proc/{pid}/cmdline 2>/dev/null && {kill.format(pid=pid)}echo {name}/{pid}"
              for name, pid in nodes.items()]
-    lines += [f"ovs-vsctl --timeout=5 br-exists {br} 2>/dev/null && ovs-vsctl --timeout=5 del-br {br} && echo GONE"
-              for br in bridges if br.startswith(PREFIX)]
-    lines.append(f"for dev in $(ip -o link show | sed -n 's/^[0-9]*: \\({PREFIX}[^:@]*\\).*/\\1/p'); do "
-                 "ip link del \"$dev\" 2>/dev/null && echo GONE; done")
-    out = machine.run(["sh", "-c", "\n".join(lines) + "\ntrue"]).stdout
-    machine.close()
-    return out.split().count("GONE")
+    lines += [f"ovs-vsctl --timeout=5 br-exists {br} 2>/dev/null && {del_br.format(br=br)}echo {br}"
+              for br in bridges if br.startswith(prefix)]
+    # a veth's other end goes with it: the list is taken first, so a device already gone is not named
+    lines.append(f"for dev in $(ip -o link show | sed -n 's/^[0-9]*: \\({prefix}[^:@]*\\).*/\\1/p'); do "
+                 f"{del_dev}echo \"$dev\"; done")
+    # share=False: a connection left by the run is used, none is started (it would outlive this command)
+    return machine.run(["sh", "-c", "\n".join(lines) + "\ntrue"], share=False).stdout.split()
 
 
 def underlay_mtu(machine: Machine, peer: Machine) -> int:
     """The MTU of the machine's interface toward a peer: the largest frame a VXLAN packet may fill."""
-    route = machine.run(["ip", "-o", "route", "get", peer.ip]).stdout
+    route = machine.run(["ip", "-o", "route", "get", peer.ip], share=False).stdout
     dev = re.search(r"\bdev (\S+)", route)
     if not dev:
         raise MachineError(f"machine {machine.name}: no route to {peer.name} ({peer.ip})")
-    return int(machine.run(["cat", f"/sys/class/net/{dev[1]}/mtu"]).stdout.strip())
+    return int(machine.run(["cat", f"/sys/class/net/{dev[1]}/mtu"], share=False).stdout.strip())
 
 
 class ControllerTunnel:

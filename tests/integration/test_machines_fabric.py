@@ -73,7 +73,8 @@ def on_machines(entries) -> list[Machine]:
 
 def leftovers(entries) -> dict[str, list[str]]:
     """What of the testbed is on each machine: bridges, tb- devices, node shells (a count, last)."""
-    return {m.name: m.run(["sh", "-c", LEFTOVERS], check=False).stdout.split() for m in on_machines(entries)}
+    return {m.name: m.run(["sh", "-c", LEFTOVERS], check=False, share=False).stdout.split()
+            for m in on_machines(entries)}
 
 
 @pytest.fixture(scope="module")
@@ -176,3 +177,63 @@ def test_testbed_clean_removes_what_a_killed_run_left_on_every_machine(cluster, 
     removed = clean(echo=print)
     assert removed.get("machines", 0) > 0
     assert leftovers(cluster) == {name: ["0"] for name in NAMES}
+
+
+KILL_SCENARIO = {
+    "name": "killed-across-machines",
+    "fabric": {"kind": "rail-optimized", "servers": 2, "gpus_per_server": 2, "spines": 2, "nic_mbps": 5},
+    "workloads": [{"type": "collective", "op": "allreduce", "algo": "ring", "sizes": ["4MiB"], "iterations": 4}],
+    "capture": [{"point": "s1g1/nic", "filter": "udp port 4791", "max_packets": 100000}],
+}
+OBJECTS = "ovs-vsctl list-br; ip -o link show | sed -n 's/^[0-9]*: \\(tb-[^:@]*\\).*/\\1/p'"      # by name
+NODE_PROCESSES = "ps -eo args | grep -v grep | grep -c -e '^bash.*mininet:' -e 'hosts\\.agents' -e tcpdump"
+
+
+def ours_here(tag: str) -> list[str]:
+    """Processes on this machine that belong to a run of this fabric tag across machines: its ssh connections
+    (their ControlPath names the tag) and the commands they carry."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                line = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if f"/ssh/{tag}-" in line or "ControlPath" in line and f"/{tag}-%C" in line:
+            found.append(f"{pid} {line[:80]}")
+    return found
+
+
+def test_a_run_across_machines_killed_at_any_point_leaves_no_process_here_or_there(cluster, tmp_path):
+    """SIGKILL of `testbed run` at seeded points from bring-up to the collective: no process of the run outlives
+    it on this machine (the shared ssh connections die with its cgroup) or on the machines (their node shells end
+    with the connections); `testbed status` names the bridges and devices left on the machines, `testbed clean`
+    removes exactly them, and the next run passes."""
+    import random
+    tag = os.environ.get("TESTBED_FABRIC_TAG", "")
+    path = tmp_path / "killed.json"
+    path.write_text(json.dumps({**KILL_SCENARIO, "machines": cluster}))
+    env = {**os.environ, "PYTHONPATH": PROJECT_ROOT}
+    cli = [sys.executable, "-m", "testbed.cli"]
+    for k, after_s in enumerate(sorted(random.Random(47).uniform(3, 25) for _ in range(3))):
+        proc = subprocess.Popen([*cli, "run", str(path), "--out", str(tmp_path / f"run{k}"), "-q"], cwd=PROJECT_ROOT,
+                                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(after_s)
+        proc.kill()
+        proc.wait()
+        time.sleep(2)
+        assert not ours_here(tag), (after_s, ours_here(tag))
+        for m in on_machines(cluster):
+            running = m.run(["sh", "-c", NODE_PROCESSES], check=False, share=False).stdout.split()
+            assert running == ["0"], (after_s, m.name, running)
+        status = subprocess.run([*cli, "status", "--json"], cwd=PROJECT_ROOT, env=env, capture_output=True,
+                                text=True, timeout=120)
+        named = json.loads(status.stdout)["leftovers"].get("on machines", [])
+        left = [f"{m.name}:{obj}" for m in on_machines(cluster)
+                for obj in m.run(["sh", "-c", OBJECTS], share=False).stdout.split()]
+        assert sorted(named) == sorted(left), (after_s, named, left)
+        clean(echo=print)
+        assert leftovers(cluster) == {name: ["0"] for name in NAMES}, after_s
+    after = runner.run(validate({**copy.deepcopy(KILL_SCENARIO), "machines": cluster}), str(tmp_path / "after"),
+                       echo=lambda *a: None)
+    assert after["ok"], [c for c in after["checks"] if not c["ok"]]
