@@ -1,5 +1,7 @@
 """`testbed clean` and link delay: a crashed run's delay process is found by its recorded PID and command line,
 and a live run's delay devices in the root namespace are kept."""
+import time
+
 from testbed import clean
 
 
@@ -17,8 +19,13 @@ def test_the_marker_is_in_the_daemons_command_lines():
         assert f'Daemon("{module}"' in inspect.getsource(user)
         daemon = Daemon(module)
         try:
-            with open(f"/proc/{daemon.pid}/cmdline") as f:
-                argv = f.read().split("\0")
+            deadline = time.monotonic() + 10
+            while True:             # until the child has exec'd (before that, its command line is ours)
+                with open(f"/proc/{daemon.pid}/cmdline") as f:
+                    argv = f.read().split("\0")
+                if argv[1:3] == ["-m", module] or time.monotonic() > deadline:
+                    break
+                time.sleep(0.02)
         finally:
             daemon.end()
         assert argv[1:3] == ["-m", module]
