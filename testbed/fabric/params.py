@@ -32,6 +32,9 @@ MAX_DELAY_US = 10_000_000               # a link's one-way delay: 10 s at most
 MAX_QUEUE_KB = 1 << 20                  # a queue: 1 GiB at most
 MAX_TIME_SCALE = 1e9
 TIERS = ("nic", "uplink", "hb")         # what fabric.delay_us and fabric.queue_kb may give per tier
+SITE_KEYS = ("kind", "servers", "spines", "oversubscription", "cpu_hosts", "delay_us", "queue_kb", "ecn", "pfc",
+             "links", "ideal_uplinks")      # what a site may set for itself (fabric.sites)
+SITE_NAME = "^[a-z][a-z0-9]{0,2}$"     # short: a switch's port device, tb- + tag + site + spine0-p12, fits IFNAMSIZ
 
 
 class TopologyError(ValueError):
@@ -160,6 +163,24 @@ class FabricParams:
                     "E.g. nic_mbps: 400000, delay_us: 2, time_scale: 40000 runs 10 Mbit/s NICs with 80 ms per "
                     "hop. The derived figures are printed and kept in results.json.",
         result="K: rates divided and delays multiplied by it.")
+    sites: dict | None = _param(
+        None, check="sites", help="sites, JSON: {NAME: {kind, servers, ...}}, each a fabric of its own",
+        description="Sites, each a fabric of its own joined to the others by `wan` links: a map of site name "
+                    "(1-3 lowercase letters or digits, a letter first) to the site's keys, which override this "
+                    f"section's for that site: {', '.join(SITE_KEYS)}. gpus_per_server, the rates, the MTU and "
+                    "time_scale are the whole fabric's; servers and cpu_hosts become the sites' totals. Servers "
+                    "are numbered on across sites (s0g0, ...), switches take their site's name first (euspine0). "
+                    "Default: one site, no WAN (docs/sites.md).",
+        result="The sites as given: name -> the site's keys (null: one site).")
+    wan: list | None = _param(
+        None, check="wan", help="WAN links between sites, JSON: [{a: SITE[:SWITCH], b: ..., mbps, delay_us, loss, "
+                                "queue_kb}]",
+        description="Links between sites' gateway switches: a list of {a, b, mbps, delay_us, loss, queue_kb}. a "
+                    "and b are SITE:SWITCH (a switch of that site, e.g. eu:spine1, us:fe0) or SITE (its spine0, "
+                    "else its fe0); mbps is the rate (required), delay_us the one-way delay (default 0), loss the "
+                    "share of frames dropped in each direction, in [0, 1) (default 0), queue_kb each end's "
+                    "queue (default: the rate's, as any link). Rates and delays are scaled by time_scale.",
+        result="The WAN links as given (null: none).")
 
     def __post_init__(self):
         try:
@@ -182,6 +203,10 @@ class FabricParams:
             values[f.name] = value
             object.__setattr__(self, f.name, value)
         object.__setattr__(self, "_given", {k: given[k] for k in SCALED} if scale != 1 else {})
+        object.__setattr__(self, "_sites", {})
+        if self.sites:
+            from testbed.fabric import sites        # sites.py builds on FabricParams
+            sites.resolve(self)
 
     def tier_value(self, name: str, tier: str, default=None):
         """delay_us or queue_kb for a link of this tier (nic, uplink, hb; another: the default)."""
@@ -239,7 +264,7 @@ class FabricParams:
         return lines
 
 
-SCALED = ("nic_mbps", "hb_mbps", "delay_us", "links")       # what time_scale changes
+SCALED = ("nic_mbps", "hb_mbps", "delay_us", "links", "wan")       # what time_scale changes
 
 
 def _shown(value) -> str:
@@ -259,6 +284,9 @@ def _scaled(check: str, value, k: float):
     if check == "delay":
         return {t: v * k if number(v) else v for t, v in value.items()} if isinstance(value, dict) \
             else value * k if number(value) else value
+    if check == "wan" and isinstance(value, list):
+        return [{key: v / k if key == "mbps" and number(v) else v * k if key == "delay_us" and number(v) else v
+                 for key, v in w.items()} if isinstance(w, dict) else w for w in value]
     if check == "links" and isinstance(value, dict):
         return {name: {key: v / k if key == "mbps" and number(v) else v * k if key == "delay_us" and number(v) else v
                        for key, v in o.items()} if isinstance(o, dict) else o for name, o in value.items()}
@@ -279,6 +307,9 @@ def _checked(name: str, p: Param, value, values: dict):
         return _checked_ecn(value)
     if p.check == "pfc":
         return _checked_pfc(value)
+    if p.check in ("sites", "wan"):
+        from testbed.fabric import sites
+        return sites.checked_sites(value) if p.check == "sites" else sites.checked_wan(value)
     if p.check == "flag":
         if not isinstance(value, bool):
             raise TopologyError(f"{name} must be true or false, got {value!r}")
@@ -456,6 +487,27 @@ def _schema_of(f: dataclasses.Field, p: Param) -> dict:
         out = _ecn_schema()
     elif p.check == "pfc":
         out = _pfc_schema()
+    elif p.check == "sites":
+        site = {"type": "object", "additionalProperties": False,
+                "properties": {f2.name: _schema_of(f2, p2) for f2, p2 in fields() if f2.name in SITE_KEYS}
+                | {"kind": {"enum": list(kinds.NAMES), "description": "The site's design. Default: the "
+                                                                       "fabric section's."}}}
+        for key in ("servers", "cpu_hosts"):
+            site["properties"][key].pop("default", None)        # the fabric section's, unless the site gives it
+        out = {"type": "object", "minProperties": 2, "additionalProperties": False,
+               "patternProperties": {SITE_NAME: site}}
+    elif p.check == "wan":
+        end = {"type": "string", "pattern": f"{SITE_NAME[:-1]}(:[a-z0-9]+)?$",
+               "description": "SITE:SWITCH, or SITE (its spine0, else its fe0)."}
+        out = {"type": "array", "items": {
+            "type": "object", "additionalProperties": False, "required": ["a", "b", "mbps"],
+            "properties": {"a": end, "b": end,
+                           "mbps": NUMBERS["rate"] | {"description": "The link's rate in Mbit/s, both ways."},
+                           "delay_us": NUMBERS["delay"] | {"description": "One-way delay in us. Default: 0."},
+                           "loss": {"type": "number", "minimum": 0, "exclusiveMaximum": 1,
+                                    "description": "Share of frames lost each way, in [0, 1). Default: 0."},
+                           "queue_kb": NUMBERS["queue"] | {"description": "Each end's queue in KiB. Default: "
+                                                                          "the rate's, as any link."}}}}
     elif p.check == "flag":
         out = {"type": "boolean"}
     elif p.check == "count":
@@ -494,7 +546,8 @@ def results_schema() -> tuple[dict, list[str]]:
 RESULT_TYPES = {"count": {"type": "integer", "minimum": 0}, "flag": {"type": "boolean"},
                 "delay": {"type": ["number", "object"]}, "queue": {"type": ["number", "object", "null"]},
                 "links": {"type": ["object", "null"]}, "ecn": {"type": ["object", "null"]},
-                "pfc": {"type": ["object", "null"]}}
+                "pfc": {"type": ["object", "null"]}, "sites": {"type": ["object", "null"]},
+                "wan": {"type": ["array", "null"]}}
 
 
 def add_flags(parser) -> None:
@@ -523,7 +576,7 @@ def _flag(text: str) -> bool:
 
 
 FLAG_TYPES = {"count": int, "delay": _tiers_flag, "queue": _tiers_flag, "links": json.loads, "ecn": json.loads,
-              "pfc": json.loads, "flag": _flag}
+              "pfc": json.loads, "flag": _flag, "sites": json.loads, "wan": json.loads}
 
 
 def given(args) -> dict:

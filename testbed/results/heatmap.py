@@ -50,7 +50,7 @@ def rows(fabric) -> list[Row]:
         group = switch if tier == "nic" else tier
         out.append(Row(f"{l.a}-{l.b}", f"{switch}:{end[1]}", l.mbps, tier, group, l.standby))
     leaves = [s.name for s in fabric.sdn_switches() if s.kind in ("rail", "tor")]
-    order = {"nic": 0, "cpu": 1, "uplink": 2, "frontend": 3}
+    order = {"nic": 0, "cpu": 1, "uplink": 2, "frontend": 3, "wan": 4}
 
     def key(r: Row):
         switch, port = r.port.split(":")
