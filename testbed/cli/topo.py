@@ -38,12 +38,8 @@ def cmd_topo(args) -> int:
     for sw in fabric.switches.values():
         ports = [l for l in fabric.links if sw.name in (l.a, l.b)]
         print(f"  {sw.name:<8} {sw.kind:<8} {len(ports):>3} ports")
-    for site, p in sites.site_params(fabric.params).items():
-        hosts = sites.hosts_by_site(fabric)[site]
-        print(f"site {site}: {p.kind}, {p.servers} servers x {p.gpus_per_server} GPUs, hosts {hosts[0]}..{hosts[-1]}")
-    for l in fabric.wan_links():
-        print(f"WAN {l.name}: {l.mbps:g} Mbit/s, {l.delay_us:g} us one way, loss {l.loss:g}, "
-              f"queue {l.queue_bytes // 1024} KiB")
+    for line in sites.describe(fabric):
+        print(line)
     if spread:
         print(f"placed by rails on {len(spread.machines)} machines:")
         print("\n".join(spread.describe(fabric)))

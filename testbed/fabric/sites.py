@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from testbed.fabric.params import FabricParams, TopologyError, Wan, wan_links
 
-__all__ = ["Wan", "wan_links", "switch_name", "site_params", "gateway", "site_of", "hosts_by_site"]
+__all__ = ["Wan", "wan_links", "switch_name", "site_params", "gateway", "site_of", "hosts_by_site", "describe"]
 
 DPID_STEP = 0x1000          # site n's switches: their one-site datapath id + n x DPID_STEP (n from 1)
 
@@ -62,3 +62,17 @@ def hosts_by_site(fabric) -> dict[str, list[str]]:
             out[host.site].append(host.name)
     return out
 
+
+
+def describe(fabric) -> list[str]:
+    """One line per site and per WAN link, for `testbed topo`, the dry run and the run's notes (none without
+    sites)."""
+    lines = []
+    for site, p in site_params(fabric.params).items():
+        hosts = hosts_by_site(fabric)[site]
+        lines.append(f"site {site}: {p.kind}, {p.servers} servers x {p.gpus_per_server} GPUs, hosts "
+                     f"{hosts[0]}..{hosts[-1]}")
+    for l in fabric.wan_links():
+        lines.append(f"WAN {l.name}: {l.mbps:g} Mbit/s, {l.delay_us:g} us one way, loss {l.loss:g}, "
+                     f"queue {l.queue_bytes // 1024} KiB")
+    return lines
