@@ -148,3 +148,13 @@ def test_a_rail_only_site_without_a_front_end_needs_a_named_gateway():
     f = build("rail-only", 1, 2, sites={"eu": {}, "us": {"kind": "clos"}},
               wan=[{"a": "eu:rail1", "b": "us", "mbps": 5}])
     assert [l.name for l in f.wan_links()] == ["eurail1-usspine0"]
+
+
+def test_the_heatmap_and_captures_reach_the_wan_link():
+    from testbed.monitor.capture import interface
+    from testbed.results.heatmap import rows
+    f = two_sites()
+    (wan,) = f.wan_links()
+    last = rows(f)[-1]
+    assert (last.link, last.port, last.tier, last.mbps) == ("euspine0-usspine0", f"euspine0:{wan.a_port}", "wan", 20.0)
+    assert interface(f, f"usspine0:{wan.b_port}")[1].endswith(f"usspine0-p{wan.b_port}")
