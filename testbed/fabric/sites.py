@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from testbed.fabric.params import FabricParams, TopologyError, Wan, wan_links
 
-__all__ = ["Wan", "wan_links", "switch_name", "site_params", "gateway", "site_of", "hosts_by_site", "describe"]
+__all__ = ["Wan", "wan_links", "switch_name", "site_params", "gateway", "site_of", "hosts_by_site", "describe", "apart"]
 
 DPID_STEP = 0x1000          # site n's switches: their one-site datapath id + n x DPID_STEP (n from 1)
 
@@ -76,3 +76,19 @@ def describe(fabric) -> list[str]:
         lines.append(f"WAN {l.name}: {l.mbps:g} Mbit/s, {l.delay_us:g} us one way, loss {l.loss:g}, "
                      f"queue {l.queue_bytes // 1024} KiB")
     return lines
+
+
+def apart(fabric, cut) -> list[list[str]]:
+    """The groups of sites that can still reach each other once these links are cut, when there are two or more
+    (the WAN split); [] when every site still reaches every other, or on a fabric without sites."""
+    names = list(fabric.params.sites or {})
+    if not names:
+        return []
+    joined = {n: {n} for n in names}
+    for l in fabric.wan_links():
+        if l not in cut:
+            group = joined[site_of(fabric, l.a)] | joined[site_of(fabric, l.b)]
+            for n in group:
+                joined[n] = group
+    groups = {tuple(sorted(g, key=names.index)) for g in joined.values()}
+    return [list(g) for g in sorted(groups, key=lambda g: names.index(g[0]))] if len(groups) > 1 else []

@@ -158,3 +158,18 @@ def test_the_heatmap_and_captures_reach_the_wan_link():
     last = rows(f)[-1]
     assert (last.link, last.port, last.tier, last.mbps) == ("euspine0-usspine0", f"euspine0:{wan.a_port}", "wan", 20.0)
     assert interface(f, f"usspine0:{wan.b_port}")[1].endswith(f"usspine0-p{wan.b_port}")
+
+
+def test_a_cut_that_splits_the_sites_says_which_are_apart():
+    from testbed.faults import REGISTRY
+    f = build("clos", 1, 2, sites={"a": {}, "b": {}, "c": {}}, wan=[{"a": "a", "b": "b", "mbps": 5},
+                                                                   {"a": "b", "b": "c", "mbps": 5}])
+    assert sites.apart(f, resolve(f, "bspine0-cspine0")) == [["a", "b"], ["c"]]
+    assert sites.apart(f, resolve(f, "site:b")) == [["a"], ["b"], ["c"]]
+    assert sites.apart(f, resolve(f, "ator0-aspine0")) == [] and sites.apart(build("clos", 2, 2), []) == []
+    kind = REGISTRY["link-down"]
+    record = {"kind": "link-down", "target": "bspine0-cspine0", "at_s": 1.0, "detected_s": 1.01,
+              "installed_s": 1.02, "restored_s": 3.0}
+    kind.outcome(record, [], 0.0, f)
+    assert record["sites_apart"] == [["a", "b"], ["c"]]
+    assert "sites apart until restored: a, b | c" in kind.describe(record)
