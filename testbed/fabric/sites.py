@@ -54,11 +54,12 @@ def site_of(fabric, node: str) -> str | None:
     return found.site
 
 
-def hosts_by_site(fabric) -> dict[str, list[str]]:
-    """Each site's hosts (GPU and CPU), in fabric order; empty on a fabric without sites."""
+def hosts_by_site(fabric, kind: str | None = None) -> dict[str, list[str]]:
+    """Each site's hosts in fabric order (of this kind only, if given: "gpu", "cpu"); empty on a fabric without
+    sites."""
     out: dict[str, list[str]] = {name: [] for name in fabric.params.sites or {}}
     for host in fabric.hosts.values():
-        if host.site is not None:
+        if host.site is not None and kind in (None, host.kind):
             out[host.site].append(host.name)
     return out
 

@@ -34,6 +34,13 @@ def test_servers_are_numbered_on_across_sites_and_switches_carry_their_site():
     assert not overlong_names(f)
 
 
+def test_a_sites_gpu_hosts_leave_its_cpu_hosts_out():
+    f = build("clos", 1, 2, cpu_hosts=1, sites={"eu": {}, "us": {}}, wan=[{"a": "eu", "b": "us", "mbps": 5}])
+    assert sites.hosts_by_site(f) == {"eu": ["s0g0", "s0g1", "cpu0"], "us": ["s1g0", "s1g1", "cpu1"]}
+    assert sites.hosts_by_site(f, "gpu") == {"eu": ["s0g0", "s0g1"], "us": ["s1g0", "s1g1"]}
+    assert f.site_of("cpu1") == "us" and f.hosts["cpu1"].ip == "10.11.250.2"
+
+
 def test_a_fabric_without_sites_maps_no_host_to_a_site():
     f = build("clos", 2, 2)
     assert f.site_of("s0g0") is None and sites.hosts_by_site(f) == {} and f.wan_links() == []
