@@ -5,7 +5,9 @@ destination host it yields the equal-cost output ports; the app turns one port i
 action (`single`) and several into a select group (`ecmp`).
 
 Front-end switches never carry GPU-to-GPU traffic: on rail-only fabrics that keeps rails apart,
-as the fabric has no spine between them.
+as the fabric has no spine between them. With sites, a front-end switch that is a WAN gateway carries GPU
+traffic to and from other sites: a front-end switch of another site than the destination's is transit, and
+the destination site's own passes on only what comes over a WAN link (links of kind "wan").
 """
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ class Topology:
         self.down: set[tuple[str, int]] = {(l[end], l[f"{end}_port"]) for l in self.links if l.get("down")
                                            for end in ("a", "b") if l[end] in self.switches}
         self.adj: dict[str, list[tuple[str, int]]] = {}
+        self.wan_ports = {(l[end], l[f"{end}_port"]) for l in self.links if l.get("kind") == "wan" for end in "ab"}
         self.host_port: dict[str, tuple[str, int]] = {}
         self._index()
 
@@ -59,7 +62,8 @@ class Topology:
         return None
 
     def _is_transit(self, switch: str, dst: dict) -> bool:
-        return dst["kind"] != "gpu" or self.switches[switch]["kind"] != "frontend"
+        sw = self.switches[switch]
+        return dst["kind"] != "gpu" or sw["kind"] != "frontend" or sw.get("site") != dst.get("site")
 
     def distances(self, dst: dict) -> dict[str, int]:
         """Hop distance from every switch that can reach dst (BFS from its edge switch)."""
@@ -68,9 +72,10 @@ class Topology:
         queue = deque([edge])
         while queue:
             here = queue.popleft()
-            if here != edge and not self._is_transit(here, dst):
-                continue   # reachable from here, but do not route onward through it
-            for nbr, _ in self.adj[here]:
+            transit = here == edge or self._is_transit(here, dst)
+            for nbr, port in self.adj[here]:
+                if not transit and (here, port) not in self.wan_ports:
+                    continue   # reachable from here, but routed onward through it only from the WAN
                 if nbr not in dist:
                     dist[nbr] = dist[here] + 1
                     queue.append(nbr)
@@ -85,8 +90,8 @@ class Topology:
         for sw, d in dist.items():
             if sw == edge:
                 continue
-            ports = sorted(port for nbr, port in self.adj[sw]
-                           if dist.get(nbr) == d - 1 and (nbr == edge or self._is_transit(nbr, dst)))
+            ports = sorted(port for nbr, port in self.adj[sw] if dist.get(nbr) == d - 1 and
+                           (nbr == edge or self._is_transit(nbr, dst) or (sw, port) in self.wan_ports))
             if ports:
                 hops[sw] = ports
         return hops

@@ -13,7 +13,7 @@ import signal
 import time
 
 from testbed import __version__
-from testbed.fabric import ovs, topo
+from testbed.fabric import ovs, sites, topo
 from testbed.fabric.links import roce_mtus
 from testbed.fabric.machines import machines_from
 from testbed.fabric.params import FabricParams, ignored_params
@@ -165,7 +165,7 @@ def _bring_up(net: Network, results: dict, report) -> None:
     report.stage("bring-up")
     report.note(f"bringing up {fabric.kind}: {fabric.params.servers} servers x {fabric.params.gpus_per_server} GPUs, "
          f"{len(fabric.switches)} switches, routing {f['routing']}, hosts {f['host_backend']}")
-    for line in fabric.params.time_scaling():
+    for line in fabric.params.time_scaling() + sites.describe(fabric):
         report.note(line)
     if net.placement:
         report.note(f"spread over {len(net.machines)} machines: " + "; ".join(net.placement.describe(fabric)))

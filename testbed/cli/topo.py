@@ -5,7 +5,7 @@ import json
 import sys
 
 from testbed.cli.errors import UsageError
-from testbed.fabric import params, placement, topo
+from testbed.fabric import params, placement, sites, topo
 
 
 def cmd_topo(args) -> int:
@@ -38,6 +38,8 @@ def cmd_topo(args) -> int:
     for sw in fabric.switches.values():
         ports = [l for l in fabric.links if sw.name in (l.a, l.b)]
         print(f"  {sw.name:<8} {sw.kind:<8} {len(ports):>3} ports")
+    for line in sites.describe(fabric):
+        print(line)
     if spread:
         print(f"placed by rails on {len(spread.machines)} machines:")
         print("\n".join(spread.describe(fabric)))

@@ -81,6 +81,7 @@ def _settings(spec: dict, leave=("type", "name")) -> str:
 def plan(doc: dict, fabric) -> list[str]:
     """What a run of this (valid) scenario would bring up and run, a line each."""
     from testbed import runner
+    from testbed.fabric import sites
     p, c = fabric.params, fabric.counts()
     spares = f", {p.spares_per_server} spare GPU(s) per server" if p.spares_per_server else ""
     spares += f", {p.spare_servers} spare server(s)" if p.spare_servers else ""
@@ -90,6 +91,7 @@ def plan(doc: dict, fabric) -> list[str]:
              f"{c['links']} links; NIC {p.nic_mbps:g} Mbit/s, HB {p.hb_mbps:g} Mbit/s",
              f"route {routing.get('mode', 'ecmp')}, data-plane failover "
              f"{'on' if routing.get('failover', True) else 'off'}; hosts: {doc.get('hosts', 'netns')}"]
+    lines[1:1] = ["  " + line for line in sites.describe(fabric)]
     for i, spec in enumerate(doc["workloads"]):
         label = spec.get("name", f"{spec['type']}#{i}")         # as the runner names it
         lines.append(f"workload {i + 1}: {label} ({spec['type']}) {_settings(spec)}")

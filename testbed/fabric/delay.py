@@ -63,13 +63,15 @@ class End:
 
 @dataclass(frozen=True)
 class LinkDelay:
-    """A delay on a link: delay_us one way in each direction (delay_us_ba, if given, from b to a).
+    """A delay on a link: delay_us one way in each direction (delay_us_ba, if given, from b to a), and loss, the
+    share of frames each direction loses (netem's random loss, or the delay process dropping them on arrival).
     key names the link's helper devices: unique among the fabric's delayed links, 1-7 of [a-z0-9]."""
     key: str
     a: End
     b: End
     delay_us: float
     delay_us_ba: float | None = None
+    loss: float = 0.0           # share of frames lost, each direction
 
     def directions(self):
         """(side, sending end, one-way delay in us) of each direction."""
@@ -83,6 +85,8 @@ def problems(link: LinkDelay) -> list[str]:
     key = link.key
     if not re.fullmatch(f"[a-z0-9]{{1,{delayline.KEY_MAX}}}", key):
         found.append(f"key {key!r}: 1-{delayline.KEY_MAX} lowercase letters or digits")
+    if not isinstance(link.loss, (int, float)) or not 0 <= link.loss < 1:
+        found.append(f"loss {link.loss!r}: a share of frames in [0, 1)")
     for side, end, us in link.directions():
         if not isinstance(us, (int, float)) or not 0 <= us <= DELAY_MAX_US:
             found.append(f"delay {us!r} us from {side}: a number of microseconds, 0-{DELAY_MAX_US}")
@@ -184,19 +188,19 @@ class Delays:
         try:
             for side, end, us in link.directions():
                 if self.path == "netem":
-                    run(netem.apply(end.dev, us, end.mbps, end.mtu, end.queue_bytes), end.netns)
+                    run(netem.apply(end.dev, us, end.mbps, end.mtu, end.queue_bytes, link.loss), end.netns)
                 else:
-                    self._line_on(link.key, side, end, us, made)
+                    self._line_on(link.key, side, end, us, made, link.loss)
                 made[side] = True
         except BaseException:
             self.remove(link.key)
             raise
 
-    def _line_on(self, key: str, side: str, end: End, us: float, made: dict) -> None:
+    def _line_on(self, key: str, side: str, end: End, us: float, made: dict, loss: float = 0.0) -> None:
         made[side + "_clsact"] = not has_clsact(end)
         run(delayline.setup(end.dev, key, side, end.mbps, end.mtu, end.queue_bytes), end.netns)
         self.ask(op="add", line=key + side, netns=end.netns, rx=delayline.helpers(key, side)[1], tx=end.dev,
-                 delay_ns=int(us * 1000))
+                 delay_ns=int(us * 1000), **({"loss": loss} if loss else {}))
         if made[side + "_clsact"]:
             run([f"tc qdisc add dev {end.dev} clsact"], end.netns)
         delayline.attach_divert(end.dev, delayline.helpers(key, side)[0], end.netns)
@@ -224,7 +228,7 @@ class Delays:
         return {"delay_pids": [self.proc.pid] if self.proc else [], "delay_devices": devices}
 
     def stats(self) -> dict:
-        """Frames forwarded and dropped per line ("KEY" + side) of the delay process."""
+        """Frames forwarded, dropped and lost per line ("KEY" + side) of the delay process."""
         return self.ask(op="stats")["lines"] if self.proc else {}
 
     def close(self) -> None:

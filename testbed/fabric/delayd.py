@@ -10,9 +10,10 @@ never polls. Arrival times are the kernel's receive timestamps, so a late wake-u
 delay.
 
 Commands, one JSON object per line on stdin, each answered by one JSON line on stdout:
-  {"op": "add", "line": ID, "netns": PATH|null, "rx": HELPER, "tx": END, "delay_ns": N}
+  {"op": "add", "line": ID, "netns": PATH|null, "rx": HELPER, "tx": END, "delay_ns": N, "loss": P}
+                                    loss (optional): the share of frames dropped at random on arrival
   {"op": "remove", "line": ID}      frames still held are sent at once
-  {"op": "stats"}                   frames forwarded and dropped per line
+  {"op": "stats"}                   frames forwarded, dropped (queue full) and lost (loss) per line
 The process exits when stdin closes (its owner is gone) or on SIGTERM.
 """
 from __future__ import annotations
@@ -20,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import select
 import signal
 import socket
@@ -44,9 +46,9 @@ RCVBUF = 8 << 20
 class Line:
     """One direction of one link: the helper device frames are diverted to, and the end they leave from."""
 
-    def __init__(self, name: str, netns_path: str | None, rx: str, tx: str, delay_ns: int):
-        self.name, self.delay_ns = name, delay_ns
-        self.forwarded = self.send_errors = 0
+    def __init__(self, name: str, netns_path: str | None, rx: str, tx: str, delay_ns: int, loss: float = 0.0):
+        self.name, self.delay_ns, self.loss = name, delay_ns, loss
+        self.forwarded = self.send_errors = self.lost = 0
         with netns(netns_path):
             self.rx = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
             self.tx = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)   # protocol 0: sends only
@@ -114,7 +116,10 @@ class DelayProcess:
             if op == "add":
                 if name in self.by_name:
                     raise ValueError(f"line {name} exists")
-                line = Line(name, cmd.get("netns"), cmd["rx"], cmd["tx"], int(cmd["delay_ns"]))
+                loss = float(cmd.get("loss", 0))
+                if not 0 <= loss < 1:
+                    raise ValueError(f"loss {loss} is not in [0, 1)")
+                line = Line(name, cmd.get("netns"), cmd["rx"], cmd["tx"], int(cmd["delay_ns"]), loss)
                 self.lines[line.rx.fileno()] = self.by_name[name] = line
                 self.epoll.register(line.rx.fileno(), select.EPOLLIN)
             elif op == "remove":
@@ -125,7 +130,7 @@ class DelayProcess:
                     self.epoll.unregister(line.rx.fileno())
                 line.close()
             elif op == "stats":
-                self.reply(ok=True, lines={n: {"forwarded": l.forwarded, "send_errors": l.send_errors,
+                self.reply(ok=True, lines={n: {"forwarded": l.forwarded, "send_errors": l.send_errors, "lost": l.lost,
                                                "dropped": self.queue.dropped.get(l, 0)}
                                            for n, l in self.by_name.items()})
                 return
@@ -157,6 +162,9 @@ class DelayProcess:
         except OSError:         # its device is gone (a host's namespace went away): the other lines go on
             self.epoll.unregister(line.rx.fileno())
             del self.lines[line.rx.fileno()]
+            return
+        if line.loss and random.random() < line.loss:       # lost on the way: a WAN link's loss rate
+            line.lost += 1
             return
         now = time.monotonic_ns()
         arrival = arrival_ns(anc, now, time.time_ns() - now)

@@ -31,12 +31,13 @@ class Link:
     mbps: float
     a_port: int            # switch port number, or host interface index (0 = eth0)
     b_port: int
-    kind: str              # nic | hb | uplink | frontend
+    kind: str              # nic | hb | uplink | frontend | wan
     standby: bool = False  # cabled but disabled at bring-up: a spare's NIC
     mtu: int = NIC_MTU
     shaped: bool = True    # tbf at both ends; False (front-end links, ideal_uplinks): no rate limit
     queue_bytes: int | None = None     # each shaped end's queue (tbf limit)
     delay_us: float = 0.0  # one-way propagation delay, each direction once
+    loss: float = 0.0      # share of frames lost in each direction (WAN links)
 
     @property
     def name(self) -> str:
@@ -116,7 +117,7 @@ def ofport(fabric, node: str, port: int) -> int | None:
 
 def is_patch(fabric, link) -> bool:
     """Whether the model makes this link an OVS patch port: an unshaped switch-to-switch link without delay."""
-    return not link.shaped and not link.delay_us
+    return not link.shaped and not link.delay_us and not link.loss
 
 
 def roce_mtus(fabric) -> dict[str, int]:
@@ -191,15 +192,16 @@ def shape(dev: str, link: Link, gate_limit: int | None = None) -> list[str]:
 
 def worst_queueing_delay(fabric) -> float:
     """Seconds a packet can wait on the longest path, and its acknowledgement come back: full queues at the
-    host NIC out, two shaped uplink hops where there are spines, and the switch port into the destination
-    host, plus the round trip's propagation delays. Transport timers must outlast it, or they retransmit
-    packets that are only queued or on the wire."""
+    host NIC out, two shaped uplink hops where there are spines, a WAN link between sites, and the switch
+    port into the destination host, plus the round trip's propagation delays. Transport timers must outlast
+    it, or they retransmit packets that are only queued or on the wire."""
     def worst(kind: str) -> tuple[float, float]:
         found = [(2 * l.queue_bytes * 8 / (l.mbps * 1e6) if l.shaped else 0.0, 2 * l.delay_us / 1e6)
                  for l in fabric.links if l.kind == kind]
         return max(found, default=(0.0, 0.0))
     (nic_queue, nic_delay), (up_queue, up_delay) = worst("nic"), worst("uplink")
-    return nic_queue + up_queue + 2 * (nic_delay + up_delay)
+    wan_queue, wan_delay = worst("wan")
+    return nic_queue + up_queue + wan_queue + 2 * (nic_delay + up_delay + wan_delay)
 
 
 def controller_mode(routing: str) -> str:

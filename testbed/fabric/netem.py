@@ -22,9 +22,12 @@ def netem_limit(delay_us: float, mbps: float | None, mtu: int, queue: int | None
     return max(NETEM_MIN_LIMIT, int((queue + in_flight) / 64) + 1)     # small frames count too
 
 
-def apply(dev: str, delay_us: float, mbps: float | None = None, mtu: int = 1500, queue: int | None = None) -> list[str]:
-    """Command lines that give the end dev a one-way delay (and its rate and queue, if any)."""
-    netem = f"netem delay {delay_us:g}us limit {netem_limit(delay_us, mbps, mtu, queue)}"
+def apply(dev: str, delay_us: float, mbps: float | None = None, mtu: int = 1500, queue: int | None = None,
+          loss: float = 0.0) -> list[str]:
+    """Command lines that give the end dev a one-way delay (and its rate and queue, if any; a share of frames
+    lost, if loss)."""
+    netem = f"netem delay {delay_us:g}us limit {netem_limit(delay_us, mbps, mtu, queue)}" + \
+        (f" loss random {loss * 100:g}%" if loss else "")
     if not mbps:
         return [f"tc qdisc replace dev {dev} root handle 1: {netem}"]
     return [f"tc qdisc replace dev {dev} root handle 1: tbf rate {mbps}mbit burst {tbf_burst(mbps, mtu)} "

@@ -341,7 +341,7 @@ class Network:
 
     def _delay_path(self) -> str | None:
         """How the links' delays are made here (testbed.fabric.delay), None if no link has one."""
-        delayed = [l for l in self.fabric.links if l.delay_us]
+        delayed = [l for l in self.fabric.links if l.delay_us or l.loss]
         if not delayed:
             return None
         if self.machines:
@@ -422,7 +422,7 @@ class Network:
             for node, port in ((l.a, l.a_port), (l.b, l.b_port)):
                 if node in fab.hosts:
                     dev, netns = f"eth{port}", f"/proc/{self.mn.get(node).pid}/ns/net"
-                    if l.shaped and not l.delay_us:
+                    if l.shaped and not (l.delay_us or l.loss):
                         said = self.mn.get(node).cmd(" && ".join(shape(dev, l, pfc.gate_limit(l, True) if gated else None))
                                                      + " || echo TESTBED-FAILED")
                         if "TESTBED-FAILED" in said:
@@ -436,11 +436,11 @@ class Network:
                     mine.append(f"[ ! -e {ipv6} ] || echo 1 > {ipv6}")
                     if l.mtu != 1500:         # veths come up at 1500
                         mine.append(f"ip link set {dev} mtu {l.mtu}")
-                    if l.shaped and not l.delay_us:
+                    if l.shaped and not (l.delay_us or l.loss):
                         mine += shape(dev, l, pfc.gate_limit(l, False) if gated else None)
                 ends.append(End.of(l, dev, netns))
-            if l.delay_us:
-                delayed.append(LinkDelay(format(len(delayed), "x"), *ends, delay_us=l.delay_us))
+            if l.delay_us or l.loss:        # the delay path makes a link's loss too
+                delayed.append(LinkDelay(format(len(delayed), "x"), *ends, delay_us=l.delay_us, loss=l.loss))
         for machine, lines in cmds.items():
             if machine is None:         # one tc for all the switch ports' qdiscs: a fork per command cost seconds
                 tc = [line[len("tc "):] for line in lines if line.startswith("tc ")]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -32,6 +33,11 @@ MAX_DELAY_US = 10_000_000               # a link's one-way delay: 10 s at most
 MAX_QUEUE_KB = 1 << 20                  # a queue: 1 GiB at most
 MAX_TIME_SCALE = 1e9
 TIERS = ("nic", "uplink", "hb")         # what fabric.delay_us and fabric.queue_kb may give per tier
+SITE_KEYS = ("kind", "servers", "spines", "oversubscription", "cpu_hosts", "delay_us", "queue_kb", "ecn", "pfc",
+             "links", "ideal_uplinks")      # what a site may set for itself (fabric.sites)
+FABRIC_WIDE = ("gpus_per_server", "nic_mbps", "hb_mbps", "nic_mtu", "time_scale")   # every site has the fabric's
+WAN_KEYS = ("a", "b", "mbps", "delay_us", "loss", "queue_kb")
+SITE_NAME = "^[a-z][a-z0-9]{0,2}$"     # short: a switch's port device, tb- + tag + site + spine0-p12, fits IFNAMSIZ
 
 
 class TopologyError(ValueError):
@@ -160,6 +166,25 @@ class FabricParams:
                     "E.g. nic_mbps: 400000, delay_us: 2, time_scale: 40000 runs 10 Mbit/s NICs with 80 ms per "
                     "hop. The derived figures are printed and kept in results.json.",
         result="K: rates divided and delays multiplied by it.")
+    sites: dict | None = _param(
+        None, check="sites", help="sites, JSON: {NAME: {kind, servers, ...}}, each a fabric of its own",
+        description="Sites, each a fabric of its own joined to the others by `wan` links: a map of site name "
+                    "(1-3 lowercase letters or digits, a letter first) to the site's keys, which override this "
+                    f"section's for that site: {', '.join(SITE_KEYS)}. gpus_per_server, the rates, the MTU and "
+                    "time_scale are the whole fabric's; servers and cpu_hosts become the sites' totals. Servers "
+                    "are numbered on across sites (s0g0, ...), switches take their site's name first (euspine0). "
+                    "Default: one site, no WAN (docs/sites.md).",
+        result="The sites as given: name -> the site's keys (null: one site).")
+    wan: list | None = _param(
+        None, check="wan", help="WAN links between sites, JSON: [{a: SITE[:SWITCH], b: ..., mbps, delay_us, loss, "
+                                "queue_kb}]",
+        description="Links between sites' gateway switches: a list of {a, b, mbps, delay_us, loss, queue_kb}. a "
+                    "and b are SITE:SWITCH (a switch of that site, e.g. eu:spine1, us:fe0) or SITE (its spine0, "
+                    "else its fe0); mbps is the rate (required), delay_us the one-way delay (default 0), loss the "
+                    "share of frames dropped in each direction, in [0, 1) (default 0), queue_kb each end's "
+                    "queue (default: the rate's, as any link). Rates and delays are scaled by time_scale. Default: none "
+                    "(with sites, each site needs one).",
+        result="The WAN links as given (null: none).")
 
     def __post_init__(self):
         try:
@@ -182,6 +207,9 @@ class FabricParams:
             values[f.name] = value
             object.__setattr__(self, f.name, value)
         object.__setattr__(self, "_given", {k: given[k] for k in SCALED} if scale != 1 else {})
+        object.__setattr__(self, "_sites", {})
+        if self.sites:
+            _resolve_sites(self)
 
     def tier_value(self, name: str, tier: str, default=None):
         """delay_us or queue_kb for a link of this tier (nic, uplink, hb; another: the default)."""
@@ -239,7 +267,7 @@ class FabricParams:
         return lines
 
 
-SCALED = ("nic_mbps", "hb_mbps", "delay_us", "links")       # what time_scale changes
+SCALED = ("nic_mbps", "hb_mbps", "delay_us", "links", "wan")       # what time_scale changes
 
 
 def _shown(value) -> str:
@@ -259,6 +287,9 @@ def _scaled(check: str, value, k: float):
     if check == "delay":
         return {t: v * k if number(v) else v for t, v in value.items()} if isinstance(value, dict) \
             else value * k if number(value) else value
+    if check == "wan" and isinstance(value, list):
+        return [{key: v / k if key == "mbps" and number(v) else v * k if key == "delay_us" and number(v) else v
+                 for key, v in w.items()} if isinstance(w, dict) else w for w in value]
     if check == "links" and isinstance(value, dict):
         return {name: {key: v / k if key == "mbps" and number(v) else v * k if key == "delay_us" and number(v) else v
                        for key, v in o.items()} if isinstance(o, dict) else o for name, o in value.items()}
@@ -279,6 +310,8 @@ def _checked(name: str, p: Param, value, values: dict):
         return _checked_ecn(value)
     if p.check == "pfc":
         return _checked_pfc(value)
+    if p.check in ("sites", "wan"):
+        return _checked_sites(value) if p.check == "sites" else _checked_wan(value)
     if p.check == "flag":
         if not isinstance(value, bool):
             raise TopologyError(f"{name} must be true or false, got {value!r}")
@@ -401,6 +434,131 @@ def _pfc_thresholds(name: str, value) -> dict:
     return {k: float(value[k]) for k in PFC_KEYS}
 
 
+# -- sites (testbed.fabric.sites places them in the whole fabric) ----------------------------------------
+
+@dataclass(frozen=True)
+class Wan:
+    """One WAN link as the scenario gives it: a gateway switch of each site (one-site names), after time
+    scaling."""
+    a: str
+    a_switch: str | None        # None: the site's default gateway
+    b: str
+    b_switch: str | None
+    mbps: float
+    delay_us: float = 0.0
+    loss: float = 0.0
+    queue_kb: float | None = None
+
+
+def _checked_sites(value):
+    """fabric.sites' shape: site name -> a map of SITE_KEYS (the values are checked as the site is made)."""
+    if value is None:
+        return None
+    if not isinstance(value, dict) or len(value) < 2:
+        raise TopologyError(f"sites must be a map of two or more site names to their keys, got {value!r}")
+    for name, keys in value.items():
+        if not isinstance(name, str) or not re.fullmatch(SITE_NAME, name):
+            raise TopologyError(f"sites: site name {name!r} must be 1-3 lowercase letters or digits, a letter "
+                                "first (it starts each of its switches' names)")
+        if not isinstance(keys, dict):
+            raise TopologyError(f"sites.{name} must be a map of the site's keys, got {keys!r}")
+        unknown = [k for k in keys if k not in SITE_KEYS]
+        if unknown:
+            wide = " (the whole fabric's, not a site's)" if unknown[0] in FABRIC_WIDE else ""
+            raise TopologyError(f"sites.{name}: unknown key {unknown[0]!r}{wide}; a site may set "
+                                f"{', '.join(SITE_KEYS)}")
+    return {name: dict(keys) for name, keys in value.items()}
+
+
+def _checked_wan(value):
+    """fabric.wan's shape and numbers; the sites and gateways it names are checked against the sites."""
+    if value is None:
+        return None
+    if not isinstance(value, list):
+        raise TopologyError(f"wan must be a list of {{{', '.join(WAN_KEYS)}}}, got {value!r}")
+    out = []
+    for n, w in enumerate(value):
+        where = f"wan[{n}]"
+        if not isinstance(w, dict):
+            raise TopologyError(f"{where} must be a map with {', '.join(WAN_KEYS)}, got {w!r}")
+        unknown = [k for k in w if k not in WAN_KEYS]
+        if unknown:
+            raise TopologyError(f"{where}: unknown key {unknown[0]!r}; keys are {', '.join(WAN_KEYS)}")
+        for key in ("a", "b", "mbps"):
+            if key not in w:
+                raise TopologyError(f"{where} needs {key}")
+        for key in ("a", "b"):
+            if not isinstance(w[key], str) or not re.fullmatch(r"[a-z0-9]+(:[a-z0-9]+)?", w[key]):
+                raise TopologyError(f"{where}.{key} must be SITE or SITE:SWITCH, got {w[key]!r}")
+        loss = w.get("loss", 0)
+        if isinstance(loss, bool) or not isinstance(loss, (int, float)) or not 0 <= loss < 1:
+            raise TopologyError(f"{where}.loss must be a share of frames in [0, 1), got {loss!r}")
+        queue = w.get("queue_kb")
+        out.append({"a": w["a"], "b": w["b"], "mbps": _number(f"{where}.mbps", "rate", w["mbps"]),
+                    "delay_us": _number(f"{where}.delay_us", "delay", w.get("delay_us", 0)), "loss": float(loss),
+                    "queue_kb": None if queue is None else _number(f"{where}.queue_kb", "queue", queue)})
+    return out
+
+
+def _resolve_sites(params: "FabricParams") -> None:
+    """Make each site's FabricParams (params._sites), then set the whole fabric's servers and CPU hosts to the
+    sites' totals and params.sites to the sites' keys with their counts filled in (to_json builds the same)."""
+    if params.links:
+        raise TopologyError("links: with sites, each site gives its own (sites.NAME.links, by the site's link "
+                            "names, e.g. rail0-spine1)")
+    if params.spares_per_server or params.spare_servers:
+        raise TopologyError("spares_per_server and spare_servers: spares are not made in a fabric of sites")
+    given = params.to_json()        # the values before time scaling: each site scales its own
+    unused = [f.name for f, p in fields() if p.needs and not getattr(params.design, p.needs)]   # 0 here: not passed on
+    inherited = {k: given[k] for k in SITE_KEYS + FABRIC_WIDE if k != "links" and k not in unused}
+    made, filled = {}, {}
+    for name, keys in params.sites.items():
+        values = inherited | {"kind": params.kind} | keys
+        try:
+            made[name] = FabricParams(**values)
+        except TopologyError as exc:
+            raise TopologyError(f"sites.{name}: {exc}") from None
+        filled[name] = keys | {"servers": made[name].servers, "cpu_hosts": made[name].cpu_hosts}
+    servers, cpus = sum(p.servers for p in made.values()), sum(p.cpu_hosts for p in made.values())
+    if servers > MAX_SERVERS or cpus > MAX_CPU_HOSTS:
+        raise TopologyError(f"sites: {servers} servers and {cpus} CPU hosts in all; at most {MAX_SERVERS} and "
+                            f"{MAX_CPU_HOSTS}")
+    for n, w in enumerate(wan_links(params)):
+        for key in ("a", "b"):
+            if getattr(w, key) not in made:
+                raise TopologyError(f"wan[{n}].{key}: no site {getattr(w, key)!r} (sites: {', '.join(made)})")
+        if w.a == w.b:
+            raise TopologyError(f"wan[{n}]: joins site {w.a!r} to itself; a WAN link joins two sites")
+    alone = _unjoined(list(made), wan_links(params))
+    if alone:
+        raise TopologyError(f"sites: {alone[0]!r} is joined to no other site by the WAN links (fabric.wan)")
+    for key, value in (("servers", servers), ("cpu_hosts", cpus), ("sites", filled)):
+        object.__setattr__(params, key, value)
+    object.__setattr__(params, "_sites", made)
+
+
+def _unjoined(names: list[str], wans: list[Wan]) -> list[str]:
+    """The sites the WAN links leave apart from the first."""
+    joined, grew = {names[0]}, True
+    while grew:
+        grew = False
+        for w in wans:
+            if (w.a in joined) != (w.b in joined):
+                joined |= {w.a, w.b}
+                grew = True
+    return [n for n in names if n not in joined]
+
+
+def wan_links(params: FabricParams) -> list[Wan]:
+    """fabric.wan, one Wan each (after time scaling)."""
+    out = []
+    for w in params.wan or []:
+        (a, _, a_switch), (b, _, b_switch) = w["a"].partition(":"), w["b"].partition(":")
+        out.append(Wan(a, a_switch or None, b, b_switch or None, w["mbps"], w["delay_us"], w["loss"],
+                       w["queue_kb"]))
+    return out
+
+
 # -- what the fields generate ------------------------------------------------------------------------
 
 def _plain(value):
@@ -456,6 +614,27 @@ def _schema_of(f: dataclasses.Field, p: Param) -> dict:
         out = _ecn_schema()
     elif p.check == "pfc":
         out = _pfc_schema()
+    elif p.check == "sites":
+        site = {"type": "object", "additionalProperties": False,
+                "properties": {f2.name: _schema_of(f2, p2) for f2, p2 in fields() if f2.name in SITE_KEYS}
+                | {"kind": {"enum": list(kinds.NAMES), "description": "The site's design. Default: the "
+                                                                       "fabric section's."}}}
+        for key in ("servers", "cpu_hosts"):
+            site["properties"][key].pop("default", None)        # the fabric section's, unless the site gives it
+        out = {"type": "object", "minProperties": 2, "additionalProperties": False,
+               "patternProperties": {SITE_NAME: site}}
+    elif p.check == "wan":
+        end = {"type": "string", "pattern": f"{SITE_NAME[:-1]}(:[a-z0-9]+)?$",
+               "description": "SITE:SWITCH, or SITE (its spine0, else its fe0)."}
+        out = {"type": "array", "items": {
+            "type": "object", "additionalProperties": False, "required": ["a", "b", "mbps"],
+            "properties": {"a": end, "b": end,
+                           "mbps": NUMBERS["rate"] | {"description": "The link's rate in Mbit/s, both ways."},
+                           "delay_us": NUMBERS["delay"] | {"description": "One-way delay in us. Default: 0."},
+                           "loss": {"type": "number", "minimum": 0, "exclusiveMaximum": 1,
+                                    "description": "Share of frames lost each way, in [0, 1). Default: 0."},
+                           "queue_kb": NUMBERS["queue"] | {"description": "Each end's queue in KiB. Default: "
+                                                                          "the rate's, as any link."}}}}
     elif p.check == "flag":
         out = {"type": "boolean"}
     elif p.check == "count":
@@ -494,7 +673,8 @@ def results_schema() -> tuple[dict, list[str]]:
 RESULT_TYPES = {"count": {"type": "integer", "minimum": 0}, "flag": {"type": "boolean"},
                 "delay": {"type": ["number", "object"]}, "queue": {"type": ["number", "object", "null"]},
                 "links": {"type": ["object", "null"]}, "ecn": {"type": ["object", "null"]},
-                "pfc": {"type": ["object", "null"]}}
+                "pfc": {"type": ["object", "null"]}, "sites": {"type": ["object", "null"]},
+                "wan": {"type": ["array", "null"]}}
 
 
 def add_flags(parser) -> None:
@@ -523,7 +703,7 @@ def _flag(text: str) -> bool:
 
 
 FLAG_TYPES = {"count": int, "delay": _tiers_flag, "queue": _tiers_flag, "links": json.loads, "ecn": json.loads,
-              "pfc": json.loads, "flag": _flag}
+              "pfc": json.loads, "flag": _flag, "sites": json.loads, "wan": json.loads}
 
 
 def given(args) -> dict:

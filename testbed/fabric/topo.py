@@ -23,11 +23,12 @@ parked on the first one.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
-from testbed.fabric import kinds
+from testbed.fabric import kinds, sites
 from testbed.fabric.kinds.base import DPID_BASE
-from testbed.fabric.links import Link, interface, new_link, ofport
+from testbed.fabric.links import Link, default_queue, interface, new_link, ofport, overlong_names
 from testbed.fabric.params import FabricParams, TopologyError
 
 SPARE_HOST_BASE = 129        # spare GPU k of a server: host address .(129 + k)
@@ -46,6 +47,7 @@ class Host:
     rank: int | None = None      # local rank = rail index
     hb_ip: str | None = None     # HB-domain address (eth1)
     hb_mac: str | None = None
+    site: str | None = None      # fabric.sites: the host's site (testbed.fabric.sites)
 
 
 @dataclass(frozen=True)
@@ -53,6 +55,7 @@ class Switch:
     name: str
     kind: str              # rail | spine | tor | frontend | hb
     dpid: int | None = None     # None for the HB domain, which is not SDN-managed
+    site: str | None = None     # fabric.sites: the switch's site
 
     @property
     def sdn(self) -> bool:
@@ -132,10 +135,20 @@ class Fabric:
         return graph
 
     def nic_reachable(self, src: Host, dst: Host) -> bool:
-        """Whether the network (not the HB domain) should carry src -> dst."""
+        """Whether the network (not the HB domain) should carry src -> dst: within a site, as its kind joins
+        them; across sites, over the WAN."""
         if src.name == dst.name or "spare" in (src.kind, dst.kind):
             return False               # an idle spare's NIC is disabled
-        return self.design.reachable(src, dst)
+        if src.site != dst.site:
+            return True
+        return (self.params._sites[src.site].design if src.site else self.design).reachable(src, dst)
+
+    def site_of(self, node: str) -> str | None:
+        """The site of a host or switch; None on a fabric without sites (testbed.fabric.sites)."""
+        return sites.site_of(self, node)
+
+    def wan_links(self) -> list[Link]:
+        return [l for l in self.links if l.kind == "wan"]
 
     def counts(self) -> dict:
         return {"kind": self.kind, "servers": self.params.servers,
@@ -157,6 +170,9 @@ class Fabric:
                     ports[f"{node}:{port}"] = {"intf": interface(self, node, port), "kind": l.kind,
                                                "peer": getattr(l, peer), "peer_port": getattr(l, f"{peer}_port")}
         return {"kind": self.kind,
+                **({"sites": {name: {"kind": p.kind, "hosts": sites.hosts_by_site(self)[name],
+                                     "switches": [s.name for s in self.switches.values() if s.site == name]}
+                              for name, p in self.params._sites.items()}} if self.params.sites else {}),
                 "switches": list(self.switches),
                 "hosts": list(self.hosts),
                 "links": [self._link_json(l) for l in self.links],
@@ -177,8 +193,9 @@ class Fabric:
             [c for circuits in self.circuits.values() for c in circuits]
         return {
             "kind": self.kind,
-            "switches": [{"name": s.name, "kind": s.kind, "dpid": s.dpid} for s in self.sdn_switches()],
-            "hosts": [{"name": h.name, "kind": h.kind, "ip": h.ip, "mac": h.mac, "rank": h.rank}
+            "switches": [{"name": s.name, "kind": s.kind, "dpid": s.dpid, "site": s.site}
+                         for s in self.sdn_switches()],
+            "hosts": [{"name": h.name, "kind": h.kind, "ip": h.ip, "mac": h.mac, "rank": h.rank, "site": h.site}
                       for h in self.hosts.values()],
             "links": [{"a": l.a, "b": l.b, "a_port": l.a_port, "b_port": l.b_port, "kind": l.kind}
                       | ({"down": True} if l.standby else {}) for l in links],
@@ -215,7 +232,7 @@ def build_from(params: FabricParams) -> Fabric:
     `spare`); spare_servers: idle servers (recovery `migrate`). Cabling order fixes port numbers: leaves,
     spines, HB domains, CPU hosts, spares. fabric.links' overrides must name links of this fabric."""
     try:
-        fabric = _cabled(params)
+        fabric = _placed_sites(params) if params.sites else _cabled(params)
     except ValueError as exc:           # a link's own property (links.new_link)
         raise TopologyError(str(exc)) from None
     names = {l.name for l in fabric.links + [c for cs in fabric.circuits.values() for c in cs]}
@@ -288,3 +305,47 @@ def _cable_spares(fabric: Fabric, leaves: list[str], uplink: float) -> None:
             fabric.add_host(Host(**{**vars(gpu_host(i, j)), "kind": "spare"}))
         p.design.cable_spare_server(fabric, i, uplink)
         _cable_hb_domain(fabric, i)
+
+
+# -- sites ------------------------------------------------------------------------------------
+
+def _placed_sites(params: FabricParams) -> Fabric:
+    """Each site built as a fabric of its own, placed in the whole (servers numbered on, switches named after
+    their site: testbed.fabric.sites), then the WAN links between their gateways."""
+    whole = Fabric(params)
+    server = cpu = 0
+    for index, (site, p) in enumerate(sites.site_params(params).items()):
+        part = _cabled(p)
+        names = {}
+        for h in part.hosts.values():
+            moved = gpu_host(h.server + server, h.rank) if h.kind == "gpu" else cpu_host(int(h.name[3:]) + cpu)
+            names[h.name] = moved.name
+            whole.add_host(dataclasses.replace(moved, site=site))
+        for s in part.switches.values():
+            names[s.name] = f"hb{int(s.name[2:]) + server}" if s.dpid is None else sites.switch_name(site, s.name)
+            dpid = None if s.dpid is None else s.dpid + sites.DPID_STEP * (index + 1)
+            whole.switches[names[s.name]] = Switch(names[s.name], s.kind, dpid, site)
+        whole.links += [dataclasses.replace(l, a=names[l.a], b=names[l.b]) for l in part.links]
+        whole._next_port.update({names[node]: port for node, port in part._next_port.items()})
+        server, cpu = server + p.servers, cpu + p.cpu_hosts
+    for n, w in enumerate(sites.wan_links(params)):
+        _cable_wan(whole, n, w)
+    long = overlong_names(whole)
+    if long:
+        raise TopologyError(f"sites: device name {long[0]} is longer than the kernel's 15 characters; use "
+                            "shorter site names or fewer ports per switch")
+    return whole
+
+
+def _cable_wan(whole: Fabric, n: int, w: sites.Wan) -> None:
+    """One WAN link between two sites' gateways: shaped at both ends, with its delay, loss and queue."""
+    ends = []
+    for site, switch, key in ((w.a, w.a_switch, "a"), (w.b, w.b_switch, "b")):
+        mine = {s.name.removeprefix(site): s for s in whole.switches.values() if s.site == site}
+        ends.append(sites.switch_name(site, sites.gateway(whole.params, site, switch, mine, f"wan[{n}].{key}")))
+    mtu = whole.params.nic_mtu
+    queue = int(w.queue_kb * 1024) if w.queue_kb else default_queue(w.mbps, mtu, whole.params.time_scale)
+    if queue < mtu:
+        raise TopologyError(f"wan[{n}]: a queue of {queue} bytes holds no {mtu}-byte frame")
+    whole.links.append(Link(ends[0], ends[1], w.mbps, whole._take_port(ends[0]), whole._take_port(ends[1]), "wan",
+                            mtu=mtu, queue_bytes=queue, delay_us=w.delay_us, loss=w.loss))

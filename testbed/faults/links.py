@@ -1,11 +1,13 @@
 """Link and switch faults: cables cut, mended, flapped or their ports disabled. The controller sees them
 (PORT_STATUS) and reroutes; their outcome is its three stages (the schedule's results) and when the traffic
-they cut resumed, from the receivers' view.
+they cut resumed, from the receivers' view; a cut that leaves sites without a WAN path between them says which
+(`sites_apart`).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from testbed.fabric import sites
 from testbed.faults import cut
 from testbed.faults.kind import FaultKind, Target
 from testbed.faults.targets import LINKS, resolve, switch_ports
@@ -62,12 +64,17 @@ class LinkFault(FaultKind):
         back, silenced = resumed(flows, t0 + record["at_s"])
         record["resumed_s"] = round(back - t0, 4) if back is not None else None
         record["flows_cut"] = silenced
+        split = sites.apart(fabric, resolve(fabric, record["target"]))
+        if split:           # no other path between sites: nothing reroutes until the fault is undone
+            record["sites_apart"] = split
 
     def describe(self, f: dict) -> str:
         return (f"fault {f['kind']} {f['target']}: at {f['at_s']} s, controller saw it at {f['detected_s']} s, "
                 f"rules installed (every switch acknowledged) at {f.get('installed_s')} s"
                 + (f", traffic resumed at {f['resumed_s']} s ({f['flows_cut']} flows cut)"
                    if f.get("resumed_s") is not None else "")
+                + (f", sites apart until restored: {' | '.join(', '.join(g) for g in f['sites_apart'])}"
+                   if f.get("sites_apart") else "")
                 + f", restored at {f['restored_s']} s")
 
 

@@ -16,6 +16,8 @@ RECORD = obj({
     "recovered_s": rel("routed around (link faults) or the communicator re-formed (GPU faults)."),
     "resumed_s": rel("when the last flow the fault cut was heard again (receivers' view)."),
     "flows_cut": d(INT, "Flows that fell silent across the fault."),
+    "sites_apart": d(arr(arr(STR)), "Link faults on a fabric of sites: the groups of sites left without a WAN path "
+                                    "between them (absent: every site still reaches every other)."),
     "restored_s": rel("when the fault was undone."),
     "first_success_s": rel("when the first collective after the recovery had completed on every member."),
     "lost_steps": d(nullable(INT), "Started steps run again after the recovery."),

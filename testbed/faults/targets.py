@@ -6,13 +6,14 @@ Link targets:
   path:s0g0>s1g1    the first switch-to-switch link of the single-path route from s0g0 to s1g1
   s0g0/nic          a GPU's (or CPU host's) NIC link; s0g0/hb its HB-domain link
   spine1            a whole switch (every port)
+  site:us           a whole site cut off: every WAN link that joins it to another site (fabric.sites)
 """
 from __future__ import annotations
 
 from testbed.fabric.links import Link
 from testbed.faults.kind import FaultError, Target
 
-LINKS = Target("A link (rail0-spine1, HOST/nic, HOST/hb, path:SRC>DST) or a switch")
+LINKS = Target("A link (rail0-spine1, HOST/nic, HOST/hb, path:SRC>DST), a switch, or site:NAME (its WAN links)")
 GPU_HOST = Target("for GPU faults a GPU host (s1g2)")
 SERVER = Target("for {kinds} a server (s1)")         # the schema names the kinds that take a server
 
@@ -38,6 +39,12 @@ def path_uplink(fabric, src: str, dst: str) -> Link:
 
 def resolve(fabric, target: str) -> list[Link]:
     """The links a target names."""
+    if target.startswith("site:"):
+        site = target[5:]
+        if site not in (fabric.params.sites or {}):
+            raise FaultError(f"unknown fault target {target!r}: no site {site!r} in this fabric"
+                             + (f" (sites: {', '.join(fabric.params.sites)})" if fabric.params.sites else ""))
+        return [l for l in fabric.wan_links() if site in (fabric.site_of(l.a), fabric.site_of(l.b))]
     if target.startswith("path:"):
         src, _, dst = target[5:].partition(">")
         return [path_uplink(fabric, src.strip(), dst.strip())]
@@ -57,7 +64,7 @@ def resolve(fabric, target: str) -> list[Link]:
         if found:
             return found
     raise FaultError(f"unknown fault target {target!r}: expected a link like rail0-spine1, HOST/nic, "
-                     f"HOST/hb, path:SRC>DST or a switch name")
+                     f"HOST/hb, path:SRC>DST, a switch name or site:NAME")
 
 
 def switch_ports(fabric, target: str) -> set:

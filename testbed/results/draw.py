@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 
 import matplotlib
+import numpy as np
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -18,6 +19,8 @@ from matplotlib.patches import FancyBboxPatch  # noqa: E402
 
 SWITCH_TIER = {"spine": 3.0, "rail": 1.8, "tor": 1.8, "frontend": 3.0}     # front-end beside the spines
 HOST_Y = 0.5
+SITE_GAP = 2.5             # between sites' spans
+WAN_COLOUR = "#8e24aa"
 LABELS_UP_TO = 64          # hosts; beyond this the names would overlap
 
 
@@ -26,37 +29,52 @@ class DrawError(ValueError):
 
 
 def layout(fabric) -> dict[str, tuple[float, float]]:
-    """x, y of every host and SDN switch: servers left to right, their spares beside them, CPU hosts last."""
-    pos, x = {}, 0.0
-    servers = sorted({h.server for h in fabric.hosts.values() if h.server is not None})
-    for i in servers:
-        members = sorted((h for h in fabric.hosts.values() if h.server == i),
-                         key=lambda h: (h.kind != "gpu", h.rank if h.rank is not None else 0, h.name))
-        for h in members:
-            pos[h.name] = (x, HOST_Y)
-            x += 1.0
-        x += 0.8                                   # gap between HB domains
-    for h in fabric.hosts.values():
-        if h.server is None:
-            pos[h.name] = (x, HOST_Y)
-            x += 1.0
-    width = max(x - 1.8, 1.0)
-    for kind in ("spine", "rail", "tor", "frontend"):
-        tier = [s for s in fabric.sdn_switches() if s.kind == kind]
-        if kind == "frontend":
-            for s in tier:
-                pos[s.name] = (width + 1.0, SWITCH_TIER[kind])
-            continue
-        for k, s in enumerate(tier):
-            pos[s.name] = ((k + 0.5) * width / len(tier), SWITCH_TIER[kind])
+    """x, y of every host and SDN switch: servers left to right, their spares beside them, CPU hosts last; with
+    sites, each site so in a span of its own, its switches over it."""
+    pos = {}
+    for site, (first, last) in site_spans(fabric, pos).items():
+        _place_switches(fabric, pos, site, first, last)
     return pos
 
 
+def site_spans(fabric, pos: dict) -> dict:
+    """Place the hosts site by site (one site, None, without sites); returns each site's x span."""
+    spans, x = {}, 0.0
+    for site in list(fabric.params.sites or {}) or [None]:
+        first = x
+        hosts = [h for h in fabric.hosts.values() if h.site == site]
+        for i in sorted({h.server for h in hosts if h.server is not None}):
+            members = sorted((h for h in hosts if h.server == i),
+                             key=lambda h: (h.kind != "gpu", h.rank if h.rank is not None else 0, h.name))
+            for h in members:
+                pos[h.name] = (x, HOST_Y)
+                x += 1.0
+            x += 0.8                                   # gap between HB domains
+        for h in hosts:
+            if h.server is None:
+                pos[h.name] = (x, HOST_Y)
+                x += 1.0
+        spans[site] = (first, max(x - 1.8, first + 1.0))
+        x += SITE_GAP if site is not None else 0.0
+    return spans
+
+
+def _place_switches(fabric, pos: dict, site, first: float, last: float) -> None:
+    width = last - first
+    for kind in ("spine", "rail", "tor", "frontend"):
+        tier = [s for s in fabric.sdn_switches() if s.kind == kind and s.site == site]
+        for k, s in enumerate(tier):
+            pos[s.name] = (last + 1.0 if kind == "frontend" else first + (k + 0.5) * width / len(tier),
+                           SWITCH_TIER[kind])
+
+
 def link_colour(fabric, link, palette) -> str:
+    if link.kind == "wan":
+        return WAN_COLOUR
     switch = link.b if link.b in fabric.switches else link.a
     kind = fabric.switches[switch].kind if switch in fabric.switches else ""
     if link.kind == "nic" and kind in ("rail", "tor"):
-        return palette(int(switch[len(kind):]) % palette.N)
+        return palette(int(switch.removeprefix(fabric.switches[switch].site or "")[len(kind):]) % palette.N)
     return "#9e9e9e" if link.kind == "uplink" else "#c8c8c8"
 
 
@@ -103,7 +121,12 @@ def draw(fabric, path: str, carried: dict | None = None, failed_links=(), failed
         (x1, y1), (x2, y2) = pos[link.a], pos[link.b]
         width = 0.6 + 4.4 * carried.get(link, 0) / most if most else 1.0
         style = ":" if link.standby else ("--" if link.kind == "frontend" else "-")
-        ax.plot([x1, x2], [y1, y2], color=link_colour(fabric, link, palette), linewidth=width, linestyle=style,
+        if link.kind == "wan":          # an arc over the sites, so that it crosses none of their links
+            xs = np.linspace(x1, x2, 40)
+            ys = y1 + (y2 - y1) * (xs - x1) / ((x2 - x1) or 1) + 0.5 * np.sin(np.pi * (xs - x1) / ((x2 - x1) or 1))
+        else:
+            xs, ys = [x1, x2], [y1, y2]
+        ax.plot(xs, ys, color=link_colour(fabric, link, palette), linewidth=width, linestyle=style,
                 zorder=1, solid_capstyle="round")
         if link in failed_links:
             ax.plot([x1, x2], [y1, y2], color="red", linewidth=1.2, linestyle="--", zorder=2)
@@ -124,15 +147,19 @@ def draw(fabric, path: str, carried: dict | None = None, failed_links=(), failed
               for j in range(min(fabric.params.gpus_per_server, 10))
               if fabric.design.rails]
     legend += [Line2D([], [], color="#9e9e9e", lw=2, label="uplink")]
+    if fabric.wan_links():
+        legend.append(Line2D([], [], color=WAN_COLOUR, lw=2, label="WAN link"))
+    draw_sites(ax, fabric, pos)
     if most:
         legend.append(Line2D([], [], color="black", lw=5, label=f"width: bytes carried (max {most / 1e6:.1f} MB)"))
     if failed_links or failed_hosts:
         legend.append(Line2D([], [], color="red", marker="x", lw=0, label="hit by a fault"))
     ax.legend(handles=legend, fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
-    ax.set_title(title or f"{fabric.kind}: {fabric.params.servers} servers x "
+    what = f"{len(fabric.params.sites)} sites" if fabric.params.sites else fabric.kind
+    ax.set_title(title or f"{what}: {fabric.params.servers} servers x "
                           f"{fabric.params.gpus_per_server} GPUs", fontsize=10)
     ax.set_xlim(-1, span)
-    ax.set_ylim(-0.4, 3.6)
+    ax.set_ylim(-0.4, 4.0 if fabric.params.sites else 3.6)
     ax.axis("off")
     fig.tight_layout()
     fig.savefig(path)
@@ -159,3 +186,15 @@ def draw_run(fabric, results: dict, path: str) -> str:
     links, hosts = fault_marks(fabric, results.get("faults", []))
     return draw(fabric, path, carried=link_bytes(fabric, results.get("links", {})), failed_links=links,
                 failed_hosts=hosts, title=f"{results['scenario']}: {fabric.kind}, bytes carried per link")
+
+
+def draw_sites(ax, fabric, pos: dict) -> None:
+    """A box around each site's hosts and switches, its name and kind at the top."""
+    for site, p in (fabric.params._sites or {}).items():
+        xs = [pos[n][0] for n in pos if fabric.site_of(n) == site]
+        x0, x1 = min(xs) - 0.6, max(xs) + 0.6
+        ax.add_patch(FancyBboxPatch((x0, HOST_Y - 0.75), x1 - x0, SWITCH_TIER["spine"] - HOST_Y + 1.1,
+                                    boxstyle="round,pad=0.05", facecolor="none", edgecolor="#8e24aa",
+                                    linestyle="--", linewidth=0.8, zorder=0))
+        ax.annotate(f"site {site} ({p.kind})", ((x0 + x1) / 2, SWITCH_TIER["spine"] + 0.45), ha="center",
+                    fontsize=8, color=WAN_COLOUR)

@@ -30,14 +30,14 @@ class Row:
     link: str              # "A-B" as cabled, e.g. s0g1-rail1, rail0-spine1
     port: str              # the counter read, "SWITCH:PORT" (tx = out of that switch port)
     mbps: float
-    tier: str              # nic | cpu | uplink | frontend
+    tier: str              # nic | cpu | uplink | frontend | wan
     group: str             # the NIC's rail or ToR; the tier otherwise
     standby: bool
 
 
 def rows(fabric) -> list[Row]:
     """Every link with an OpenFlow switch end (HB domains have no counters), a spare GPU's reserved circuit
-    ports included, in tier order: NIC links by leaf, CPU NICs, uplinks, front-end links; cabling order within."""
+    ports included, in tier order: NIC links by leaf, CPU NICs, uplinks, front-end links, WAN links; cabling order within."""
     links = fabric.links + [c for cs in fabric.circuits.values() for c in cs[1:]]
     out = []
     for l in links:
@@ -50,7 +50,7 @@ def rows(fabric) -> list[Row]:
         group = switch if tier == "nic" else tier
         out.append(Row(f"{l.a}-{l.b}", f"{switch}:{end[1]}", l.mbps, tier, group, l.standby))
     leaves = [s.name for s in fabric.sdn_switches() if s.kind in ("rail", "tor")]
-    order = {"nic": 0, "cpu": 1, "uplink": 2, "frontend": 3}
+    order = {"nic": 0, "cpu": 1, "uplink": 2, "frontend": 3, "wan": 4}
 
     def key(r: Row):
         switch, port = r.port.split(":")

@@ -25,7 +25,7 @@ from testbed.monitor.timeline import counter_delta
 from testbed.results.heatmap import label_rows
 
 FULLEST = 5                # ports named in the reports
-TIER_ORDER = {"nic": 0, "hb": 1, "uplink": 2, "frontend": 3}
+TIER_ORDER = {"nic": 0, "hb": 1, "uplink": 2, "frontend": 3, "wan": 4}
 
 
 def document(sampler, t0: float) -> dict:

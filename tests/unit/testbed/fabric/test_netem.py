@@ -33,3 +33,8 @@ def test_a_links_own_queue_is_kept_under_netem_and_after_it():
     cmds = netem.apply("eth0", 1000, mbps=10, mtu=9000, queue=200_000)
     assert cmds[0].endswith("limit 200000") and f"limit {netem.netem_limit(1000, 10, 9000, 200_000)}" in cmds[1]
     assert netem.remove("eth0", 10, 9000, 200_000)[1] == tbf("eth0", 10, 9000, 200_000)
+
+
+def test_a_lossy_end_gets_netems_random_loss():
+    assert netem.apply("eth0", 500, loss=0.015)[0].endswith("netem delay 500us limit 1000 loss random 1.5%")
+    assert "loss" not in netem.apply("eth0", 500)[0]

@@ -33,7 +33,8 @@ def test_every_field_is_in_the_scenario_schema_with_its_default_and_description(
                                                           "object"]
             assert list(prop["anyOf"][1]["properties"]) == list(params.TIERS)
         else:
-            assert prop["type"] == {"count": "integer", "links": "object", "flag": "boolean"}.get(p.check, "number")
+            assert prop["type"] == {"count": "integer", "links": "object", "flag": "boolean", "sites": "object",
+                                    "wan": "array"}.get(p.check, "number")
     assert scenario.SCHEMA["properties"]["fabric"] == schema
 
 
@@ -84,7 +85,7 @@ def test_the_results_block_and_its_schema_come_from_the_fields():
     assert values == {"kind": "clos", "servers": 3, "gpus_per_server": 2, "nic_mbps": 5.0, "hb_mbps": 45.0,
                       "nic_mtu": 9000, "delay_us": 0.0, "queue_kb": None, "ecn": None, "pfc": None,
                       "ideal_uplinks": False,
-                      "time_scale": 1.0, "link_overrides": None, "faithful": True}
+                      "time_scale": 1.0, "sites": None, "wan": None, "link_overrides": None, "faithful": True}
 
 
 def test_values_are_resolved_when_made():

@@ -29,7 +29,8 @@ def test_the_figures_given_are_kept_printed_and_build_the_same_fabric_again():
     assert FabricParams(**p.to_json()) == p                  # state.json -> the same fabric (faults, clean)
     r = p.results_values()
     assert (r["nic_mbps"], r["hb_mbps"], r["delay_us"], r["time_scale"]) == (10.0, 90.0, 50_000.0, 10_000.0)
-    assert r["time_scaled_from"] == {"nic_mbps": 100_000, "hb_mbps": 900_000, "delay_us": 5, "links": None}
+    assert r["time_scaled_from"] == {"nic_mbps": 100_000, "hb_mbps": 900_000, "delay_us": 5, "links": None,
+                                   "wan": None}
     assert p.time_scaling() == ["time_scale 10000: rates / 10000, delays x 10000",
                                 "  nic_mbps: 100000 -> 10", "  hb_mbps: 900000 -> 90", "  delay_us: 5 -> 50000"]
 

@@ -13,7 +13,7 @@ FABRIC = build("rail-optimized", 2, 2, spines=2, spares_per_server=1)
 
 @pytest.mark.parametrize("name, target, message", [
     ("link-down", "rail7-spine0", "unknown fault target 'rail7-spine0': expected a link like rail0-spine1, "
-                                  "HOST/nic, HOST/hb, path:SRC>DST or a switch name"),
+                                  "HOST/nic, HOST/hb, path:SRC>DST, a switch name or site:NAME"),
     ("link-flap", "s0g0/pcie", "unknown fault target 's0g0/pcie': expected HOST/nic or HOST/hb"),
     ("switch-down", "path:s0g0>s9g9", "unknown host 's9g9' in path target"),
     ("port-disable", "path:s0g0>s1g0", "s0g0 and s1g0 share a switch: their path has no switch-to-switch link"),

@@ -34,6 +34,10 @@ ERRORS = {
     "ecn_order": "ecn: kmin_kb (50) is above kmax_kb (10)",
     "pfc_order": "pfc: xon_kb (64) must be below xoff_kb (32)",
     "delay": "fabric.delay_us.nic: -5 is less than the minimum of 0",
+    "wan_site": "wan[0].b: no site 'jp' (sites: eu, us)",
+    "wan_gateway": "wan[0].a: site 'eu' has no switch 'spine7' (its switches: spine0, spine1, tor0)",
+    "wan_delay": "fabric.wan.0.delay_us: -1 is less than the minimum of 0",
+    "wan_loss": "fabric.wan.0.loss: 1 is greater than or equal to the maximum of 1",
 }
 
 
