@@ -31,7 +31,7 @@ from testbed.runtime.launch import run_on_hosts
 from testbed.scenario.schema import NAME, POSITIVE_INT, RATE, SIZE, ScenarioError, parse_size
 from testbed.workloads import rank_setup
 from testbed.workloads.diloco_report import (  # noqa: F401 (its part of the report)
-    RESULT_SCHEMA, headline, report_plots, report_section, summary, tables)
+    RESULT_SCHEMA, headline, label, report_plots, report_section, summary, tables)
 from testbed.workloads.diloco_sites import sites_of
 
 VARIANTS = ["ddp", "diloco", "streaming"]
@@ -41,7 +41,8 @@ SCHEMA = {
                    "WAN rate and step time, every replica checked against a numpy reference.",
     "properties": {
         "type": {"const": "diloco", "description": "DiLoCo across sites."}, "name": NAME,
-        "sites": {"type": "array", "minItems": 1, "items": {"type": "array", "minItems": 1, "items": {"type": "string"}},
+        "sites": {"type": "array", "minItems": 1,
+                  "items": {"type": "array", "minItems": 1, "items": {"type": "string"}},
                   "description": "Groups of GPU host names, one per site; a site's first host is its leader (it "
                                  "crosses sites). Default: the fabric's sites."},
         "variants": {"type": "array", "minItems": 1, "uniqueItems": True, "items": {"enum": VARIANTS},
@@ -222,12 +223,11 @@ def pick(result: dict, variant: str, bits: int = 0) -> dict | None:
 
 def checks(result: dict, s: dict) -> list[dict]:
     rows, h, p = result["variants"], s["sync_every"], s["fragments"]
-    bad = [f"{r['variant']}{'/q' + str(r['quantize']) if r['quantize'] else ''}: {'; '.join(r['errors']) or 'no output'}"
-           for r in rows if "replicas" not in r]
+    bad = [f"{label(r)}: {'; '.join(r['errors']) or 'no output'}" for r in rows if "replicas" not in r]
     out = [{"name": "completed", "ok": not bad, "detail": "; ".join(bad) or f"{len(rows)} runs on "
             f"{len(result['sites'])} sites, {result['gpus']} GPUs"}]
     done = [r for r in rows if "replicas" in r]
-    wrong = [f"{r['variant']}{'/q' + str(r['quantize']) if r['quantize'] else ''} ranks {r['replicas']['wrong']}"
+    wrong = [f"{label(r)} ranks {r['replicas']['wrong']}"
              for r in done if r["replicas"]["wrong"] or not r["replicas"]["outer_agree"]]
     quant = [f"{r['quantize']}-bit {r['variant']} max |outer - float32 run's| {r['quantization_max_dev']:.2g}"
              for r in done if r.get("quantization_max_dev") is not None]
