@@ -31,7 +31,7 @@ from testbed.runtime.launch import run_on_hosts
 from testbed.scenario.schema import NAME, POSITIVE_INT, RATE, SIZE, ScenarioError, parse_size
 from testbed.workloads import rank_setup
 from testbed.workloads.diloco_report import (  # noqa: F401 (its part of the report)
-    RESULT_SCHEMA, headline, label, report_plots, report_section, summary, tables)
+    RESULT_SCHEMA, comparable, headline, label, report_plots, report_section, summary, tables)
 from testbed.workloads.diloco_sites import sites_of
 
 VARIANTS = ["ddp", "diloco", "streaming"]

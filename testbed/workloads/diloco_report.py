@@ -51,6 +51,12 @@ def headline(result: dict) -> str:
     return f"{result.get('name', 'diloco')} " + summary(result)
 
 
+def comparable(result: dict) -> dict[tuple, dict]:
+    return {(result["name"], label(r), result["bytes"]): {
+        "WAN B/step": r["wan_bytes_per_step"], "peak WAN B": r["peak_wan_bytes"], "s/step": r["step_s"]}
+        for r in result.get("variants", []) if "replicas" in r}
+
+
 def table(result: dict) -> str:
     lines = [f"#  diloco on {len(result['sites'])} sites ({result['gpus']} GPUs), {result['bytes']} B of parameters, "
              f"H={result['sync_every']}, P={result['fragments']}, {result['steps']} steps, compute "

@@ -3,6 +3,7 @@ feedback, the ring's order of summation, and whole runs of every variant (ranks 
 in-memory fabric: real RoCEv2 packets, no namespaces) whose parameters must equal the numpy reference bit for bit."""
 import dataclasses
 
+import jsonschema
 import numpy as np
 import pytest
 
@@ -10,6 +11,7 @@ from hosts.collectives import algorithms
 from hosts.collectives import diloco as dl
 from hosts.collectives.diloco_rank import run_rank
 from hosts.spec import DilocoRankSpec
+from hosts.spec.results import DILOCO_RANK
 from tests.unit.hosts.collectives.test_algorithms import peers_grid, run_ranks
 
 F32 = np.float32
@@ -113,6 +115,7 @@ def test_every_replica_equals_the_reference(variant, quantize):
     out, s = run_variant(variant, 2, 2, sites, quantize=quantize)
     ref = expected(s)
     for r, o in out.items():
+        jsonschema.validate(o, DILOCO_RANK)
         assert o["theta"] == dl.digest(ref["theta"][o["site"]]), f"rank {r}"
         assert o["outer"] == dl.digest(ref["outer"]), f"rank {r}"
 

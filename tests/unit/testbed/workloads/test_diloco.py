@@ -105,6 +105,7 @@ def test_figures_and_checks_from_real_rank_outputs():
               "checks": list(checks.values()), "started_s": 0.0, "wall_s": 9.0, "cpu_bound": False}
     jsonschema.validate(record, results_schema.workload())
     assert "diloco" in diloco.summary(record) and "exact" in diloco.tables(record)[0]
+    assert diloco.comparable(record)["d", "streaming", 8192]["peak WAN B"] == rows["streaming", 0]["peak_wan_bytes"]
 
 
 def test_a_replica_that_differs_fails_the_check():
