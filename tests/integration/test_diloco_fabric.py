@@ -34,5 +34,6 @@ def test_ddp_diloco_and_streaming_across_two_sites(tmp_path):
     assert st["peak_wan_mbps"] / di["peak_wan_mbps"] == pytest.approx(1 / P, rel=0.2)
     # 8 bits instead of 32: about a quarter of the bytes, and the parameters moved only a little
     assert rows["diloco", 8]["wan_wire_bytes_per_step"] / di["wan_wire_bytes_per_step"] == pytest.approx(0.25, abs=0.05)
-    assert 0 < rows["diloco", 8]["quantization_max_dev"] < 0.1
-    assert {c["name"] for c in w["checks"]} == {"completed", "replicas exact", "diloco wan bytes", "streaming peak"}
+    assert 0 < rows["diloco", 8]["quantization_max_dev"] < 0.25
+    mine = {c["name"].split(": ", 1)[1] for c in r["checks"] if c["name"].startswith(w["name"] + ": ")}
+    assert mine == {"completed", "replicas exact", "diloco wan bytes", "streaming peak"}

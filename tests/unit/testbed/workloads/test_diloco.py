@@ -98,11 +98,11 @@ def test_figures_and_checks_from_real_rank_outputs():
     assert rows["diloco", 0]["wan_bytes_per_step"] == rows["ddp", 0]["wan_bytes_per_step"] / 4
     assert rows["streaming", 0]["peak_wan_bytes"] == rows["diloco", 0]["peak_wan_bytes"] / 2
     assert rows["diloco", 8]["peak_wan_bytes"] == 2 * dl.payload_bytes(2048, 8)
-    assert 0 < rows["diloco", 8]["quantization_max_dev"] < 0.1
+    assert 0 < rows["diloco", 8]["quantization_max_dev"] < 0.25
     # the record fits results.json's schema
     record = {**result, "type": "diloco", "name": "d", "leaders": ["s0g0", "s1g0"], "count": 2048, "bytes": 8192,
               "steps": 8, "sync_every": 4, "fragments": 2, "compute_s": 0.5, "dilation": 1.0, "ok": True,
-              "checks": list(checks.values()), "started_s": 0.0, "wall_s": 9.0, "cpu_bound": False}
+              "started_s": 0.0, "wall_s": 9.0, "cpu_bound": False}
     jsonschema.validate(record, results_schema.workload())
     assert "diloco" in diloco.summary(record) and "exact" in diloco.tables(record)[0]
     assert diloco.comparable(record)["d", "streaming", 8192]["peak WAN B"] == rows["streaming", 0]["peak_wan_bytes"]
