@@ -5,10 +5,10 @@ agent prints back (results.py: a JSON Schema per program, which the testbed chec
 from hosts.spec.base import Spec, SpecError
 from hosts.spec.flows import FlowsSpec, Listen, ProbeSpec, Send
 from hosts.spec.peers import Member, Peer
-from hosts.spec.rank import (CollectiveRankSpec, HeartbeatSpec, Join, Parallelism, PortMtus, PortRates, RankSpec,
+from hosts.spec.rank import (CollectiveRankSpec, DilocoRankSpec, HeartbeatSpec, Join, Parallelism, PortMtus, PortRates, RankSpec,
                              Rejoin, TrainingRankSpec)
 from hosts.spec.tfdata import ServiceSpec, TrainerSpec
 
-__all__ = ["CollectiveRankSpec", "FlowsSpec", "HeartbeatSpec", "Join", "Listen", "Member", "Parallelism", "Peer",
+__all__ = ["CollectiveRankSpec", "DilocoRankSpec", "FlowsSpec", "HeartbeatSpec", "Join", "Listen", "Member", "Parallelism", "Peer",
            "PortMtus", "PortRates", "ProbeSpec", "RankSpec", "Rejoin", "Send", "ServiceSpec", "Spec", "SpecError",
            "TrainerSpec", "TrainingRankSpec"]

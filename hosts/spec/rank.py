@@ -131,3 +131,21 @@ class TrainingRankSpec(RankSpec):
     dp_algo: str = "ring"
     iterations: int = 1
     check: bool = True
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DilocoRankSpec(RankSpec):
+    """One rank of a DiLoCo run (hosts/agents/diloco_rank.py, hosts/collectives/diloco_rank.py)."""
+    sites: tuple[tuple[int, ...], ...]        # the ranks of each site; a site's first rank crosses sites
+    variant: Literal["ddp", "diloco", "streaming"]
+    steps: int                                # inner steps
+    sync_every: int = 1                       # H: inner steps between two synchronisations of a parameter
+    fragments: int = 1                        # P (streaming)
+    count: int                                # float32 parameters
+    seed: int = 0
+    inner_lr: float = 0.05
+    outer_lr: float = 0.7
+    momentum: float = 0.9
+    mix: float = 0.5                          # streaming: the local share of a synchronised fragment
+    quantize: Literal[0, 4, 8] = 0            # bits of the exchanged pseudo-gradients (0: float32)
+    compute_s: float = 0.0                    # emulated compute time of one inner step

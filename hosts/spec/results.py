@@ -61,9 +61,14 @@ TFDATA_TRAINER = {"anyOf": [
          "epoch_seconds": NUM},
         ("policy", "pipeline", "config"))]}
 
+DILOCO_RANK = {"anyOf": [
+    obj({"rank": INT, "site": INT, "steps": {"type": "array", "items": OBJ}, "theta": STR, "outer": STR,
+         "loss": NUM, "counters": OBJ}, ("rank", "site", "steps", "theta", "outer", "loss", "counters")),
+    obj({"rank": INT, "error": STR, "error_at": NUM}, ("rank", "error", "error_at"))]}
+
 TFDATA_SERVICE = obj({"role": {"enum": ["dispatcher", "worker"]}, "pid": INT, "port": INT}, ("role", "pid", "port"))
 
 # program (its `python -m` module) -> the schema of the line it prints last
 RESULTS = {"hosts.agents.collective_rank": COLLECTIVE_RANK, "hosts.agents.training_rank": TRAINING_RANK,
-           "hosts.agents.flows": FLOWS, "hosts.agents.probe": PROBE,
+           "hosts.agents.diloco_rank": DILOCO_RANK, "hosts.agents.flows": FLOWS, "hosts.agents.probe": PROBE,
            "hosts.agents.tfdata_trainer": TFDATA_TRAINER, "hosts.agents.tfdata_service": TFDATA_SERVICE}

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from testbed.workloads import churn, collective, concurrent, connectivity, offload, program, traffic, training
+from testbed.workloads import churn, collective, concurrent, connectivity, diloco, offload, program, traffic, training
 
 
 class Workload(Protocol):
@@ -89,7 +89,7 @@ class _Defaults:
 
 REGISTRY: dict[str, Workload] = {"connectivity": connectivity, "traffic": traffic, "collective": collective,
                                  "offload": offload, "training_iteration": training, "program": program,
-                                 "churn": churn, "concurrent": concurrent}
+                                 "churn": churn, "concurrent": concurrent, "diloco": diloco}
 
 
 def hook(type_name: str | None, name: str):

@@ -1,0 +1,38 @@
+"""The sites of a `diloco` workload: groups of GPU hosts, each a data-parallel replica, whose only traffic with
+each other is what crosses sites (the WAN's bytes). Until the fabric itself has sites, they come from the
+workload's `sites:` key, which also partitions one fabric into sites by hand.
+
+    fabric_sites(fabric)            the fabric's own sites, if it has any (none yet): the default of `sites:`
+    sites_of(fabric, spec)          the sites' hosts, checked: known GPU hosts, none in two sites, at least two
+"""
+from __future__ import annotations
+
+from testbed.scenario.schema import ScenarioError
+
+
+def fabric_sites(fabric) -> list[list[str]] | None:
+    """The fabric's sites as groups of GPU host names, once a fabric can declare them; None until then (a
+    workload without `sites:` then says so)."""
+    return None
+
+
+def sites_of(fabric, spec: dict) -> list[list]:
+    """The Host objects of each site, in the order given (a site's first host is its leader)."""
+    groups = spec.get("sites") or fabric_sites(fabric)
+    if groups is None:
+        raise ScenarioError("diloco needs `sites:`, groups of GPU host names (e.g. [[s0g0, s0g1], [s1g0, s1g1]]):"
+                            " this fabric declares no sites", key="sites")
+    gpus = {h.name: h for h in fabric.gpus()}
+    seen: dict[str, int] = {}
+    for i, group in enumerate(groups):
+        for name in group:
+            if name not in gpus:
+                raise ScenarioError(f"diloco sites[{i}]: unknown GPU host {name!r} (the fabric has "
+                                    f"{', '.join(sorted(gpus)[:6])}{', ...' if len(gpus) > 6 else ''})", key="sites")
+            if name in seen:
+                raise ScenarioError(f"diloco sites[{i}]: {name} is already in sites[{seen[name]}] (sites may not "
+                                    "overlap)", key="sites")
+            seen[name] = i
+    if len(groups) < 2:
+        raise ScenarioError(f"diloco needs at least 2 sites, got {len(groups)}", key="sites")
+    return [[gpus[name] for name in group] for group in groups]
