@@ -14,10 +14,15 @@ delay-based one and DCQCN. The switch port into the receiver is the bottleneck; 
 50 ms. Printed per scheme, mean (min-max) over --reps runs:
 - queue: median and 95th percentile of the samples, KiB, and the share of samples under Kmax;
 - the sampled queue over the run (ten points, KiB, of one run);
+- the queue's peak, and (DCQCN) when the first rate cut came after the writes were posted: the incast's start;
 - goodput: payload bytes over the time to the last completion, over the bottleneck's rate (RoCE MTU 4096 in
   9000-byte frames: 0.98 at most);
 - Jain's fairness index over the senders' rates (bytes over each one's own completion time);
-- drops at the bottleneck's queue (its buffer: --queue-kb), packets retransmitted, CNPs, ports' CE marks.
+- busy 2nd half: the bytes the bottleneck's tbf sent over the second half of the sampled run, over its rate (the
+  steady state, after the start's over-shoot; frames' bytes, so up to 1.00);
+- drops at the bottleneck's queue (its buffer: --queue-kb), packets retransmitted, CNPs, ports' CE marks, and the
+  share of the sampled intervals with the real queue over Kmax in which the port marked nothing (its virtual
+  queue blind to the real one).
 Each lossy (drops when the queue is full) and lossless (fabric.pfc: the port pauses the senders' NICs above
 128 KiB of queue, resumes them below 64; pauses and paused time counted, docs/pfc.md).
 
@@ -53,28 +58,50 @@ SAMPLE_S = 0.05
 
 
 def tc_stats(dev: str) -> dict:
-    """The port's tbf: backlog and drops (bytes, packets)."""
+    """The port's tbf: backlog (bytes), bytes sent and drops (packets)."""
     out = json.loads(subprocess.run(["tc", "-s", "-j", "qdisc", "show", "dev", dev, "root"], capture_output=True,
                                     text=True, check=True).stdout)
     q = next(q for q in out if q["kind"] == "tbf")
-    return {"backlog": q["backlog"], "drops": q["drops"]}
+    return {"backlog": q["backlog"], "bytes": q["bytes"], "drops": q["drops"]}
 
 
 class QueueSampler(threading.Thread):
-    """Samples a port's tbf backlog every SAMPLE_S until stopped."""
+    """Samples a port's tbf every SAMPLE_S until stopped: (time, backlog, bytes sent, CE marks so far)."""
 
     def __init__(self, dev: str):
+        from testbed.fabric import ecn
         super().__init__(daemon=True)
         self.dev, self.samples, self._done = dev, [], threading.Event()
+        self._marks_map = ecn.maps(dev)["ecn_counters"]      # one lookup; each sample reads the map only
+
+    def marks(self) -> int:
+        from testbed.fabric import ecn
+        return ecn.COUNTERS.unpack(ecn.read_map(self._marks_map))[2]
 
     def run(self):
         while not self._done.wait(SAMPLE_S):
-            self.samples.append(tc_stats(self.dev)["backlog"])
+            st = tc_stats(self.dev)
+            self.samples.append((time.monotonic(), st["backlog"], st["bytes"], self.marks()))
 
-    def stop(self) -> list[int]:
+    def stop(self) -> list[tuple]:
         self._done.set()
         self.join()
         return self.samples
+
+
+def link_busy(samples: list[tuple], bps: float, start: float = 0.5) -> float:
+    """The share of the link's rate the port sent at from `start` of the sampled run to its end (frames' bytes)."""
+    if len(samples) < 4:
+        return float("nan")
+    first = samples[int(start * (len(samples) - 1))]
+    last = samples[-1]
+    return (last[2] - first[2]) * 8 / (last[0] - first[0]) / bps
+
+
+def unmarked_over_kmax(samples: list[tuple]) -> float:
+    """The share of the samples over Kmax whose interval saw no CE mark (marking blind to the real queue)."""
+    over = [(a, b) for a, b in zip(samples, samples[1:]) if b[1] >= ECN["kmax_kb"] * 1024]
+    return sum(b[3] == a[3] for a, b in over) / len(over) if over else 0.0
 
 
 def incast_fabric(queue_kb: int, mtu: int, lossless: bool = False):
@@ -121,6 +148,14 @@ def incast_once(net, fabric, scheme: str, size: int, roce_mtu: int) -> dict:
     sampler = QueueSampler(port)
     sampler.start()
     t0 = time.monotonic()
+    first_cut = []
+    if scheme == "dcqcn":               # when the first cut came: the start's feedback delay
+        def watch():
+            while not first_cut and time.monotonic() - t0 < 60:
+                if any(s[1].counters["cc_rate_cuts"] for s in senders):
+                    first_cut.append(time.monotonic() - t0)
+                time.sleep(0.002)
+        threading.Thread(target=watch, daemon=True).start()
     for _, qs, ms, md, _, _ in senders:
         qs.post_send(SendWR(WROpcode.RDMA_WRITE, [ms.sge(0, size)], wr_id=1, remote_addr=md.addr, rkey=md.rkey))
     done = []
@@ -141,10 +176,14 @@ def incast_once(net, fabric, scheme: str, size: int, roce_mtu: int) -> dict:
         for dev in devs.values():
             dev.close()
     rates = [size / t for t in done]
-    kib = [b / 1024 for b in samples] or [0]
+    kib = [s[1] / 1024 for s in samples] or [0]
     return {
         "queue_p50_kb": statistics.median(kib),
         "queue_p95_kb": statistics.quantiles(kib, n=20)[-1] if len(kib) > 1 else kib[0],
+        "queue_max_kb": max(kib),
+        "first_cut_ms": first_cut[0] * 1e3 if first_cut else float("nan"),
+        "busy_late": link_busy(samples, rate),
+        "unmarked_over_kmax": unmarked_over_kmax(samples),
         "under_kmax": sum(q < ECN["kmax_kb"] for q in kib) / len(kib),
         "series": [kib[int(i * len(kib) / 10)] for i in range(10)] if len(kib) >= 10 else kib,
         "goodput": size * SENDERS * 8 / max(done) / rate,
@@ -172,18 +211,19 @@ def incast(args) -> dict:
         print(f"\n## {SENDERS}-to-1 incast, {args.kb} KiB each, NICs {NIC_MBPS:g} Mbit/s at time scale {TIME_SCALE} "
               f"({NIC_MBPS / TIME_SCALE:g} Mbit/s), ECN {ECN}, queue {args.queue_kb} KiB, {loss}"
               f"{f' (PFC {PFC})' if loss == 'lossless' else ''}; {args.reps} runs: mean (min-max)")
-        print(f"{'scheme':<7} {'queue p50 KiB':>16} {'queue p95 KiB':>16} {'<Kmax':>16} {'goodput':>16} "
-              f"{'Jain':>16} {'drops':>12} {'resent':>14} {'CNPs':>12} {'CE marks':>14} {'pauses':>12} "
-              f"{'paused s':>16}")
+        print(f"{'scheme':<7} {'queue p50 KiB':>16} {'queue p95 KiB':>16} {'queue peak KiB':>16} {'<Kmax':>16} "
+              f"{'1st cut ms':>14} {'goodput':>16} {'busy 2nd half':>16} {'Jain':>16} {'drops':>12} {'resent':>14} "
+              f"{'CNPs':>12} {'CE marks':>14} {'unmarked>Kmax':>16} {'pauses':>12} {'paused s':>16}")
         with Network(fabric) as net:
             for scheme in args.schemes:
                 runs = [incast_once(net, fabric, scheme, size, roce_mtu) for _ in range(args.reps)]
                 results[loss, scheme] = runs
                 col = lambda k, d=2: fmt([r[k] for r in runs], d)
                 print(f"{scheme:<7} {col('queue_p50_kb', 0):>16} {col('queue_p95_kb', 0):>16} "
-                      f"{col('under_kmax'):>16} {col('goodput'):>16} {col('jain'):>16} {col('drops', 0):>12} "
+                      f"{col('queue_max_kb', 0):>16} {col('under_kmax'):>16} {col('first_cut_ms', 0):>14} "
+                      f"{col('goodput'):>16} {col('busy_late'):>16} {col('jain'):>16} {col('drops', 0):>12} "
                       f"{col('retransmits', 0):>14} {col('cnps', 0):>12} {col('marks', 0):>14} "
-                      f"{col('pauses', 0):>12} {col('paused_s', 1):>16}", flush=True)
+                      f"{col('unmarked_over_kmax'):>16} {col('pauses', 0):>12} {col('paused_s', 1):>16}", flush=True)
         print("queue over the run (KiB, ten points of the first run):")
         for scheme in args.schemes:
             print(f"  {scheme:<7} " + " ".join(f"{q:5.0f}" for q in results[loss, scheme][0]["series"]))
