@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/congestion.py [--quick] [--reps 3] [--parts incast,routing]
                                               [--schemes none,delay,dcqcn] [--modes ecmp,spray,split:4]
-                                              [--loss lossy,lossless]
+                                              [--loss lossy,lossless] [--kb 512] [--long-kb 2048]
 
 Both parts run a fabric given at a real fabric's rates and slowed by fabric.time_scale (1.5 Gbit/s NICs run at
 5 Mbit/s, K = 300), so DCQCN's timers and rates scale with it (docs/rdma.md#dcqcn); the switch ports mark ECN
@@ -23,6 +23,8 @@ delay-based one and DCQCN. The switch port into the receiver is the bottleneck; 
 - drops at the bottleneck's queue (its buffer: --queue-kb), packets retransmitted, CNPs, ports' CE marks, and the
   share of the sampled intervals with the real queue over Kmax in which the port marked nothing (its virtual
   queue blind to the real one).
+With DCQCN, one more row (dcqcn@2048) runs --long-kb KiB each: DCQCN's start and end cost about the same time
+whatever the transfer (docs/ecn.md), so a longer incast shows its steady state.
 Each lossy (drops when the queue is full) and lossless (fabric.pfc: the port pauses the senders' NICs above
 128 KiB of queue, resumes them below 64; pauses and paused time counted, docs/pfc.md).
 
@@ -214,19 +216,22 @@ def incast(args) -> dict:
         print(f"{'scheme':<7} {'queue p50 KiB':>16} {'queue p95 KiB':>16} {'queue peak KiB':>16} {'<Kmax':>16} "
               f"{'1st cut ms':>14} {'goodput':>16} {'busy 2nd half':>16} {'Jain':>16} {'drops':>12} {'resent':>14} "
               f"{'CNPs':>12} {'CE marks':>14} {'unmarked>Kmax':>16} {'pauses':>12} {'paused s':>16}")
+        rows = [(scheme, scheme, size) for scheme in args.schemes]
+        if "dcqcn" in args.schemes and args.long_kb:     # DCQCN's steady state: a transfer its start does not rule
+            rows.append((f"dcqcn@{args.long_kb}", "dcqcn", args.long_kb * 1024))
         with Network(fabric) as net:
-            for scheme in args.schemes:
-                runs = [incast_once(net, fabric, scheme, size, roce_mtu) for _ in range(args.reps)]
-                results[loss, scheme] = runs
+            for name, scheme, nbytes in rows:
+                runs = [incast_once(net, fabric, scheme, nbytes, roce_mtu) for _ in range(args.reps)]
+                results[loss, name] = runs
                 col = lambda k, d=2: fmt([r[k] for r in runs], d)
-                print(f"{scheme:<7} {col('queue_p50_kb', 0):>16} {col('queue_p95_kb', 0):>16} "
+                print(f"{name:<7} {col('queue_p50_kb', 0):>16} {col('queue_p95_kb', 0):>16} "
                       f"{col('queue_max_kb', 0):>16} {col('under_kmax'):>16} {col('first_cut_ms', 0):>14} "
                       f"{col('goodput'):>16} {col('busy_late'):>16} {col('jain'):>16} {col('drops', 0):>12} "
                       f"{col('retransmits', 0):>14} {col('cnps', 0):>12} {col('marks', 0):>14} "
                       f"{col('unmarked_over_kmax'):>16} {col('pauses', 0):>12} {col('paused_s', 1):>16}", flush=True)
         print("queue over the run (KiB, ten points of the first run):")
-        for scheme in args.schemes:
-            print(f"  {scheme:<7} " + " ".join(f"{q:5.0f}" for q in results[loss, scheme][0]["series"]))
+        for name, _, _ in rows:
+            print(f"  {name:<7} " + " ".join(f"{q:5.0f}" for q in results[loss, name][0]["series"]))
     return results
 
 
@@ -288,6 +293,8 @@ def main(argv=None) -> int:
     ap.add_argument("--schemes", default=",".join(SCHEMES))
     ap.add_argument("--modes", default="ecmp,spray,split:4")
     ap.add_argument("--kb", type=int, help="KiB each incast sender writes (default 512, quick 256)")
+    ap.add_argument("--long-kb", type=int, help="KiB each in one more DCQCN incast, long enough for its steady "
+                    "state (default 2048, quick 0: none)")
     ap.add_argument("--size", help="bytes per collective (default 2MiB, quick 1MiB)")
     ap.add_argument("--queue-kb", type=int, default=1024, help="the bottleneck's buffer (1 MiB: the testbed's default)")
     ap.add_argument("--mtu", type=int, default=1500, help="the links' MTU (9000: RoCE MTU 4096, else 1024)")
@@ -299,6 +306,7 @@ def main(argv=None) -> int:
         ECN.update(args.ecn)
     args.reps = args.reps or (1 if args.quick else 3)
     args.kb = args.kb or (256 if args.quick else 512)
+    args.long_kb = (0 if args.quick else 2048) if args.long_kb is None else args.long_kb
     args.size = args.size or ("1MiB" if args.quick else "2MiB")
     args.schemes, args.modes, parts = args.schemes.split(","), args.modes.split(","), args.parts.split(",")
     args.loss = args.loss.split(",")
