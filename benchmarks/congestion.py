@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/congestion.py [--quick] [--reps 3] [--parts incast,routing]
                                               [--schemes none,delay,dcqcn] [--modes ecmp,spray,split:4]
-                                              [--loss lossy,lossless] [--kb 512] [--long-kb 2048]
+                                              [--loss lossy,lossless] [--kb 512] [--long-kb 2048] [--diagnose]
 
 Both parts run a fabric given at a real fabric's rates and slowed by fabric.time_scale (1.5 Gbit/s NICs run at
 5 Mbit/s, K = 300), so DCQCN's timers and rates scale with it (docs/rdma.md#dcqcn); the switch ports mark ECN
@@ -14,7 +14,8 @@ delay-based one and DCQCN. The switch port into the receiver is the bottleneck; 
 50 ms. Printed per scheme, mean (min-max) over --reps runs:
 - queue: median and 95th percentile of the samples, KiB, and the share of samples under Kmax;
 - the sampled queue over the run (ten points, KiB, of one run);
-- the queue's peak, and (DCQCN) when the first rate cut came after the writes were posted: the incast's start;
+- the queue's peak, and (DCQCN, with --diagnose) when the first rate cut came after the writes were posted: the
+  incast's start;
 - goodput: payload bytes over the time to the last completion, over the bottleneck's rate (RoCE MTU 4096 in
   9000-byte frames: 0.98 at most);
 - Jain's fairness index over the senders' rates (bytes over each one's own completion time);
@@ -22,7 +23,8 @@ delay-based one and DCQCN. The switch port into the receiver is the bottleneck; 
   steady state, after the start's over-shoot; frames' bytes, so up to 1.00);
 - drops at the bottleneck's queue (its buffer: --queue-kb), packets retransmitted, CNPs, ports' CE marks, and the
   share of the sampled intervals with the real queue over Kmax in which the port marked nothing (its virtual
-  queue blind to the real one).
+  queue blind to the real one; with --diagnose, which reads the port's counters every sample and so loads the
+  endpoints in this process: nan without it. The fabric test found spurious retransmissions in runs with it).
 With DCQCN, one more row (dcqcn@2048) runs --long-kb KiB each: DCQCN's start and end cost about the same time
 whatever the transfer (docs/ecn.md), so a longer incast shows its steady state.
 Each lossy (drops when the queue is full) and lossless (fabric.pfc: the port pauses the senders' NICs above
@@ -68,17 +70,19 @@ def tc_stats(dev: str) -> dict:
 
 
 class QueueSampler(threading.Thread):
-    """Samples a port's tbf every SAMPLE_S until stopped: (time, backlog, bytes sent, CE marks so far)."""
+    """Samples a port's tbf every SAMPLE_S until stopped: (time, backlog, bytes sent, CE marks so far or None).
+    Reading the marks spawns bpftool per sample, which loads the endpoints sharing this process: only with
+    marks=True."""
 
-    def __init__(self, dev: str):
+    def __init__(self, dev: str, marks: bool = False):
         from testbed.fabric import ecn
         super().__init__(daemon=True)
         self.dev, self.samples, self._done = dev, [], threading.Event()
-        self._marks_map = ecn.maps(dev)["ecn_counters"]      # one lookup; each sample reads the map only
+        self._marks_map = ecn.maps(dev)["ecn_counters"] if marks else None   # one lookup; then the map only
 
-    def marks(self) -> int:
+    def marks(self) -> int | None:
         from testbed.fabric import ecn
-        return ecn.COUNTERS.unpack(ecn.read_map(self._marks_map))[2]
+        return ecn.COUNTERS.unpack(ecn.read_map(self._marks_map))[2] if self._marks_map else None
 
     def run(self):
         while not self._done.wait(SAMPLE_S):
@@ -103,6 +107,8 @@ def link_busy(samples: list[tuple], bps: float, start: float = 0.5) -> float:
 def unmarked_over_kmax(samples: list[tuple]) -> float:
     """The share of the samples over Kmax whose interval saw no CE mark (marking blind to the real queue)."""
     over = [(a, b) for a, b in zip(samples, samples[1:]) if b[1] >= ECN["kmax_kb"] * 1024]
+    if samples and samples[0][3] is None:
+        return float("nan")                 # marks not sampled
     return sum(b[3] == a[3] for a, b in over) / len(over) if over else 0.0
 
 
@@ -112,7 +118,7 @@ def incast_fabric(queue_kb: int, mtu: int, lossless: bool = False):
                  queue_kb={"nic": queue_kb}, nic_mtu=mtu, pfc=PFC if lossless else None)
 
 
-def incast_once(net, fabric, scheme: str, size: int, roce_mtu: int) -> dict:
+def incast_once(net, fabric, scheme: str, size: int, roce_mtu: int, diagnose: bool = False) -> dict:
     """One 7-to-1 incast on a live fabric; returns its figures."""
     from hosts.rdma import Access, QPType, SendWR, WROpcode, open_device
     from testbed.fabric import ecn, pfc
@@ -147,11 +153,11 @@ def incast_once(net, fabric, scheme: str, size: int, roce_mtu: int) -> dict:
         time.sleep(0.1)
     before, marks0 = tc_stats(port), ecn.counters(port)["marked_packets"]
     pauses0 = pfc.totals(net.pauses.stats()) if net.pauses else None
-    sampler = QueueSampler(port)
+    sampler = QueueSampler(port, diagnose)
     sampler.start()
     t0 = time.monotonic()
     first_cut = []
-    if scheme == "dcqcn":               # when the first cut came: the start's feedback delay
+    if scheme == "dcqcn" and diagnose:  # when the first cut came: the start's feedback delay
         def watch():
             while not first_cut and time.monotonic() - t0 < 60:
                 if any(s[1].counters["cc_rate_cuts"] for s in senders):
@@ -221,7 +227,7 @@ def incast(args) -> dict:
             rows.append((f"dcqcn@{args.long_kb}", "dcqcn", args.long_kb * 1024))
         with Network(fabric) as net:
             for name, scheme, nbytes in rows:
-                runs = [incast_once(net, fabric, scheme, nbytes, roce_mtu) for _ in range(args.reps)]
+                runs = [incast_once(net, fabric, scheme, nbytes, roce_mtu, args.diagnose) for _ in range(args.reps)]
                 results[loss, name] = runs
                 col = lambda k, d=2: fmt([r[k] for r in runs], d)
                 print(f"{name:<7} {col('queue_p50_kb', 0):>16} {col('queue_p95_kb', 0):>16} "
@@ -295,6 +301,8 @@ def main(argv=None) -> int:
     ap.add_argument("--kb", type=int, help="KiB each incast sender writes (default 512, quick 256)")
     ap.add_argument("--long-kb", type=int, help="KiB each in one more DCQCN incast, long enough for its steady "
                     "state (default 2048, quick 0: none)")
+    ap.add_argument("--diagnose", action="store_true", help="also the first cut and unmarked>Kmax (a thread "
+                    "and a bpftool per sample in the endpoints' process: they perturb the run)")
     ap.add_argument("--size", help="bytes per collective (default 2MiB, quick 1MiB)")
     ap.add_argument("--queue-kb", type=int, default=1024, help="the bottleneck's buffer (1 MiB: the testbed's default)")
     ap.add_argument("--mtu", type=int, default=1500, help="the links' MTU (9000: RoCE MTU 4096, else 1024)")

@@ -25,3 +25,4 @@ def test_unmarked_over_kmax_counts_intervals_with_a_full_queue_and_no_mark():
     samples = [(0, 0, 0, 0), (1, KMAX, 0, 5), (2, KMAX * 2, 0, 5), (3, KMAX, 0, 9), (4, 0, 0, 9)]
     assert congestion.unmarked_over_kmax(samples) == 1 / 3      # t 1-2 over Kmax without a new mark
     assert congestion.unmarked_over_kmax([(0, 0, 0, 0), (1, 10, 0, 0)]) == 0.0
+    assert math.isnan(congestion.unmarked_over_kmax([(0, 0, 0, None), (1, KMAX, 0, None)]))   # not sampled
