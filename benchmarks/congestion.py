@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/congestion.py [--quick] [--reps 3] [--parts incast,routing]
                                               [--schemes none,delay,dcqcn] [--modes ecmp,spray,split:4]
-                                              [--loss lossy,lossless]
+                                              [--loss lossy,lossless] [--kb 512] [--long-kb 2048] [--diagnose]
 
 Both parts run a fabric given at a real fabric's rates and slowed by fabric.time_scale (1.5 Gbit/s NICs run at
 5 Mbit/s, K = 300), so DCQCN's timers and rates scale with it (docs/rdma.md#dcqcn); the switch ports mark ECN
@@ -14,10 +14,19 @@ delay-based one and DCQCN. The switch port into the receiver is the bottleneck; 
 50 ms. Printed per scheme, mean (min-max) over --reps runs:
 - queue: median and 95th percentile of the samples, KiB, and the share of samples under Kmax;
 - the sampled queue over the run (ten points, KiB, of one run);
+- the queue's peak, and (DCQCN, with --diagnose) when the first rate cut came after the writes were posted: the
+  incast's start;
 - goodput: payload bytes over the time to the last completion, over the bottleneck's rate (RoCE MTU 4096 in
   9000-byte frames: 0.98 at most);
 - Jain's fairness index over the senders' rates (bytes over each one's own completion time);
-- drops at the bottleneck's queue (its buffer: --queue-kb), packets retransmitted, CNPs, ports' CE marks.
+- busy 2nd half: the bytes the bottleneck's tbf sent over the second half of the sampled run, over its rate (the
+  steady state, after the start's over-shoot; frames' bytes, so up to 1.00);
+- drops at the bottleneck's queue (its buffer: --queue-kb), packets retransmitted, CNPs, ports' CE marks, and the
+  share of the sampled intervals with the real queue over Kmax in which the port marked nothing (its virtual
+  queue blind to the real one; with --diagnose, which reads the port's counters every sample and so loads the
+  endpoints in this process: nan without it. The fabric test found spurious retransmissions in runs with it).
+With DCQCN, one more row (dcqcn@2048) runs --long-kb KiB each: DCQCN's start and end cost about the same time
+whatever the transfer (docs/ecn.md), so a longer incast shows its steady state.
 Each lossy (drops when the queue is full) and lossless (fabric.pfc: the port pauses the senders' NICs above
 128 KiB of queue, resumes them below 64; pauses and paused time counted, docs/pfc.md).
 
@@ -53,28 +62,54 @@ SAMPLE_S = 0.05
 
 
 def tc_stats(dev: str) -> dict:
-    """The port's tbf: backlog and drops (bytes, packets)."""
+    """The port's tbf: backlog (bytes), bytes sent and drops (packets)."""
     out = json.loads(subprocess.run(["tc", "-s", "-j", "qdisc", "show", "dev", dev, "root"], capture_output=True,
                                     text=True, check=True).stdout)
     q = next(q for q in out if q["kind"] == "tbf")
-    return {"backlog": q["backlog"], "drops": q["drops"]}
+    return {"backlog": q["backlog"], "bytes": q["bytes"], "drops": q["drops"]}
 
 
 class QueueSampler(threading.Thread):
-    """Samples a port's tbf backlog every SAMPLE_S until stopped."""
+    """Samples a port's tbf every SAMPLE_S until stopped: (time, backlog, bytes sent, CE marks so far or None).
+    Reading the marks spawns bpftool per sample, which loads the endpoints sharing this process: only with
+    marks=True."""
 
-    def __init__(self, dev: str):
+    def __init__(self, dev: str, marks: bool = False):
+        from testbed.fabric import ecn
         super().__init__(daemon=True)
         self.dev, self.samples, self._done = dev, [], threading.Event()
+        self._marks_map = ecn.maps(dev)["ecn_counters"] if marks else None   # one lookup; then the map only
+
+    def marks(self) -> int | None:
+        from testbed.fabric import ecn
+        return ecn.COUNTERS.unpack(ecn.read_map(self._marks_map))[2] if self._marks_map else None
 
     def run(self):
         while not self._done.wait(SAMPLE_S):
-            self.samples.append(tc_stats(self.dev)["backlog"])
+            st = tc_stats(self.dev)
+            self.samples.append((time.monotonic(), st["backlog"], st["bytes"], self.marks()))
 
-    def stop(self) -> list[int]:
+    def stop(self) -> list[tuple]:
         self._done.set()
         self.join()
         return self.samples
+
+
+def link_busy(samples: list[tuple], bps: float, start: float = 0.5) -> float:
+    """The share of the link's rate the port sent at from `start` of the sampled run to its end (frames' bytes)."""
+    if len(samples) < 4:
+        return float("nan")
+    first = samples[int(start * (len(samples) - 1))]
+    last = samples[-1]
+    return (last[2] - first[2]) * 8 / (last[0] - first[0]) / bps
+
+
+def unmarked_over_kmax(samples: list[tuple]) -> float:
+    """The share of the samples over Kmax whose interval saw no CE mark (marking blind to the real queue)."""
+    over = [(a, b) for a, b in zip(samples, samples[1:]) if b[1] >= ECN["kmax_kb"] * 1024]
+    if samples and samples[0][3] is None:
+        return float("nan")                 # marks not sampled
+    return sum(b[3] == a[3] for a, b in over) / len(over) if over else 0.0
 
 
 def incast_fabric(queue_kb: int, mtu: int, lossless: bool = False):
@@ -83,7 +118,7 @@ def incast_fabric(queue_kb: int, mtu: int, lossless: bool = False):
                  queue_kb={"nic": queue_kb}, nic_mtu=mtu, pfc=PFC if lossless else None)
 
 
-def incast_once(net, fabric, scheme: str, size: int, roce_mtu: int) -> dict:
+def incast_once(net, fabric, scheme: str, size: int, roce_mtu: int, diagnose: bool = False) -> dict:
     """One 7-to-1 incast on a live fabric; returns its figures."""
     from hosts.rdma import Access, QPType, SendWR, WROpcode, open_device
     from testbed.fabric import ecn, pfc
@@ -118,9 +153,17 @@ def incast_once(net, fabric, scheme: str, size: int, roce_mtu: int) -> dict:
         time.sleep(0.1)
     before, marks0 = tc_stats(port), ecn.counters(port)["marked_packets"]
     pauses0 = pfc.totals(net.pauses.stats()) if net.pauses else None
-    sampler = QueueSampler(port)
+    sampler = QueueSampler(port, diagnose)
     sampler.start()
     t0 = time.monotonic()
+    first_cut = []
+    if scheme == "dcqcn" and diagnose:  # when the first cut came: the start's feedback delay
+        def watch():
+            while not first_cut and time.monotonic() - t0 < 60:
+                if any(s[1].counters["cc_rate_cuts"] for s in senders):
+                    first_cut.append(time.monotonic() - t0)
+                time.sleep(0.002)
+        threading.Thread(target=watch, daemon=True).start()
     for _, qs, ms, md, _, _ in senders:
         qs.post_send(SendWR(WROpcode.RDMA_WRITE, [ms.sge(0, size)], wr_id=1, remote_addr=md.addr, rkey=md.rkey))
     done = []
@@ -141,10 +184,14 @@ def incast_once(net, fabric, scheme: str, size: int, roce_mtu: int) -> dict:
         for dev in devs.values():
             dev.close()
     rates = [size / t for t in done]
-    kib = [b / 1024 for b in samples] or [0]
+    kib = [s[1] / 1024 for s in samples] or [0]
     return {
         "queue_p50_kb": statistics.median(kib),
         "queue_p95_kb": statistics.quantiles(kib, n=20)[-1] if len(kib) > 1 else kib[0],
+        "queue_max_kb": max(kib),
+        "first_cut_ms": first_cut[0] * 1e3 if first_cut else float("nan"),
+        "busy_late": link_busy(samples, rate),
+        "unmarked_over_kmax": unmarked_over_kmax(samples),
         "under_kmax": sum(q < ECN["kmax_kb"] for q in kib) / len(kib),
         "series": [kib[int(i * len(kib) / 10)] for i in range(10)] if len(kib) >= 10 else kib,
         "goodput": size * SENDERS * 8 / max(done) / rate,
@@ -172,21 +219,25 @@ def incast(args) -> dict:
         print(f"\n## {SENDERS}-to-1 incast, {args.kb} KiB each, NICs {NIC_MBPS:g} Mbit/s at time scale {TIME_SCALE} "
               f"({NIC_MBPS / TIME_SCALE:g} Mbit/s), ECN {ECN}, queue {args.queue_kb} KiB, {loss}"
               f"{f' (PFC {PFC})' if loss == 'lossless' else ''}; {args.reps} runs: mean (min-max)")
-        print(f"{'scheme':<7} {'queue p50 KiB':>16} {'queue p95 KiB':>16} {'<Kmax':>16} {'goodput':>16} "
-              f"{'Jain':>16} {'drops':>12} {'resent':>14} {'CNPs':>12} {'CE marks':>14} {'pauses':>12} "
-              f"{'paused s':>16}")
+        print(f"{'scheme':<7} {'queue p50 KiB':>16} {'queue p95 KiB':>16} {'queue peak KiB':>16} {'<Kmax':>16} "
+              f"{'1st cut ms':>14} {'goodput':>16} {'busy 2nd half':>16} {'Jain':>16} {'drops':>12} {'resent':>14} "
+              f"{'CNPs':>12} {'CE marks':>14} {'unmarked>Kmax':>16} {'pauses':>12} {'paused s':>16}")
+        rows = [(scheme, scheme, size) for scheme in args.schemes]
+        if "dcqcn" in args.schemes and args.long_kb:     # DCQCN's steady state: a transfer its start does not rule
+            rows.append((f"dcqcn@{args.long_kb}", "dcqcn", args.long_kb * 1024))
         with Network(fabric) as net:
-            for scheme in args.schemes:
-                runs = [incast_once(net, fabric, scheme, size, roce_mtu) for _ in range(args.reps)]
-                results[loss, scheme] = runs
+            for name, scheme, nbytes in rows:
+                runs = [incast_once(net, fabric, scheme, nbytes, roce_mtu, args.diagnose) for _ in range(args.reps)]
+                results[loss, name] = runs
                 col = lambda k, d=2: fmt([r[k] for r in runs], d)
-                print(f"{scheme:<7} {col('queue_p50_kb', 0):>16} {col('queue_p95_kb', 0):>16} "
-                      f"{col('under_kmax'):>16} {col('goodput'):>16} {col('jain'):>16} {col('drops', 0):>12} "
+                print(f"{name:<7} {col('queue_p50_kb', 0):>16} {col('queue_p95_kb', 0):>16} "
+                      f"{col('queue_max_kb', 0):>16} {col('under_kmax'):>16} {col('first_cut_ms', 0):>14} "
+                      f"{col('goodput'):>16} {col('busy_late'):>16} {col('jain'):>16} {col('drops', 0):>12} "
                       f"{col('retransmits', 0):>14} {col('cnps', 0):>12} {col('marks', 0):>14} "
-                      f"{col('pauses', 0):>12} {col('paused_s', 1):>16}", flush=True)
+                      f"{col('unmarked_over_kmax'):>16} {col('pauses', 0):>12} {col('paused_s', 1):>16}", flush=True)
         print("queue over the run (KiB, ten points of the first run):")
-        for scheme in args.schemes:
-            print(f"  {scheme:<7} " + " ".join(f"{q:5.0f}" for q in results[loss, scheme][0]["series"]))
+        for name, _, _ in rows:
+            print(f"  {name:<7} " + " ".join(f"{q:5.0f}" for q in results[loss, name][0]["series"]))
     return results
 
 
@@ -248,6 +299,10 @@ def main(argv=None) -> int:
     ap.add_argument("--schemes", default=",".join(SCHEMES))
     ap.add_argument("--modes", default="ecmp,spray,split:4")
     ap.add_argument("--kb", type=int, help="KiB each incast sender writes (default 512, quick 256)")
+    ap.add_argument("--long-kb", type=int, help="KiB each in one more DCQCN incast, long enough for its steady "
+                    "state (default 2048, quick 0: none)")
+    ap.add_argument("--diagnose", action="store_true", help="also the first cut and unmarked>Kmax (a thread "
+                    "and a bpftool per sample in the endpoints' process: they perturb the run)")
     ap.add_argument("--size", help="bytes per collective (default 2MiB, quick 1MiB)")
     ap.add_argument("--queue-kb", type=int, default=1024, help="the bottleneck's buffer (1 MiB: the testbed's default)")
     ap.add_argument("--mtu", type=int, default=1500, help="the links' MTU (9000: RoCE MTU 4096, else 1024)")
@@ -259,6 +314,7 @@ def main(argv=None) -> int:
         ECN.update(args.ecn)
     args.reps = args.reps or (1 if args.quick else 3)
     args.kb = args.kb or (256 if args.quick else 512)
+    args.long_kb = (0 if args.quick else 2048) if args.long_kb is None else args.long_kb
     args.size = args.size or ("1MiB" if args.quick else "2MiB")
     args.schemes, args.modes, parts = args.schemes.split(","), args.modes.split(","), args.parts.split(",")
     args.loss = args.loss.split(",")

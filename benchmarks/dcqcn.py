@@ -12,14 +12,18 @@ with F = --threshold fast-recovery stages (5, the paper's; ConnectX ships 1).
 Every write is checked byte for byte. Printed per scheme, mean and spread (min-max) over --reps runs:
 
 - queue: the median and 95th percentile of the queue packets found (ms of the bottleneck);
+- queue peak (ms) and when the first cut came (ms after the writes were posted): the start of the incast;
 - goodput: payload bytes over the time until the last write completed, as a fraction of the bottleneck's rate
   (a packet of 1024 payload bytes is 1068 bytes on this link, so 0.96 is the most);
+- busy 2nd half: the share of the second half of the link's traffic it spent sending (the steady state, after
+  the start's over-shoot);
 - Jain's fairness index over the senders' rates (each one's bytes over its own completion time);
 - drops at the buffer, retransmitted packets, CNPs received and rate cuts.
 """
 import argparse
 import os
 import statistics
+import threading
 import time
 
 from hosts.rdma import Access, QPType, SendWR, WROpcode, open_device
@@ -51,6 +55,14 @@ def incast(args, cc) -> dict:
         qr.connect(qs.info())
         senders.append((dev, cq, qs, ms, md, src, dst))
     t0 = time.monotonic()
+    first_cut = []
+    if cc == "dcqcn":                   # when the first cut came: the start's feedback delay
+        def watch():
+            while not first_cut and time.monotonic() - t0 < 60:
+                if any(s[2].cc.decreases for s in senders):
+                    first_cut.append(time.monotonic() - t0)
+                time.sleep(0.001)
+        threading.Thread(target=watch, daemon=True).start()
     for _, _, qs, ms, md, _, _ in senders:
         qs.post_send(SendWR(WROpcode.RDMA_WRITE, [ms.sge(0, size)], wr_id=1, remote_addr=md.addr, rkey=md.rkey))
     done = []
@@ -64,7 +76,10 @@ def incast(args, cc) -> dict:
     out = {
         "queue_p50_ms": statistics.median(link.queues) * 1e3,
         "queue_p95_ms": statistics.quantiles(link.queues, n=20)[-1] * 1e3,
+        "queue_max_ms": max(link.queues) * 1e3,
+        "first_cut_ms": first_cut[0] * 1e3 if first_cut else float("nan"),
         "goodput": size * len(senders) * 8 / max(done) / (args.mbps * 1e6),
+        "busy_late": link.utilization(0.5),
         "jain": sum(rates) ** 2 / (len(rates) * sum(r * r for r in rates)),
         "drops": link.drops,
         "retransmits": sum(s[2].counters["retransmits"] for s in senders),
@@ -102,13 +117,15 @@ def main(argv=None) -> int:
     print(f"{args.senders}-to-1 incast, {args.kb} KiB each, {args.mbps:g} Mbit/s bottleneck, CE above "
           f"{marks}, buffer {args.buffer_ms:g} ms, DCQCN time scale {args.time_scale:g}, "
           f"F {args.threshold}, {args.reps} runs: mean (min-max)")
-    print(f"{'scheme':<7} {'queue p50 ms':>20} {'queue p95 ms':>20} {'goodput':>17} {'Jain':>17} "
-          f"{'drops':>14} {'resent':>17} {'CNPs':>17} {'cuts':>17}")
+    print(f"{'scheme':<7} {'queue p50 ms':>20} {'queue p95 ms':>20} {'queue peak ms':>20} {'1st cut ms':>17} "
+          f"{'goodput':>17} {'busy 2nd half':>17} {'Jain':>17} {'drops':>14} {'resent':>17} {'CNPs':>17} "
+          f"{'cuts':>17}")
     for name in schemes:
         cc = None if name == "none" else name
         runs = [incast(args, cc) for _ in range(args.reps)]
         col = lambda k, d=2: fmt([r[k] for r in runs], d)
-        print(f"{cc or 'none':<7} {col('queue_p50_ms', 0):>20} {col('queue_p95_ms', 0):>20} {col('goodput'):>17} "
+        print(f"{cc or 'none':<7} {col('queue_p50_ms', 0):>20} {col('queue_p95_ms', 0):>20} "
+              f"{col('queue_max_ms', 0):>20} {col('first_cut_ms', 0):>17} {col('goodput'):>17} {col('busy_late'):>17} "
               f"{col('jain'):>17} {col('drops', 0):>14} {col('retransmits', 0):>17} {col('cnps', 0):>17} "
               f"{col('cuts', 0):>17}", flush=True)
     return 0

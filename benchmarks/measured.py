@@ -98,6 +98,16 @@ def dcqcn_incast() -> dict:
             "none_drops": r["none"]["drops"]}
 
 
+def dcqcn_incast_long() -> dict:
+    import congestion
+    from testbed.fabric.network import Network
+    fabric = congestion.incast_fabric(queue_kb=1024, mtu=1500)
+    with Network(fabric) as net:
+        r = congestion.incast_once(net, fabric, "dcqcn", 2048 * 1024, roce_mtu=1024)
+    return {"goodput": r["goodput"], "busy_late": r["busy_late"], "drops": r["drops"],
+            "queue_max_kb": r["queue_max_kb"], "under_kmax": r["under_kmax"]}
+
+
 def dcqcn_ring_cost() -> dict:
     import congestion
     rows = {w["name"]: w["rows"][0] for w in _run(congestion.routing_doc("ecmp", "4MiB", alltoall=False))["workloads"]}
@@ -207,6 +217,13 @@ FIGURES = [
                       f"{s['dcqcn_under_kmax']()} of the run), {s['none_goodput']()} without ({s['none_drops'](0)} "
                       "drops)"),
            held={"dcqcn_goodput": "higher"}, quick=True),
+    Figure("dcqcn_incast_long", "7-to-1 incast of 2 MiB each, DCQCN, goodput / bottleneck",
+           "[ECN](docs/ecn.md#where-the-rest-of-the-link-goes-the-start-and-the-end-of-an-incast)",
+           "as the 512 KiB incast, 2 MiB RDMA WRITE per sender: long enough for DCQCN's steady state",
+           dcqcn_incast_long,
+           lambda s: (f"{s['goodput']()} ({s['busy_late']()} of the link busy over the second half; queue peak "
+                      f"{s['queue_max_kb'](0)} KiB, under Kmax {s['under_kmax']()} of the run; {s['drops'](0)} drops)"),
+           held={"goodput": "higher"}),
     Figure("dcqcn_ring_cost", "ring AllReduce, DCQCN's cost in time", "[ECN](docs/ecn.md#dcqcn-under-incast)",
            "rail-optimized 2x4, 2 spines at 2:1, NICs 1.5 Gbit/s at time scale 300, ECN from 8 to 40 KiB, ECMP, 4 MiB",
            dcqcn_ring_cost,
