@@ -1,19 +1,20 @@
 """The sites of a `diloco` workload: groups of GPU hosts, each a data-parallel replica, whose only traffic with
-each other is what crosses sites (the WAN's bytes). Until the fabric itself has sites, they come from the
-workload's `sites:` key, which also partitions one fabric into sites by hand.
+each other is what crosses sites (the WAN's bytes). They are the fabric's own sites (`fabric.sites`,
+docs/sites.md), or the workload's `sites:` key, which also partitions one fabric into sites by hand.
 
-    fabric_sites(fabric)            the fabric's own sites, if it has any (none yet): the default of `sites:`
+    fabric_sites(fabric)            the fabric's own sites' GPU hosts, if it has sites: the default of `sites:`
     sites_of(fabric, spec)          the sites' hosts, checked: known GPU hosts, none in two sites, at least two
 """
 from __future__ import annotations
 
+from testbed.fabric import sites
 from testbed.scenario.schema import ScenarioError
 
 
 def fabric_sites(fabric) -> list[list[str]] | None:
-    """The fabric's sites as groups of GPU host names, once a fabric can declare them; None until then (a
+    """The fabric's sites as groups of GPU host names, in the order declared; None on a fabric without sites (a
     workload without `sites:` then says so)."""
-    return None
+    return [hosts for hosts in sites.hosts_by_site(fabric, "gpu").values() if hosts] or None
 
 
 def sites_of(fabric, spec: dict) -> list[list]:

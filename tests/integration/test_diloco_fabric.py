@@ -37,3 +37,17 @@ def test_ddp_diloco_and_streaming_across_two_sites(tmp_path):
     assert 0 < rows["diloco", 8]["quantization_max_dev"] < 0.25
     mine = {c["name"].split(": ", 1)[1] for c in r["checks"] if c["name"].startswith(w["name"] + ": ")}
     assert mine == {"completed", "replicas exact", "diloco wan bytes", "streaming peak"}
+
+
+def test_diloco_takes_the_fabrics_own_sites_across_a_wan_link(tmp_path):
+    """Without `sites:`, the workload's sites are the fabric's (docs/sites.md): two Clos sites joined by a WAN
+    link, each site's first GPU its leader; every replica exact, DiLoCo's WAN bytes 1/H of DDP's."""
+    from testbed.scenario import load
+    from tests.paths import ROOT
+    scenario = load(f"{ROOT}/scenarios/diloco_sites.yaml", ["workloads.0.variants=[ddp, diloco]",
+                                                            "workloads.0.steps=4"])
+    r = runner.run(scenario, str(tmp_path / "run"), echo=lambda *a: None)
+    assert r["ok"], [c for c in r["checks"] if not c["ok"]]
+    rows = {v["variant"]: v for v in r["workloads"][0]["variants"]}
+    assert rows["ddp"]["replicas"]["ranks"] == 8 and rows["ddp"]["replicas"]["wrong"] == []
+    assert rows["diloco"]["wan_bytes_per_step"] <= rows["ddp"]["wan_bytes_per_step"] / H
