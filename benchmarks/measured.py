@@ -354,6 +354,55 @@ def peers_text(s) -> str:
     return "; ".join(f"{mbps} Mbit/s: {at(mbps)}" for mbps in PEER_RATES)
 
 
+def fastflow() -> dict:
+    """benchmarks/offload.py at 100 Mbit/s, the compute pipeline, one round: FastFlow (profiling, then its decision)
+    against no offloading (ratio 0) and the best of the fixed-ratio sweep."""
+    import offload as bench
+    from testbed.fabric.links import NIC_MTU
+    from testbed.workloads import offload_compare as compare
+    w = bench.run(100, NIC_MTU, {**bench.SPEC, "pipelines": ["compute"], "repeats": 1})
+    if not w["ok"]:
+        raise RuntimeError(f"offload: {[c['detail'] for c in w['checks'] if not c['ok']]}")
+    by = {p["policy"]: p for p in w["policies"]}
+    ff, no, best = by["fastflow"], by["ratio=0"], compare.best(compare.sweep_of(w["policies"], "compute"))
+
+    def steps(p):
+        return p["steps_per_s"]["median"]
+    return {"steps_per_s": steps(ff), "vs_no": steps(ff) / steps(no), "vs_best": steps(ff) / steps(best),
+            "epoch_vs_no": ff["speedup_vs_tf_no"], "best_epoch_vs_no": best["speedup_vs_tf_no"],
+            "off_ratio": ff["off_ratio"]["median"]}
+
+
+def machines() -> dict:
+    """benchmarks/machines.py's round, one machine and then two (containers acting as machines)."""
+    import machines as bench
+    args = bench.options(["--repeat", "1"])
+    fabric = bench.fabric_of(args)
+    with bench.two_machines() as two:
+        rounds = {"one": bench.round_on(fabric, None, args), "two": bench.round_on(fabric, two, args)}
+    return {f"{layout}_{name}": r[key] for layout, r in rounds.items() for name, key in (
+        ("bring_up_s", "bring-up s"), ("ring", "allreduce/ring busbw/bound"),
+        ("hierarchical", "allreduce/hierarchical busbw/bound"))}
+
+
+CAPACITY_GRIDS = ((2, 4), (4, 4), (4, 8))
+CAPACITY_RATES = (5, 10, 20, 40, 80)
+
+
+def capacity() -> dict:
+    """benchmarks/capacity.py's search with jumbo frames: per grid, the highest NIC rate (of CAPACITY_RATES, tried
+    in order) at which the rank-order ring stays at 0.85 of its bound with CPU headroom; 0: not even the first."""
+    import capacity as bench
+    args = bench.options([])
+    return {f"{s}x{p}_mbps": bench.capacity_of(s, p, 9000, CAPACITY_RATES, args)[0] or 0 for s, p in CAPACITY_GRIDS}
+
+
+def capacity_text(s) -> str:
+    cells = [s[f"{g}x{p}_mbps"](0) for g, p in CAPACITY_GRIDS]
+    return (" / ".join(f"under {CAPACITY_RATES[0]}" if c == "0" else c for c in cells)
+            + " Mbit/s with jumbo frames (the default: RoCE MTU 4096)")
+
+
 # -- the table, in the README's order ---------------------------------------------------------------------
 
 FIGURES = [
@@ -458,12 +507,23 @@ FIGURES = [
            lambda s: (f"flows resume in {s['fast_gap_ms'](0)} ms with data-plane failover ({s['fast_lost'](0)} packets "
                       f"lost), {s['controller_gap_ms'](0)} ms without ({s['controller_lost'](0)})"),
            held={"fast_gap_ms": "lower"}, repeats=5, quick=True),
-    Figure("fastflow", "FastFlow input offloading (3 runs)", "[offload](docs/offload.md)",
-           by_hand="sudo .venv/bin/python benchmarks/offload.py 100"),
+    Figure("fastflow", "FastFlow input offloading, compute pipeline, NIC 100 Mbit/s", "[offload](docs/offload.md)",
+           "benchmarks/offload.py 100, the compute pipeline, one round per repeat: FastFlow, no offloading (TF-NO) "
+           "and the fixed-ratio sweep (p'2, p'3; 0.25-1); 25 steps/s of emulated GPU, 0.3 cores for the trainer and "
+           "each worker; epoch of 1000 steps, FastFlow's with its profiling",
+           fastflow,
+           lambda s: (f"after profiling {s['steps_per_s']()} steps/s (offloading {s['off_ratio']()}), {s['vs_no']()}x "
+                      f"no offloading and {s['vs_best']()}x the best fixed ratio of the sweep; per epoch, its profiling "
+                      f"included, {s['epoch_vs_no']()}x no offloading against {s['best_epoch_vs_no']()}x for that "
+                      "fixed ratio"),
+           held={"vs_no": "higher", "epoch_vs_no": "higher"}),
     Figure("vm", "the VM, `make vm-test`, no KVM (TCG, 2 vCPUs), jumbo frames, on a busy host", "[VM](docs/vm.md)",
            by_hand="make vm-test"),
     Figure("capacity", "capacity: highest NIC rate still link-bound, 8 / 16 / 32 GPUs", "[capacity](docs/capacity.md)",
-           by_hand=".venv/bin/python benchmarks/capacity.py --grids 2x4,4x4,4x8"),
+           "benchmarks/capacity.py's search, jumbo frames: rail-optimized, 2 spines, a rank-order ring AllReduce of "
+           "about 4 s of link time (1 warm-up, 2 timed) at 5, 10, 20, 40, 80 Mbit/s in turn, up to the first rate "
+           "below 0.85 of its bound or short of CPU headroom (1500-byte frames: docs/capacity.md)",
+           capacity, capacity_text, held={f"{s}x{p}_mbps": "higher" for s, p in CAPACITY_GRIDS}),
     Figure("delay_line", "link delay where the kernel has no netem (a delay line in user space), 1 / 5 / 20 ms one way",
            "[delay](docs/delay.md)",
            "benchmarks/delay.py: two namespaces, one veth shaped by tbf; 20 pings 50 ms apart at 10 Mbit/s (the median); "
@@ -488,7 +548,14 @@ FIGURES = [
     Figure("churn", "churn, 10 minutes, 8 GPUs (seed 1)", "[faults](docs/faults.md#churn-gpus-that-come-back)",
            by_hand=".venv/bin/python benchmarks/churn.py"),
     Figure("machines", "the same fabric on one machine / spread over two (containers acting as machines)",
-           "[machines](docs/machines.md)", by_hand=".venv/bin/python benchmarks/machines.py"),
+           "[machines](docs/machines.md)",
+           "benchmarks/machines.py's round: rail-optimized 2x4, 2 spines, NIC 5 Mbit/s, rail-aware ring and "
+           "hierarchical AllReduce of 4 MiB; on this machine, then over two containers acting as machines (VXLAN)",
+           machines,
+           lambda s: (f"bring-up {s['one_bring_up_s']()} / {s['two_bring_up_s']()} s; ring AllReduce "
+                      f"{s['one_ring']()} / {s['two_ring']()}, hierarchical {s['one_hierarchical']()} / "
+                      f"{s['two_hierarchical']()} of the bound"),
+           held={"two_ring": "higher", "two_hierarchical": "higher"}),
     Figure("soak", "soak: 100 runs with a link flap, GPU crash or NIC cut (20 min, 1500-byte frames)",
            "[testing](docs/testing.md)", by_hand=".venv/bin/python benchmarks/soak.py --runs 100"),
     Figure("planner", "32768 GPUs, radix 128 (computed)", "[planner](docs/planner.md)",
@@ -551,7 +618,10 @@ def measured_md(published: dict) -> str:
             out.append(f"- machine: {entry['machine']}")
             out.append(f"- measured {entry['date']} at commit {entry['commit']}")
         else:
-            out.append(f"- by hand: `{fig.by_hand}`" if fig.by_hand else "- by hand")
+            if fig.measure:         # a figure make bench measures, not yet published by it
+                out.append(f"- a run by hand; `benchmarks/measured.py --only {fig.key}` measures it")
+            else:
+                out.append(f"- by hand: `{fig.by_hand}`" if fig.by_hand else "- by hand")
             if entry.get("date"):
                 out.append(f"- last run {entry['date']}")
         out.append("")
