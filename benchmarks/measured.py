@@ -403,6 +403,66 @@ def capacity_text(s) -> str:
             + " Mbit/s with jumbo frames (the default: RoCE MTU 4096)")
 
 
+LIVENESS_SECONDS = 600
+
+
+def liveness() -> dict:
+    """benchmarks/liveness.py's default timeout (1 s, beats every 0.15 s) for LIVENESS_SECONDS under 5% loss and
+    bursts, with the beats' priority on the NIC queues and without it."""
+    import liveness as bench
+    numbers = {}
+    with bench.network() as net:
+        for name, priority in (("on", True), ("off", False)):
+            r = bench.setting(net, LIVENESS_SECONDS, 1.0, priority, 0.05)
+            numbers |= {f"{name}_false_pairs": bench.false_pairs(r), f"{name}_max_silence_s": r["max_silence_s"]}
+            if r["detected_s"] is None:
+                raise RuntimeError(f"liveness, priority {name}: the kill was not found")
+            numbers[f"{name}_detected_s"] = r["detected_s"]
+    return numbers
+
+
+CHURN_SECONDS = 600
+
+
+def churn() -> dict:
+    """benchmarks/churn.py: scenarios/churn.yaml for CHURN_SECONDS, seed 1; every rank's state against numpy's."""
+    import churn as bench
+    from testbed.fabric.links import NIC_MTU
+    r = bench.run(CHURN_SECONDS, 1, 2, NIC_MTU, tempfile.mkdtemp(prefix="tb-bench-churn-"))
+    w = r["workloads"][0]
+    d = w["divergence"] or {}
+    if not r["ok"] or d.get("divergent") != 0:
+        raise RuntimeError(f"churn: divergence {d}; {[c['detail'] for c in r['checks'] if not c['ok']]}")
+    return {"failures": w["failures"], "rejoins": w["rejoins"], "steps": w["steps_completed"], "lost": w["steps_lost"],
+            "recovery_s": w["recovery_s"]}
+
+
+SOAK_RUNS = 100
+
+
+def soak() -> dict:
+    """benchmarks/soak.py: SOAK_RUNS runs of `testbed run`, each checked for leftovers; the daemons' growth."""
+    import soak as bench
+    r = bench.soak(SOAK_RUNS)
+    failed = sum(n for status, n in r["statuses"].items() if status)
+    if failed or r["problems"]:
+        raise RuntimeError(f"soak: exit statuses {r['statuses']}; leftovers {r['problems'][:5]}")
+    numbers = {"runs": sum(r["statuses"].values())}
+    for name in bench.DAEMONS:
+        before, after = r["before"][name], r["after"][name]
+        if before and after:
+            key = name.replace("-", "_")
+            numbers |= {f"{key}_rss_mib": (after[0] - before[0]) / 1024, f"{key}_fds": after[1] - before[1]}
+    return numbers
+
+
+def soak_text(s) -> str:
+    growth = [f"{name} {s[f'{key}_rss_mib'](1)} MiB, {s[f'{key}_fds'](0)} open files"
+              for name, key in (("ovs-vswitchd", "ovs_vswitchd"), ("ovsdb-server", "ovsdb_server"), ("dockerd", "dockerd"))
+              if f"{key}_rss_mib" in s]
+    return f"{s['runs'](0)} runs, all exit 0, nothing left behind; grown by: " + "; ".join(growth)
+
+
 # -- the table, in the README's order ---------------------------------------------------------------------
 
 FIGURES = [
@@ -493,7 +553,16 @@ FIGURES = [
                       f"cable cut: heartbeats over the NIC {s['cut_detected_s']()} s, re-formed {s['cut_reformed_s']()} s"),
            held={"stall_detected_s": "lower", "cut_detected_s": "lower", "cut_reformed_s": "lower"}, quick=True),
     Figure("liveness", "heartbeats under 5% random loss, NIC queues filled by bursts (5 Mbit/s: 1.7 s of data)",
-           "[faults](docs/faults.md)", by_hand=".venv/bin/python benchmarks/liveness.py --seconds 600"),
+           "[faults](docs/faults.md)",
+           "benchmarks/liveness.py: rail-optimized 2x2, NIC 5 Mbit/s, ECMP; heartbeats alone every 0.15 s, timeout 1 s, "
+           "5% random loss, NIC queues filled by bursts, 10 min with the beats' priority and 10 min without; s1g1 "
+           "killed 8 s before each end",
+           liveness,
+           lambda s: (f"{s['on_false_pairs'](0)} false suspicions in 10 min, longest silence of a live peer "
+                      f"{s['on_max_silence_s']()} s against the 1 s timeout, a kill found in {s['on_detected_s']()} s; "
+                      f"without the beats' priority, live peers silent {s['off_max_silence_s']()} s "
+                      f"({s['off_false_pairs'](0)} false suspicions)"),
+           held={"on_max_silence_s": "lower"}),
     Figure("early_exit", "a rank killed as it starts, before its first beat", "[faults](docs/faults.md)",
            "rail-only 2x2 with a spare GPU per server, ring AllReduce 256 KiB x 5, spare recovery, timeout (the join "
            "grace) 60 s; gpu-crash on s1g1 0 s into the workload, its rank killed as it starts",
@@ -546,7 +615,12 @@ FIGURES = [
            lost_tail, lambda s: f"adaptive (the default) {s['adaptive_s']()} s, fixed {s['fixed_s']()} s",
            held={"adaptive_s": "lower"}, quick=True),
     Figure("churn", "churn, 10 minutes, 8 GPUs (seed 1)", "[faults](docs/faults.md#churn-gpus-that-come-back)",
-           by_hand=".venv/bin/python benchmarks/churn.py"),
+           "benchmarks/churn.py: scenarios/churn.yaml (rail-optimized 2x4, 64 KiB AllReduce with a shared state) for "
+           "600 s, seed 1, at most 2 GPUs down; fails unless every rank's state equals numpy's after every step",
+           churn,
+           lambda s: (f"{s['failures'](0)} failures and {s['rejoins'](0)} rejoins, {s['steps'](0)} steps, "
+                      f"{s['lost'](0)} lost; every rank's state bit-exact after every step"),
+           held={"steps": "higher"}),
     Figure("machines", "the same fabric on one machine / spread over two (containers acting as machines)",
            "[machines](docs/machines.md)",
            "benchmarks/machines.py's round: rail-optimized 2x4, 2 spines, NIC 5 Mbit/s, rail-aware ring and "
@@ -556,8 +630,11 @@ FIGURES = [
                       f"{s['one_ring']()} / {s['two_ring']()}, hierarchical {s['one_hierarchical']()} / "
                       f"{s['two_hierarchical']()} of the bound"),
            held={"two_ring": "higher", "two_hierarchical": "higher"}),
-    Figure("soak", "soak: 100 runs with a link flap, GPU crash or NIC cut (20 min, 1500-byte frames)",
-           "[testing](docs/testing.md)", by_hand=".venv/bin/python benchmarks/soak.py --runs 100"),
+    Figure("soak", "soak: 100 runs with a link flap, GPU crash or NIC cut", "[testing](docs/testing.md)",
+           "benchmarks/soak.py: 100 runs of `testbed -q run` (rail-optimized 2x2, ring AllReduce 256 KiB, a link "
+           "flap, GPU crash or NIC cut in turn), each checked for leftovers; fails on any exit status but 0 or "
+           "anything left behind; the long-lived daemons' memory and open files after against before",
+           soak, soak_text),
     Figure("planner", "32768 GPUs, radix 128 (computed)", "[planner](docs/planner.md)",
            "testbed plan's counting method, HB domains of 256 (GH200), non-blocking; unit prices fitted to the paper's savings",
            planner_table2,

@@ -139,7 +139,15 @@ def test_the_new_figures_render_every_number_they_measure():
                                              cut_reformed_s=1.6)),
                          ("early_exit", stats(detected_s=0.02, wall_s=9.0)),
                          ("delay_line", stats(rtt_1ms=2.2, rtt_5ms=10.2, rtt_20ms=40.3, cpu_us_1000pps=82,
-                                              cpu_us_5000pps=29))):
+                                              cpu_us_5000pps=29)),
+                         ("fastflow", stats(steps_per_s=11.9, vs_no=2.99, vs_best=1.04, epoch_vs_no=2.47,
+                                            best_epoch_vs_no=2.86, off_ratio=0.67)),
+                         ("machines", stats(**{f"{n}_{k}": 1.0 for n in ("one", "two")
+                                               for k in ("bring_up_s", "ring", "hierarchical")})),
+                         ("liveness", stats(on_false_pairs=0, on_max_silence_s=0.61, on_detected_s=0.92,
+                                            off_false_pairs=3, off_max_silence_s=1.9, off_detected_s=1.0)),
+                         ("churn", stats(failures=31, rejoins=31, steps=5403, lost=22, recovery_s=60.2)),
+                         ("soak", stats(runs=100, ovs_vswitchd_rss_mib=0.0, ovs_vswitchd_fds=0))):
         fig = measured.BY_KEY[key]
         assert set(fig.held) <= set(numbers) and fig.render(numbers), key
 
@@ -163,3 +171,14 @@ def test_multicast_is_compared_with_each_ring_round_by_round():
     assert c["network"]["ring-rail"] == [0.8, 0.8]                  # below 1: the ring moves fewer
     assert c["time"] == [1.2 / 1.5, 2.0 / 1.0]                      # against the faster ring of the same round
     assert bench.compare([r for r in rows if r["name"] != "multicast"]) == {}
+
+
+def test_capacity_below_the_first_rate_tried_says_so():
+    s = stats(**{f"{g}x{p}_mbps": v for (g, p), v in zip(measured.CAPACITY_GRIDS, (40, 20, 0))})
+    assert measured.capacity_text(s) == "40 / 20 / under 5 Mbit/s with jumbo frames (the default: RoCE MTU 4096)"
+
+
+def test_the_soak_names_only_the_daemons_that_ran():
+    s = stats(runs=100, ovs_vswitchd_rss_mib=0.3, ovs_vswitchd_fds=0, dockerd_rss_mib=0.7, dockerd_fds=2)
+    assert measured.soak_text(s) == ("100 runs, all exit 0, nothing left behind; grown by: ovs-vswitchd 0.3 MiB, "
+                                     "0 open files; dockerd 0.7 MiB, 2 open files")
