@@ -755,13 +755,14 @@ def worse(fig: Figure, old: dict, new: dict, against: str = "median") -> list[st
 
 def measure(fig: Figure, repeats: int) -> dict:
     values: dict[str, list[float]] = {}
+    where = machine()                       # its load average before the figure's own load
     for i in range(repeats):
         t0 = time.monotonic()
         for k, v in fig.measure().items():
             values.setdefault(k, []).append(float(v))
         print(f"  {fig.key} {i + 1}/{repeats}: " + ", ".join(f"{k} {vs[-1]:.4g}" for k, vs in values.items())
               + f" ({time.monotonic() - t0:.0f} s)", flush=True)
-    return {"values": values, "config": fig.config, "machine": machine(),
+    return {"values": values, "config": fig.config, "machine": where,
             "date": datetime.date.today().isoformat(), "commit": commit()}
 
 
