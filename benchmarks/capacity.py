@@ -115,7 +115,26 @@ def ovs_forwarding(mtu: int, seconds: float) -> dict:
             if lost else None}
 
 
-def main() -> None:
+def capacity_of(servers: int, per: int, mtu: int, rates: list[float], args, uplinks: str = "shaped"
+                ) -> tuple[float | None, list[dict]]:
+    """The highest of `rates`, tried in order up to the first that fails, at which the grid's ring passes (None:
+    not even the first), and every run tried."""
+    best, runs = None, []
+    for rate in rates:
+        r = one_run(servers, per, mtu, rate, args, uplinks)
+        runs.append(r)
+        print(f"{uplinks:>7} {r['grid']:>5} {r['gpus']:>4} {mtu:>5} {rate:>6g} {r['bytes'] / 2**20:>6.2f} "
+              f"{r.get('ratio', float('nan')):>6.2f} {r['cpu_idle_mean_pct']:>6} {r['capacity_used']:>5} "
+              f"{r.get('pps', 0):>10} {r['ovs_share']:>5} {r['kernel_share']:>5}  "
+              f"{'yes' if r['ok'] else 'no ' + r.get('failed', '')}", flush=True)
+        if not r["ok"]:
+            break
+        best = rate
+    return best, runs
+
+
+def options(argv=None) -> argparse.Namespace:
+    """The command line's settings (benchmarks/measured.py passes its own)."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--grids", default="2x4,4x4,4x8,8x8")
     ap.add_argument("--mtus", default="1500,9000")
@@ -125,7 +144,11 @@ def main() -> None:
     ap.add_argument("--forward-seconds", type=float, default=5.0)
     ap.add_argument("--uplinks", default="shaped", help="shaped, ideal (fabric.ideal_uplinks) or shaped,ideal")
     ap.add_argument("--json")
-    args = ap.parse_args()
+    return ap.parse_args(argv)
+
+
+def main() -> None:
+    args = options()
     if os.geteuid() != 0:
         raise SystemExit("capacity: run as root (it brings fabrics up)")
     grids = [tuple(int(x) for x in g.split("x")) for g in args.grids.split(",")]
@@ -137,17 +160,8 @@ def main() -> None:
     ways = args.uplinks.split(",")
     for servers, per in grids:
         for mtu, uplinks in [(m, u) for m in mtus for u in ways]:
-            best = None
-            for rate in rates:
-                r = one_run(servers, per, mtu, rate, args, uplinks)
-                runs.append(r)
-                print(f"{uplinks:>7} {r['grid']:>5} {r['gpus']:>4} {mtu:>5} {rate:>6g} {r['bytes'] / 2**20:>6.2f} "
-                      f"{r.get('ratio', float('nan')):>6.2f} {r['cpu_idle_mean_pct']:>6} {r['capacity_used']:>5} "
-                      f"{r.get('pps', 0):>10} {r['ovs_share']:>5} {r['kernel_share']:>5}  "
-                      f"{'yes' if r['ok'] else 'no ' + r.get('failed', '')}", flush=True)
-                if not r["ok"]:
-                    break
-                best = rate
+            best, tried = capacity_of(servers, per, mtu, rates, args, uplinks)
+            runs += tried
             capacity[f"{servers}x{per}/{mtu}/{uplinks}"] = best
     forwarding = [ovs_forwarding(mtu, args.forward_seconds) for mtu in mtus]
     print(f"\ncapacity: the highest NIC rate at which the ring stays >= {args.floor:.2f} of its bound "

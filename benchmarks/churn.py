@@ -22,6 +22,16 @@ from testbed.fabric.links import NIC_MTU
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def run(duration: float, seed: int, max_down: int, nic_mtu: int, out: str) -> dict:
+    """scenarios/churn.yaml for `duration` seconds with `seed`: the runner's results."""
+    with open(os.path.join(ROOT, "scenarios", "churn.yaml")) as f:
+        doc = yaml.safe_load(f)
+    doc["fabric"]["nic_mtu"] = nic_mtu
+    doc["workloads"][0].update(duration_s=duration, seed=seed, max_down=max_down)
+    runner.check(doc, runner.fabric_of(doc))
+    return runner.run(doc, out, echo=lambda *a: None)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--duration", type=float, default=600)
@@ -30,13 +40,8 @@ def main() -> int:
     ap.add_argument("--nic-mtu", type=int, default=NIC_MTU, help="9000: jumbo frames, RoCE MTU 4096; 1500: RoCE 1024")
     ap.add_argument("--out", default=os.path.join("results", "churn", time.strftime("%Y%m%d-%H%M%S")))
     args = ap.parse_args()
-    with open(os.path.join(ROOT, "scenarios", "churn.yaml")) as f:
-        doc = yaml.safe_load(f)
-    doc["fabric"]["nic_mtu"] = args.nic_mtu
-    doc["workloads"][0].update(duration_s=args.duration, seed=args.seed, max_down=args.max_down)
-    runner.check(doc, runner.fabric_of(doc))
     t0 = time.monotonic()
-    r = runner.run(doc, args.out, echo=lambda *a: None)
+    r = run(args.duration, args.seed, args.max_down, args.nic_mtu, args.out)
     w = r["workloads"][0]
     d = w["divergence"] or {}
     print(f"churn: {args.duration:g} s, seed {args.seed}, {w['ranks']} ranks, wall {time.monotonic() - t0:.0f} s")

@@ -88,9 +88,16 @@ class Link:
             sh(f"ip netns exec {self.ns[s]} {tbf(self.dev[s], mbps, 9000)}")
         sh(f"ip netns exec {self.ns['a']} ping -c 1 -W 2 10.78.0.2")
 
-    def delay(self) -> LinkDelay:
+    def delay(self, delay_us: float = 1000) -> LinkDelay:
         return LinkDelay("b", *(End(self.dev[s], f"/run/netns/{self.ns[s]}", self.mbps, 9000) for s in "ab"),
-                         delay_us=1000)
+                         delay_us=delay_us)
+
+    def ping(self, count: int = 20) -> list[float]:
+        """Round trips in ms, 50 ms apart, after two that resolve the neighbour (ARP crosses the delay too)."""
+        ping = f"ip netns exec {self.ns['a']} ping -n -i 0.05 -W 2"
+        subprocess.run(f"{ping} -q -c 2 10.78.0.2", shell=True, capture_output=True)
+        out = subprocess.run(f"{ping} -c {count} 10.78.0.2", shell=True, capture_output=True, text=True).stdout
+        return [float(w.split("=")[1]) for w in out.split() if w.startswith("time=")]
 
     def flow(self, rate: float, size: int, seconds: float, delayd: int | None) -> dict:
         rx = subprocess.Popen(["ip", "netns", "exec", self.ns["b"], sys.executable, "-c", RECEIVER],
@@ -116,21 +123,38 @@ def spread(xs: list[float], fmt: str = "{:.4f}") -> str:
     return f"{fmt.format(statistics.mean(xs))} [{fmt.format(min(xs))}-{fmt.format(max(xs))}]"
 
 
-def measure(rate: float, size: int, seconds: float, reps: int) -> None:
+def round_trip(delay_ms: float, count: int = 20) -> list[float]:
+    """Ping round trips (ms) over a link delayed `delay_ms` each way (shaped at 10 Mbit/s)."""
+    link = Link(10)
+    try:
+        with Delays() as delays:
+            delays.apply(link.delay(delay_ms * 1000))
+            return link.ping(count)
+    finally:
+        link.close()
+
+
+def flows(rate: float, size: int, seconds: float, reps: int, mode: str) -> list[dict]:
+    """`reps` paced flows over a link shaped at twice their rate, the delay `mode` "off" or "on" (1 ms)."""
     mbps = max(1.0, 2 * rate * (size + 42) * 8 / 1e6)
+    runs = []
+    for _ in range(reps):
+        link = Link(mbps)
+        try:
+            with Delays() as delays:
+                if mode == "on":
+                    delays.apply(link.delay())
+                pid = delays.state()["delay_pids"][0] if mode == "on" else None
+                runs.append(link.flow(rate, size, seconds, pid))
+                runs[-1]["line_lost"] = sum(n["dropped"] + n["send_errors"] for n in delays.stats().values())
+        finally:
+            link.close()
+    return runs
+
+
+def measure(rate: float, size: int, seconds: float, reps: int) -> None:
     for mode in ("off", "on"):
-        runs = []
-        for _ in range(reps):
-            link = Link(mbps)
-            try:
-                with Delays() as delays:
-                    if mode == "on":
-                        delays.apply(link.delay())
-                    pid = delays.state()["delay_pids"][0] if mode == "on" else None
-                    runs.append(link.flow(rate, size, seconds, pid))
-                    runs[-1]["line_lost"] = sum(n["dropped"] + n["send_errors"] for n in delays.stats().values())
-            finally:
-                link.close()
+        runs = flows(rate, size, seconds, reps, mode)
         col = {k: [r[k] for r in runs] for k in runs[0]}
         lost = f"{sum(r['sent'] - r['delivered'] for r in runs)} ({sum(r['line_lost'] for r in runs)} by the delay line)"
         line = (f"{rate:>7.0f} pps {size:>5} B  delay {mode:>3}: delivered {spread(col['pps'], '{:.0f}')} pps, "

@@ -99,7 +99,8 @@ def report(rows: list[dict]) -> None:
             print(f"{'':<16} {'':>4}   phases sum to {spread(share)} of the measured time")
 
 
-def main():
+def options(argv=None) -> argparse.Namespace:
+    """The command line's settings (benchmarks/measured.py passes its own)."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--kinds", default="rail-only,rail-optimized")
     ap.add_argument("--grids", default="2x4")
@@ -111,7 +112,11 @@ def main():
     ap.add_argument("--allgather-size", default="2MiB")
     ap.add_argument("--ring", action="store_true", help="also the flat ring AllReduce, for reference")
     ap.add_argument("--json", help="write every round's rows to this file")
-    args = ap.parse_args()
+    return ap.parse_args(argv)
+
+
+def main():
+    args = options()
     try:
         grids = [tuple(int(v) for v in g.split("x")) for g in args.grids.split(",")]
         parse_size(args.allreduce_size), parse_size(args.allgather_size)

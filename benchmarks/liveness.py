@@ -22,6 +22,26 @@ from testbed.workloads import beat_watch
 PERIOD = 0.15
 
 
+def network() -> Network:
+    return Network(build("rail-optimized", 2, 2, nic_mbps=5), routing="ecmp")
+
+
+def setting(net, seconds: float, timeout: float, priority: bool, loss: float) -> dict:
+    """Heartbeats alone for `seconds` under `loss` and bursts, with or without the beats' priority on the NIC
+    queues; s1g1 killed 8 s before the end. beat_watch.run's result."""
+    beat_watch.beat_priority(net, priority)
+    try:
+        return beat_watch.run(net, seconds, period=PERIOD, timeout=timeout, loss=loss, flood=True, kill="s1g1",
+                              kill_at=seconds - 8)
+    finally:
+        beat_watch.beat_priority(net, True)
+
+
+def false_pairs(r: dict) -> int:
+    """The (watcher, peer) pairs where the watcher, first hand, found a live peer failed."""
+    return sum(f["first_hand"] for f in r["false"])
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=120)
@@ -33,20 +53,17 @@ def main():
           f"{args.loss:.0%} random loss, NIC queues filled by bursts; s1g1 killed 8 s before the end")
     print(f"# {'timeout':>7} {'beats':>5} {'priority':<8} {'false pairs':>11} {'first false':>11} "
           f"{'max silence':>11} {'detected':>8}")
-    with Network(build("rail-optimized", 2, 2, nic_mbps=5), routing="ecmp") as net:
+    with network() as net:
         for timeout, priority in settings:
-            beat_watch.beat_priority(net, priority)
             t0 = time.monotonic()
-            r = beat_watch.run(net, args.seconds, period=PERIOD, timeout=timeout, loss=args.loss, flood=True,
-                               kill="s1g1", kill_at=args.seconds - 8)
+            r = setting(net, args.seconds, timeout, priority, args.loss)
             first = min((f["after_s"] for f in r["false"]), default=None)
-            pairs = sum(f["first_hand"] for f in r["false"])
+            pairs = false_pairs(r)
             detected = "-" if r["detected_s"] is None else f"{r['detected_s']:.2f} s"
             print(f"  {timeout:>6.2f}s {timeout / PERIOD:>5.1f} {'on' if priority else 'off':<8} "
                   f"{pairs:>4} of {r['paths']:<4} {'-' if first is None else f'{first:.0f} s':>11} "
                   f"{r['max_silence_s']:>9.3f} s {detected:>8}  ({time.monotonic() - t0:.0f} s, "
                   f"{r['dropped']} packets lost)", flush=True)
-        beat_watch.beat_priority(net, True)
 
 
 if __name__ == "__main__":

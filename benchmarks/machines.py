@@ -11,6 +11,7 @@ tear-down. Printed per layout: bring-up and tear-down seconds and each collectiv
 of the rounds [min-max], with the machine's CPU idle share during the collectives.
 """
 import argparse
+import contextlib
 import statistics
 import sys
 import time
@@ -50,7 +51,20 @@ def round_on(fabric, machines, args) -> dict:
     return out
 
 
-def main():
+@contextlib.contextmanager
+def two_machines(names=("m1", "m2")):
+    """Two containers acting as machines, as a Network's `machines`; removed on the way out."""
+    try:
+        addresses = machine_containers.start(list(names))
+        key, _ = machine_containers.key_pair()
+        yield machines_from([{"name": n, "address": a, "ssh_options": machine_containers.ssh_options(key)}
+                             for n, a in addresses.items()])
+    finally:
+        machine_containers.stop(list(names))
+
+
+def options(argv=None) -> argparse.Namespace:
+    """The command line's settings, checked (ValueError); benchmarks/measured.py passes its own."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--kind", default="rail-optimized")
     ap.add_argument("--grid", default="2x4")
@@ -58,30 +72,32 @@ def main():
     ap.add_argument("--nic-mbps", type=float, default=5)
     ap.add_argument("--nic-mtu", type=int, default=NIC_MTU, help="9000: jumbo frames, RoCE MTU 4096; 1500: RoCE 1024")
     ap.add_argument("--size", default="4MiB")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
+    args.servers, args.per = (int(v) for v in args.grid.split("x"))
+    parse_size(args.size)
+    return args
+
+
+def fabric_of(args):
+    return build(args.kind, args.servers, args.per, nic_mbps=args.nic_mbps, nic_mtu=args.nic_mtu,
+                 **({"spines": 2} if args.kind != "rail-only" else {}))
+
+
+def main():
     try:
-        servers, per = (int(v) for v in args.grid.split("x"))
-        parse_size(args.size)
+        args = options()
     except ValueError as exc:
         print(f"error: bad --grid or --size: {exc}", file=sys.stderr)
         sys.exit(2)
-    fabric = build(args.kind, servers, per, nic_mbps=args.nic_mbps, nic_mtu=args.nic_mtu,
-                   **({"spines": 2} if args.kind != "rail-only" else {}))
-    names = ["m1", "m2"]
-    addresses = machine_containers.start(names)
-    key, _ = machine_containers.key_pair()
-    two = machines_from([{"name": n, "address": a, "ssh_options": machine_containers.ssh_options(key)}
-                         for n, a in addresses.items()])
-    layouts = {"one machine": None, "two machines": two}
-    rows: dict[str, list[dict]] = {name: [] for name in layouts}
-    try:
+    fabric = fabric_of(args)
+    with two_machines() as two:
+        layouts = {"one machine": None, "two machines": two}
+        rows: dict[str, list[dict]] = {name: [] for name in layouts}
         for rnd in range(args.repeat):
             for name, machines in layouts.items():
                 rows[name].append(round_on(fabric, machines, args))
                 print(f"  round {rnd} {name}: " + ", ".join(f"{k} {v:.2f}" for k, v in rows[name][-1].items()),
                       file=sys.stderr, flush=True)
-    finally:
-        machine_containers.stop(names)
     keys = list(rows["one machine"][0])
     print(f"{args.kind} {args.grid}, NIC {args.nic_mbps:g} Mbit/s, {args.size}, {args.repeat} rounds: "
           f"median [min-max]")

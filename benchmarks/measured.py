@@ -197,6 +197,272 @@ def planner_table2() -> dict:
             "cost_saved_pct": 100 * savings(opt, only, UnitCosts()).cost_fraction}
 
 
+def hierarchical_grid(servers: int, per: int) -> dict:
+    """benchmarks/hierarchical.py's round on rail-optimized: busbw / bound of the sequential variants, busbw / the
+    sequential bound of the pipelined ones (above 1: the overlap beats any sequential schedule)."""
+    import hierarchical
+    numbers = {}
+    for r in hierarchical.run_grid("rail-optimized", servers, per, hierarchical.options(["--repeat", "1"])):
+        if not r["correct"]:
+            raise RuntimeError(f"hierarchical {servers}x{per} {r['op']}/{r['algo']}: a wrong result")
+        if r["algo"] == "hierarchical-pipelined":
+            numbers[f"{r['op']}_pipelined"] = r["busbw_MBps"] / r["sequential_bound_busbw_MBps"]
+        else:
+            numbers[r["op"]] = r["bus_ratio"]
+    return numbers
+
+
+def hierarchical_text(s) -> str:
+    return (f"AllReduce {s['allreduce']()} / AllGather {s['allgather']()}; pipelined {s['allreduce_pipelined']()} / "
+            f"{s['allgather_pipelined']()} of the sequential bound")
+
+
+MULTICAST_GRIDS = ("2x4", "4x4")
+
+
+def multicast_allgather() -> dict:
+    """benchmarks/multicast_allgather.py's round, 1 MiB, on each grid: multicast against both rings."""
+    import multicast_allgather as bench
+    args = bench.options(["--grids", ",".join(MULTICAST_GRIDS), "--sizes", "1MiB", "--repeat", "1"])
+    rows = [r for servers, per in args.grids for r in bench.run_grid(servers, per, args)]
+    wrong = [f"{r['grid']} {r['name']}" for r in rows if not r["correct"]]
+    if wrong:
+        raise RuntimeError(f"multicast AllGather: a wrong result: {wrong}")
+    numbers = {}
+    for (grid, _), c in bench.compare(rows).items():
+        mc, = (r for r in rows if r["grid"] == grid and r["name"] == "multicast")
+        numbers |= {f"{grid}_time": c["time"][0], f"{grid}_multicast_s": mc["seconds"],
+                    f"{grid}_ring_s": min(r["seconds"] for r in rows if r["grid"] == grid and r["name"] != "multicast"),
+                    f"{grid}_links_vs_rail": c["links"]["ring-rail"][0], f"{grid}_links_vs_rank": c["links"]["ring-rank"][0],
+                    f"{grid}_network_vs_rail": c["network"]["ring-rail"][0], f"{grid}_trees": mc["tree_ratio"]}
+    return numbers
+
+
+def multicast_text(s) -> str:
+    def each(name, digits=2):
+        return " / ".join(s[f"{g}_{name}"](digits) for g in MULTICAST_GRIDS)
+    return (f"{each('time')} of the faster ring's time ("
+            + " / ".join(f"{s[f'{g}_multicast_s']()} vs {s[f'{g}_ring_s']()} s" for g in MULTICAST_GRIDS)
+            + f"); bytes on all links (HB included) {each('links_vs_rail')}x fewer than the rail-aware ring, "
+            f"{each('links_vs_rank')}x fewer than the rank-order ring; on the scale-out links alone (NICs and "
+            f"switches) the rail-aware ring moves {each('network_vs_rail')}x multicast's; {each('trees')} of its "
+            "minimal trees")
+
+
+TRAINING_FABRICS = ("rail-only", "rail-optimized", "clos")
+TRAINING_PHASES = {"pp": "PP", "tp": "TP", "bubble": "bubble", "dp": "DP"}
+
+
+def training_iteration() -> dict:
+    """benchmarks/training_iteration.py: one (2, 2, 2) iteration per fabric, the same message sizes on each."""
+    import training_iteration as bench
+    args = bench.options(["--fabrics", ",".join(TRAINING_FABRICS)])
+    scale = bench.scale_of(TRAINING_FABRICS[0], args)
+    numbers = {}
+    for kind in TRAINING_FABRICS:
+        w, failed = bench.run(kind, args, scale)
+        if failed:
+            raise RuntimeError(f"training iteration on {kind}: {[c['name'] for c in failed]}")
+        numbers[f"{kind}_s"], numbers[f"{kind}_predicted_s"] = w["measured"]["iteration"], w["predicted"]["iteration"]
+        numbers |= {f"{kind}_{k}": w["ratio"][k] for k in TRAINING_PHASES if w["ratio"][k] is not None}
+    return numbers
+
+
+def training_text(s) -> str:
+    def each(name):
+        return " / ".join(s[f"{k}_{name}"]() for k in TRAINING_FABRICS)
+    return (f"{each('s')} s vs {each('predicted_s')} s predicted; per phase, measured / model: "
+            + ", ".join(f"{label} {each(k)}" for k, label in TRAINING_PHASES.items() if f"{TRAINING_FABRICS[0]}_{k}" in s))
+
+
+def stall_and_cut() -> dict:
+    """benchmarks/recovery.py's cases gpu-stall and nic-down, shrink recovery, on gpu_crash_recovery's fabric."""
+    import recovery
+    from testbed.fabric.network import Network
+    from testbed.fabric.topo import build
+    fabric = build("rail-optimized", 2, 4, spines=2, nic_mbps=5, spares_per_server=1, spare_servers=1)
+    numbers = {}
+    with Network(fabric) as net:
+        for kind, name, by in (("gpu-stall", "stall", "watchdog"), ("nic-down", "cut", "heartbeats")):
+            f = recovery.case(net, kind, "shrink", 4.0, "1MiB")["fault"]
+            if f.get("recovered_s") is None or f.get("detected_by") != by:
+                raise RuntimeError(f"{kind} / shrink: not recovered or not detected by the {by}: {f}")
+            numbers[f"{name}_detected_s"] = f["detected_s"] - f["at_s"]
+            numbers[f"{name}_reformed_s"] = f["recovered_s"] - f["at_s"]
+    return numbers
+
+
+def early_exit() -> dict:
+    """tests/integration/test_recovery.py's rank killed as it starts (gpu-crash 0 s into the workload), spare
+    recovery: found by its launcher, where its peers would wait out the join grace (the workload's timeout)."""
+    doc = {"name": "bench-early-exit",
+           "fabric": {"kind": "rail-only", "servers": 2, "gpus_per_server": 2, "spares_per_server": 1},
+           "workloads": [{"type": "collective", "op": "allreduce", "algo": "ring", "sizes": ["256KiB"],
+                          "iterations": 5, "timeout_s": 60, "recovery": "spare"}],
+           "faults": [{"workload": "collective#0", "at": 0.0, "kind": "gpu-crash", "target": "s1g1"}]}
+    out = _run(doc)
+    w, (fault,) = out["workloads"][0], out["faults"]
+    if not out["ok"] or fault.get("detected_by") != "exit" or not all(r["correct"] for r in w["rows"]):
+        raise RuntimeError(f"a rank killed as it starts: {fault}; {[c['detail'] for c in out['checks'] if not c['ok']]}")
+    return {"detected_s": fault["detected_s"] - fault["at_s"], "wall_s": w["wall_s"]}
+
+
+DELAYS_MS = (1, 5, 20)
+DELAY_RATES = (1000, 5000)
+
+
+def delay_line() -> dict:
+    """benchmarks/delay.py: ping's round trip over each delay, and the delay process's CPU per frame."""
+    import delay
+    numbers = {}
+    for ms in DELAYS_MS:
+        rtts = delay.round_trip(ms)
+        if len(rtts) < 18:
+            raise RuntimeError(f"delay {ms} ms: {len(rtts)} of 20 pings answered")
+        numbers[f"rtt_{ms}ms"] = statistics.median(rtts)
+    for rate in DELAY_RATES:
+        run, = delay.flows(rate, 1000, 3.0, 1, "on")
+        numbers[f"cpu_us_{rate}pps"] = run["delayd"] * 1000        # CPU s per 1000 frames -> us per frame
+    return numbers
+
+
+PEER_RATES = (10, 50)
+PEER_NAMES = {"ours": "ours", "mpi-tuned": "Open MPI tuned", "mpi": "as installed", "gloo": "gloo", "tf": "TF"}
+
+
+def peers_side_by_side() -> dict:
+    """benchmarks/peers.py at 1 MiB: each library's busbw / line rate."""
+    import peers
+    from testbed.fabric.links import NIC_MTU
+    names, missing = peers.available()
+    if missing:
+        raise RuntimeError("; ".join(missing))
+    numbers = {}
+    for mbps in PEER_RATES:
+        cols, r = peers.run("1MiB", 3, mbps, NIC_MTU, names, tempfile.mkdtemp(prefix="tb-bench-peers-"))
+        if not r["ok"]:
+            raise RuntimeError(f"peers at {mbps} Mbit/s: {[c['detail'] for c in r['checks'] if not c['ok']]}")
+        numbers |= {f"{n}_{mbps}": c[1 << 20] / (mbps / 8) for n, c in cols.items()}
+    return numbers
+
+
+def peers_text(s) -> str:
+    def at(mbps):
+        cells = {n: s[f"{n}_{mbps}"]() for n in PEER_NAMES if f"{n}_{mbps}" in s}
+        return ", ".join(f"{PEER_NAMES[n]} {v}" if n != "mpi" else f"(as installed {v})" for n, v in cells.items()
+                         ).replace(", (as", " (as")
+    return "; ".join(f"{mbps} Mbit/s: {at(mbps)}" for mbps in PEER_RATES)
+
+
+def fastflow() -> dict:
+    """benchmarks/offload.py at 100 Mbit/s, the compute pipeline, one round: FastFlow (profiling, then its decision)
+    against no offloading (ratio 0) and the best of the fixed-ratio sweep."""
+    import offload as bench
+    from testbed.fabric.links import NIC_MTU
+    from testbed.workloads import offload_compare as compare
+    w = bench.run(100, NIC_MTU, {**bench.SPEC, "pipelines": ["compute"], "repeats": 1})
+    if not w["ok"]:
+        raise RuntimeError(f"offload: {[c['detail'] for c in w['checks'] if not c['ok']]}")
+    by = {p["policy"]: p for p in w["policies"]}
+    ff, no, best = by["fastflow"], by["ratio=0"], compare.best(compare.sweep_of(w["policies"], "compute"))
+
+    def steps(p):
+        return p["steps_per_s"]["median"]
+    return {"steps_per_s": steps(ff), "vs_no": steps(ff) / steps(no), "vs_best": steps(ff) / steps(best),
+            "epoch_vs_no": ff["speedup_vs_tf_no"], "best_epoch_vs_no": best["speedup_vs_tf_no"],
+            "off_ratio": ff["off_ratio"]["median"]}
+
+
+def machines() -> dict:
+    """benchmarks/machines.py's round, one machine and then two (containers acting as machines)."""
+    import machines as bench
+    args = bench.options(["--repeat", "1"])
+    fabric = bench.fabric_of(args)
+    with bench.two_machines() as two:
+        rounds = {"one": bench.round_on(fabric, None, args), "two": bench.round_on(fabric, two, args)}
+    return {f"{layout}_{name}": r[key] for layout, r in rounds.items() for name, key in (
+        ("bring_up_s", "bring-up s"), ("ring", "allreduce/ring busbw/bound"),
+        ("hierarchical", "allreduce/hierarchical busbw/bound"))}
+
+
+CAPACITY_GRIDS = ((2, 4), (4, 4), (4, 8))
+CAPACITY_RATES = (5, 10, 20, 40, 80)
+
+
+def capacity() -> dict:
+    """benchmarks/capacity.py's search with jumbo frames: per grid, the highest NIC rate (of CAPACITY_RATES, tried
+    in order) at which the rank-order ring stays at 0.85 of its bound with CPU headroom; 0: not even the first."""
+    import capacity as bench
+    args = bench.options([])
+    return {f"{s}x{p}_mbps": bench.capacity_of(s, p, 9000, CAPACITY_RATES, args)[0] or 0 for s, p in CAPACITY_GRIDS}
+
+
+def capacity_text(s) -> str:
+    cells = [s[f"{g}x{p}_mbps"](0) for g, p in CAPACITY_GRIDS]
+    return (" / ".join(f"under {CAPACITY_RATES[0]}" if c == "0" else c for c in cells)
+            + " Mbit/s with jumbo frames (the default: RoCE MTU 4096)")
+
+
+LIVENESS_SECONDS = 600
+
+
+def liveness() -> dict:
+    """benchmarks/liveness.py's default timeout (1 s, beats every 0.15 s) for LIVENESS_SECONDS under 5% loss and
+    bursts, with the beats' priority on the NIC queues and without it."""
+    import liveness as bench
+    numbers = {}
+    with bench.network() as net:
+        for name, priority in (("on", True), ("off", False)):
+            r = bench.setting(net, LIVENESS_SECONDS, 1.0, priority, 0.05)
+            numbers |= {f"{name}_false_pairs": bench.false_pairs(r), f"{name}_max_silence_s": r["max_silence_s"]}
+            if r["detected_s"] is None:
+                raise RuntimeError(f"liveness, priority {name}: the kill was not found")
+            numbers[f"{name}_detected_s"] = r["detected_s"]
+    return numbers
+
+
+CHURN_SECONDS = 600
+
+
+def churn() -> dict:
+    """benchmarks/churn.py: scenarios/churn.yaml for CHURN_SECONDS, seed 1; every rank's state against numpy's."""
+    import churn as bench
+    from testbed.fabric.links import NIC_MTU
+    r = bench.run(CHURN_SECONDS, 1, 2, NIC_MTU, tempfile.mkdtemp(prefix="tb-bench-churn-"))
+    w = r["workloads"][0]
+    d = w["divergence"] or {}
+    if not r["ok"] or d.get("divergent") != 0:
+        raise RuntimeError(f"churn: divergence {d}; {[c['detail'] for c in r['checks'] if not c['ok']]}")
+    return {"failures": w["failures"], "rejoins": w["rejoins"], "steps": w["steps_completed"], "lost": w["steps_lost"],
+            "recovery_s": w["recovery_s"]}
+
+
+SOAK_RUNS = 100
+
+
+def soak() -> dict:
+    """benchmarks/soak.py: SOAK_RUNS runs of `testbed run`, each checked for leftovers; the daemons' growth."""
+    import soak as bench
+    r = bench.soak(SOAK_RUNS)
+    failed = sum(n for status, n in r["statuses"].items() if status)
+    if failed or r["problems"]:
+        raise RuntimeError(f"soak: exit statuses {r['statuses']}; leftovers {r['problems'][:5]}")
+    numbers = {"runs": sum(r["statuses"].values())}
+    for name in bench.DAEMONS:
+        before, after = r["before"][name], r["after"][name]
+        if before and after:
+            key = name.replace("-", "_")
+            numbers |= {f"{key}_rss_mib": (after[0] - before[0]) / 1024, f"{key}_fds": after[1] - before[1]}
+    return numbers
+
+
+def soak_text(s) -> str:
+    growth = [f"{name} {s[f'{key}_rss_mib'](1)} MiB, {s[f'{key}_fds'](0)} open files"
+              for name, key in (("ovs-vswitchd", "ovs_vswitchd"), ("ovsdb-server", "ovsdb_server"), ("dockerd", "dockerd"))
+              if f"{key}_rss_mib" in s]
+    return f"{s['runs'](0)} runs, all exit 0, nothing left behind; grown by: " + "; ".join(growth)
+
+
 # -- the table, in the README's order ---------------------------------------------------------------------
 
 FIGURES = [
@@ -230,12 +496,24 @@ FIGURES = [
            lambda s: (f"{s['cost_pct'](1)}% (busbw / bound {s['dcqcn_bus_ratio']()} with DCQCN, "
                       f"{s['none_bus_ratio']()} without)"),
            quick=True),
-    Figure("hierarchical", "hierarchical AllReduce / AllGather, busbw / sequential bound",
+    Figure("hierarchical", "hierarchical AllReduce / AllGather, busbw / sequential bound, 2x4",
            "[collectives](docs/collectives.md#with-jumbo-nic-links)",
-           by_hand=".venv/bin/python benchmarks/hierarchical.py --grids 2x4,4x4"),
+           "benchmarks/hierarchical.py's round on rail-optimized 2x4, 2 spines, NIC 5 Mbit/s, HB 9x, AllReduce 4 MiB, "
+           "AllGather 2 MiB, 2 iterations (rail-only and 1500-byte frames: docs/collectives.md)",
+           lambda: hierarchical_grid(2, 4), hierarchical_text,
+           held={"allreduce": "higher", "allgather": "higher", "allreduce_pipelined": "higher"}, quick=True),
+    Figure("hierarchical_4x4", "hierarchical AllReduce / AllGather, busbw / sequential bound, 4x4",
+           "[collectives](docs/collectives.md#with-jumbo-nic-links)",
+           "benchmarks/hierarchical.py's round on rail-optimized 4x4, 2 spines, NIC 5 Mbit/s, HB 9x, AllReduce 4 MiB, "
+           "AllGather 2 MiB, 2 iterations",
+           lambda: hierarchical_grid(4, 4), hierarchical_text,
+           held={"allreduce": "higher", "allgather": "higher"}),
     Figure("peers", "AllReduce / line rate, 4 GPUs, 1 MiB, vs users' libraries",
            "[programs](docs/programs.md#side-by-side-our-ring-allreduce-and-the-libraries-users-pick-instead)",
-           by_hand=".venv/bin/python benchmarks/peers.py --nic-mbps 10; --nic-mbps 50"),
+           "benchmarks/peers.py: rail-optimized 4x1 (one NIC per GPU, every byte over the network), 1 spine, 1 MiB, "
+           "3 iterations, at 10 and 50 Mbit/s: our ring AllReduce (RoCEv2 in user space), Open MPI (TCP, tuned and as "
+           "installed), gloo (TCP), TensorFlow's ring (gRPC); busbw / line rate",
+           peers_side_by_side, peers_text, held={"ours_10": "higher", "ours_50": "higher"}),
     Figure("alltoall", "all-to-all, rail-only / rail-optimized time", "[collectives](docs/collectives.md)",
            "2x4, NIC 5 Mbit/s, 4 MiB: two-step on rail-only against direct on rail-optimized",
            alltoall_ratio, lambda s: f"{s['measured'](3)} measured, {s['model'](3)} modelled", quick=True),
@@ -248,10 +526,16 @@ FIGURES = [
                       f"split:4 {s['split4']()}")),
     Figure("multicast", "AllGather, 1 MiB, 8 / 16 GPUs, switch multicast vs ring",
            "[multicast](docs/collectives.md#switch-multicast-and-the-multicast-allgather)",
-           by_hand=".venv/bin/python benchmarks/multicast_allgather.py --grids 2x4,4x4 --sizes 1MiB"),
+           "benchmarks/multicast_allgather.py's round: rail-optimized 2x4 and 4x4, 2 spines, NIC 5 Mbit/s, 1 MiB, "
+           "2 iterations after a warm-up; multicast against the rank-order and the rail-aware ring; bytes as SPCL "
+           "counts them (every link, HB included), and on the NICs and switches alone",
+           multicast_allgather, multicast_text,
+           held={"2x4_time": "lower", "4x4_time": "lower", "2x4_links_vs_rail": "higher"}),
     Figure("training", "(2, 2, 2) training iteration, rail-only / rail-optimized / clos; compute emulated (the "
            "model's time, slept)", "[training](docs/training.md)",
-           by_hand=".venv/bin/python benchmarks/training_iteration.py"),
+           "benchmarks/training_iteration.py: (p, t, d) = (2, 2, 2), 4 micro-batches, 1F1B, 4 servers x 2 GPUs, NIC "
+           "5 Mbit/s, message sizes scaled so that rail-only's model predicts 20 s; compute is the model's time, slept",
+           training_iteration, training_text, held={f"{k}_s": "lower" for k in TRAINING_FABRICS}),
     Figure("gpu_crash", "GPU crash, recovery by shrink / spare / migrate", "[faults](docs/faults.md)",
            "rail-optimized 2x4 (+1 spare GPU per server, +1 spare server), NIC 5 Mbit/s, ring AllReduce 1 MiB, "
            "s1g1 crashed 4 s in; seconds after the crash",
@@ -262,25 +546,61 @@ FIGURES = [
            held={f"{p}_{x}_s": "lower" for p in ("shrink", "spare", "migrate") for x in ("detected", "reformed")},
            quick=True),
     Figure("gpu_stall", "GPU stall (host alive), NIC cable cut", "[faults](docs/faults.md)",
-           by_hand=".venv/bin/python benchmarks/recovery.py --kinds gpu-stall nic-down"),
+           "benchmarks/recovery.py's gpu-stall and nic-down on s1g1 4 s in, shrink recovery, on the GPU crash's fabric; "
+           "seconds after the fault",
+           stall_and_cut,
+           lambda s: (f"stall: found by the watchdog in {s['stall_detected_s']()} s, re-formed {s['stall_reformed_s']()} s; "
+                      f"cable cut: heartbeats over the NIC {s['cut_detected_s']()} s, re-formed {s['cut_reformed_s']()} s"),
+           held={"stall_detected_s": "lower", "cut_detected_s": "lower", "cut_reformed_s": "lower"}, quick=True),
     Figure("liveness", "heartbeats under 5% random loss, NIC queues filled by bursts (5 Mbit/s: 1.7 s of data)",
-           "[faults](docs/faults.md)", by_hand=".venv/bin/python benchmarks/liveness.py --seconds 600"),
+           "[faults](docs/faults.md)",
+           "benchmarks/liveness.py: rail-optimized 2x2, NIC 5 Mbit/s, ECMP; heartbeats alone every 0.15 s, timeout 1 s, "
+           "5% random loss, NIC queues filled by bursts, 10 min with the beats' priority and 10 min without; s1g1 "
+           "killed 8 s before each end",
+           liveness,
+           lambda s: (f"{s['on_false_pairs'](0)} false suspicions in 10 min, longest silence of a live peer "
+                      f"{s['on_max_silence_s']()} s against the 1 s timeout, a kill found in {s['on_detected_s']()} s; "
+                      f"without the beats' priority, live peers silent {s['off_max_silence_s']()} s "
+                      f"({s['off_false_pairs'](0)} false suspicions)"),
+           held={"on_max_silence_s": "lower"}),
     Figure("early_exit", "a rank killed as it starts, before its first beat", "[faults](docs/faults.md)",
-           by_hand=".venv/bin/python -m pytest -s tests/integration/test_recovery.py -k first_beat"),
+           "rail-only 2x2 with a spare GPU per server, ring AllReduce 256 KiB x 5, spare recovery, timeout (the join "
+           "grace) 60 s; gpu-crash on s1g1 0 s into the workload, its rank killed as it starts",
+           early_exit,
+           lambda s: (f"found {s['detected_s']()} s after the kill (its launcher's word), where its peers waited out the "
+                      f"60 s join grace; the job done with a spare in {s['wall_s'](1)} s"),
+           quick=True),
     Figure("failover", "link cut, controller acting after 200 ms", "[faults](docs/faults.md#link-and-switch-faults)",
            "scenarios/failover.yaml (8 UDP flows, rail0's uplink cut for 1 s), with and without data-plane failover",
            failover_gap,
            lambda s: (f"flows resume in {s['fast_gap_ms'](0)} ms with data-plane failover ({s['fast_lost'](0)} packets "
                       f"lost), {s['controller_gap_ms'](0)} ms without ({s['controller_lost'](0)})"),
            held={"fast_gap_ms": "lower"}, repeats=5, quick=True),
-    Figure("fastflow", "FastFlow input offloading (3 runs)", "[offload](docs/offload.md)",
-           by_hand="sudo .venv/bin/python benchmarks/offload.py 100"),
+    Figure("fastflow", "FastFlow input offloading, compute pipeline, NIC 100 Mbit/s", "[offload](docs/offload.md)",
+           "benchmarks/offload.py 100, the compute pipeline, one round per repeat: FastFlow, no offloading (TF-NO) "
+           "and the fixed-ratio sweep (p'2, p'3; 0.25-1); 25 steps/s of emulated GPU, 0.3 cores for the trainer and "
+           "each worker; epoch of 1000 steps, FastFlow's with its profiling",
+           fastflow,
+           lambda s: (f"after profiling {s['steps_per_s']()} steps/s (offloading {s['off_ratio']()}), {s['vs_no']()}x "
+                      f"no offloading and {s['vs_best']()}x the best fixed ratio of the sweep; per epoch, its profiling "
+                      f"included, {s['epoch_vs_no']()}x no offloading against {s['best_epoch_vs_no']()}x for that "
+                      "fixed ratio"),
+           held={"vs_no": "higher", "epoch_vs_no": "higher"}),
     Figure("vm", "the VM, `make vm-test`, no KVM (TCG, 2 vCPUs), jumbo frames, on a busy host", "[VM](docs/vm.md)",
            by_hand="make vm-test"),
     Figure("capacity", "capacity: highest NIC rate still link-bound, 8 / 16 / 32 GPUs", "[capacity](docs/capacity.md)",
-           by_hand=".venv/bin/python benchmarks/capacity.py --grids 2x4,4x4,4x8"),
+           "benchmarks/capacity.py's search, jumbo frames: rail-optimized, 2 spines, a rank-order ring AllReduce of "
+           "about 4 s of link time (1 warm-up, 2 timed) at 5, 10, 20, 40, 80 Mbit/s in turn, up to the first rate "
+           "below 0.85 of its bound or short of CPU headroom (1500-byte frames: docs/capacity.md)",
+           capacity, capacity_text, held={f"{s}x{p}_mbps": "higher" for s, p in CAPACITY_GRIDS}),
     Figure("delay_line", "link delay where the kernel has no netem (a delay line in user space), 1 / 5 / 20 ms one way",
-           "[delay](docs/delay.md)", by_hand=".venv/bin/python -m pytest -s tests/integration/test_link_delay.py"),
+           "[delay](docs/delay.md)",
+           "benchmarks/delay.py: two namespaces, one veth shaped by tbf; 20 pings 50 ms apart at 10 Mbit/s (the median); "
+           "then a 3 s paced UDP flow of 1000-byte frames over 1 ms, the delay process's CPU per frame",
+           delay_line,
+           lambda s: (f"ping RTT {s['rtt_1ms']()} / {s['rtt_5ms']()} / {s['rtt_20ms']()} ms (medians); "
+                      f"{s['cpu_us_1000pps'](0)} / {s['cpu_us_5000pps'](0)} us of CPU per frame at 1000 / 5000 frames/s"),
+           held={"rtt_5ms": "lower", "rtt_20ms": "lower"}, quick=True),
     Figure("bring_up", "bring-up, 64 GPU hosts and 20 switches", "[Docker](docs/docker.md)",
            "rail-optimized 8x8, 4 spines, ECMP, namespaces (containers: benchmarks/bringup.py ... docker)",
            bring_up_64, lambda s: f"{s['netns_s'](1)} s on namespaces", held={"netns_s": "lower"}, quick=True),
@@ -295,11 +615,26 @@ FIGURES = [
            lost_tail, lambda s: f"adaptive (the default) {s['adaptive_s']()} s, fixed {s['fixed_s']()} s",
            held={"adaptive_s": "lower"}, quick=True),
     Figure("churn", "churn, 10 minutes, 8 GPUs (seed 1)", "[faults](docs/faults.md#churn-gpus-that-come-back)",
-           by_hand=".venv/bin/python benchmarks/churn.py"),
+           "benchmarks/churn.py: scenarios/churn.yaml (rail-optimized 2x4, 64 KiB AllReduce with a shared state) for "
+           "600 s, seed 1, at most 2 GPUs down; fails unless every rank's state equals numpy's after every step",
+           churn,
+           lambda s: (f"{s['failures'](0)} failures and {s['rejoins'](0)} rejoins, {s['steps'](0)} steps, "
+                      f"{s['lost'](0)} lost; every rank's state bit-exact after every step"),
+           held={"steps": "higher"}),
     Figure("machines", "the same fabric on one machine / spread over two (containers acting as machines)",
-           "[machines](docs/machines.md)", by_hand=".venv/bin/python benchmarks/machines.py"),
-    Figure("soak", "soak: 100 runs with a link flap, GPU crash or NIC cut (20 min, 1500-byte frames)",
-           "[testing](docs/testing.md)", by_hand=".venv/bin/python benchmarks/soak.py --runs 100"),
+           "[machines](docs/machines.md)",
+           "benchmarks/machines.py's round: rail-optimized 2x4, 2 spines, NIC 5 Mbit/s, rail-aware ring and "
+           "hierarchical AllReduce of 4 MiB; on this machine, then over two containers acting as machines (VXLAN)",
+           machines,
+           lambda s: (f"bring-up {s['one_bring_up_s']()} / {s['two_bring_up_s']()} s; ring AllReduce "
+                      f"{s['one_ring']()} / {s['two_ring']()}, hierarchical {s['one_hierarchical']()} / "
+                      f"{s['two_hierarchical']()} of the bound"),
+           held={"two_ring": "higher", "two_hierarchical": "higher"}),
+    Figure("soak", "soak: 100 runs with a link flap, GPU crash or NIC cut", "[testing](docs/testing.md)",
+           "benchmarks/soak.py: 100 runs of `testbed -q run` (rail-optimized 2x2, ring AllReduce 256 KiB, a link "
+           "flap, GPU crash or NIC cut in turn), each checked for leftovers; fails on any exit status but 0 or "
+           "anything left behind; the long-lived daemons' memory and open files after against before",
+           soak, soak_text),
     Figure("planner", "32768 GPUs, radix 128 (computed)", "[planner](docs/planner.md)",
            "testbed plan's counting method, HB domains of 256 (GH200), non-blocking; unit prices fitted to the paper's savings",
            planner_table2,
@@ -360,7 +695,10 @@ def measured_md(published: dict) -> str:
             out.append(f"- machine: {entry['machine']}")
             out.append(f"- measured {entry['date']} at commit {entry['commit']}")
         else:
-            out.append(f"- by hand: `{fig.by_hand}`" if fig.by_hand else "- by hand")
+            if fig.measure:         # a figure make bench measures, not yet published by it
+                out.append(f"- a run by hand; `benchmarks/measured.py --only {fig.key}` measures it")
+            else:
+                out.append(f"- by hand: `{fig.by_hand}`" if fig.by_hand else "- by hand")
             if entry.get("date"):
                 out.append(f"- last run {entry['date']}")
         out.append("")
@@ -417,13 +755,14 @@ def worse(fig: Figure, old: dict, new: dict, against: str = "median") -> list[st
 
 def measure(fig: Figure, repeats: int) -> dict:
     values: dict[str, list[float]] = {}
+    where = machine()                       # its load average before the figure's own load
     for i in range(repeats):
         t0 = time.monotonic()
         for k, v in fig.measure().items():
             values.setdefault(k, []).append(float(v))
         print(f"  {fig.key} {i + 1}/{repeats}: " + ", ".join(f"{k} {vs[-1]:.4g}" for k, vs in values.items())
               + f" ({time.monotonic() - t0:.0f} s)", flush=True)
-    return {"values": values, "config": fig.config, "machine": machine(),
+    return {"values": values, "config": fig.config, "machine": where,
             "date": datetime.date.today().isoformat(), "commit": commit()}
 
 
@@ -453,7 +792,7 @@ def main(argv=None) -> int:
         print(f"# {fig.key}: {fig.config}", flush=True)
         try:
             new = measure(fig, args.repeats or fig.repeats)
-        except Exception as e:                  # one figure's failure is reported; the others still run
+        except (Exception, SystemExit) as e:    # one figure's failure is reported; the others still run
             failures.append(f"{key}: {type(e).__name__}: {e}")
             print(f"  {key} FAILED: {e}", flush=True)
             continue

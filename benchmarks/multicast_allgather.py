@@ -88,26 +88,39 @@ def report(rows: list[dict]) -> None:
               f"{spread(trees) if trees else '-':>18} {statistics.median(r['cpu_idle_pct'] for r in rs):>5.0f} "
               f"{'yes' if all(r['correct'] for r in rs) else 'NO'}")
     print()
+    for (grid, nbytes), c in compare(rows).items():
+        line = [f"vs {name}: {spread(c['links'][name])}x fewer link bytes ({spread(c['network'][name])}x network only)"
+                for name in c["links"]]
+        if c["time"]:
+            line.append(f"time / the faster baseline's {spread(c['time'])}")
+        print(f"{grid} {nbytes} B, multicast " + "; ".join(line))
+
+
+def compare(rows: list[dict]) -> dict[tuple, dict]:
+    """Per (grid, bytes) where multicast ran: per baseline, its bytes / multicast's, round by round, on all links
+    ("links") and on the network alone ("network"); and multicast's time / the faster baseline's ("time")."""
+    cases: dict[tuple, list[dict]] = {}
+    for r in rows:
+        cases.setdefault((r["grid"], r["bytes"], r["name"]), []).append(r)
+    out = {}
     for grid, nbytes in dict.fromkeys((g, b) for g, b, _ in cases):
         mc = {r["round"]: r for r in cases.get((grid, nbytes, "multicast"), [])}
         if not mc:
             continue
-        line = []
         baselines = [n for n in BASELINES if (grid, nbytes, n) in cases]
+        c = out[grid, nbytes] = {"links": {}, "network": {}, "time": []}
         for name in baselines:
             pairs = [(r, mc[r["round"]]) for r in cases[grid, nbytes, name] if r["round"] in mc]
-            line.append(f"vs {name}: {spread([a['links_per_op'] / b['links_per_op'] for a, b in pairs])}x fewer "
-                        f"link bytes ({spread([a['network_per_op'] / b['network_per_op'] for a, b in pairs])}x "
-                        f"network only)")
+            c["links"][name] = [a["links_per_op"] / b["links_per_op"] for a, b in pairs]
+            c["network"][name] = [a["network_per_op"] / b["network_per_op"] for a, b in pairs]
         by_round = {n: {r["round"]: r["seconds"] for r in cases[grid, nbytes, n]} for n in baselines}
-        times = [m["seconds"] / min(by_round[n][rnd] for n in baselines) for rnd, m in mc.items()
-                 if baselines and all(rnd in by_round[n] for n in baselines)]
-        if times:
-            line.append(f"time / the faster baseline's {spread(times)}")
-        print(f"{grid} {nbytes} B, multicast " + "; ".join(line))
+        c["time"] = [m["seconds"] / min(by_round[n][rnd] for n in baselines) for rnd, m in mc.items()
+                     if baselines and all(rnd in by_round[n] for n in baselines)]
+    return out
 
 
-def main():
+def options(argv=None) -> argparse.Namespace:
+    """The command line's settings, checked (ValueError); benchmarks/measured.py passes its own."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--grids", default="2x4")
     ap.add_argument("--sizes", default="1MiB,4MiB")
@@ -118,21 +131,26 @@ def main():
     ap.add_argument("--nic-mbps", type=float, default=5)
     ap.add_argument("--nic-mtu", type=int, default=NIC_MTU, help="9000: jumbo frames, RoCE MTU 4096; 1500: RoCE 1024")
     ap.add_argument("--json", help="write every round's rows to this file")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
+    args.grids = [tuple(int(v) for v in g.split("x")) for g in args.grids.split(",")]
+    args.sizes = args.sizes.split(",")
+    [parse_size(s) for s in args.sizes]
+    args.algos = (args.algos or ("chain,multicast" if args.op == "broadcast" else
+                                 "ring-rank,ring-rail,multicast")).split(",")
+    unknown = [a for a in args.algos if a not in ALGOS]
+    if unknown or any(len(g) != 2 for g in args.grids):
+        raise ValueError(f"unknown algos {unknown}; choose from {', '.join(ALGOS)}" if unknown else "grid")
+    return args
+
+
+def main():
     try:
-        grids = [tuple(int(v) for v in g.split("x")) for g in args.grids.split(",")]
-        args.sizes = args.sizes.split(",")
-        [parse_size(s) for s in args.sizes]
-        args.algos = (args.algos or ("chain,multicast" if args.op == "broadcast" else
-                                     "ring-rank,ring-rail,multicast")).split(",")
-        unknown = [a for a in args.algos if a not in ALGOS]
-        if unknown or any(len(g) != 2 for g in grids):
-            raise ValueError(f"unknown algos {unknown}; choose from {', '.join(ALGOS)}" if unknown else "grid")
+        args = options()
     except ValueError as exc:
         print(f"error: bad --grids, --sizes or --algos: {exc}", file=sys.stderr)
         sys.exit(2)
     rows, t0 = [], time.time()
-    for servers, per in grids:
+    for servers, per in args.grids:
         rows += run_grid(servers, per, args)
     if args.json:
         with open(args.json, "w") as f:

@@ -22,12 +22,17 @@ SPEC = {"pipelines": ["compute", "data"], "gpu_steps_per_s": 25, "local_cores": 
         "repeats": int(os.environ.get("REPEATS", 3))}
 
 
+def run(nic: float, mtu: int, spec: dict = SPEC) -> dict:
+    """The offload workload's result on one server of 2 GPUs and 2 CPU hosts, NIC `nic` Mbit/s."""
+    fabric = build("rail-optimized", 1, 2, spines=1, nic_mbps=nic, cpu_hosts=2, nic_mtu=mtu)
+    with Network(fabric) as net:
+        return offload.run(net, spec)
+
+
 def main(rates: list[float], mtu: int) -> None:
     for nic in rates:
         print(f"\n== NIC {nic:g} Mbit/s ==", flush=True)
-        fabric = build("rail-optimized", 1, 2, spines=1, nic_mbps=nic, cpu_hosts=2, nic_mtu=mtu)
-        with Network(fabric) as net:
-            result = offload.run(net, SPEC)
+        result = run(nic, mtu)
         for table in offload.tables(result):
             print(f"\n{table}")
         for c in result["checks"]:

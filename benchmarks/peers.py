@@ -56,6 +56,25 @@ def program_rows(out: str, w: dict) -> dict[int, float]:
     return {r["bytes"]: r["busbw_MBps"] for r in json.loads(lines[-1])["rows"]} if lines else {}
 
 
+def available() -> tuple[list[str], list[str]]:
+    """The peers that can run here, and a line for each left out."""
+    peers = [n for n, (_, _, pkg) in PEERS.items() if importlib.util.find_spec(pkg) is not None]
+    notes = [f"{PEERS[n][0]} left out: the Python package {PEERS[n][2]} is not installed" for n in PEERS if n not in peers]
+    if "mpi" in peers and shutil.which("mpirun") is None:
+        peers = [n for n in peers if not n.startswith("mpi")]
+        notes.append("Open MPI left out: no mpirun (apt openmpi-bin)")
+    return peers, notes
+
+
+def run(sizes: str, iters: int, nic_mbps: float, nic_mtu: int, peers: list[str], out: str) -> tuple[dict, dict]:
+    """One fabric, ours and every peer in turn: (name -> bytes -> busbw MB/s, the run's results)."""
+    r = runner.run(scenario(sizes, iters, nic_mbps, nic_mtu, peers), out, echo=lambda *x: None)
+    by = {w["name"]: w for w in r["workloads"]}
+    cols = {"ours": {row["bytes"]: row["busbw_MBps"] for row in by["ours"].get("rows", [])}}
+    cols.update({n: program_rows(out, by[n]) for n in peers if n in by})
+    return cols, r
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--sizes", default="64KiB,256KiB,1MiB")
@@ -64,18 +83,13 @@ def main() -> int:
     p.add_argument("--nic-mtu", type=int, default=NIC_MTU, help="9000: jumbo frames, RoCE MTU 4096; 1500: RoCE 1024")
     p.add_argument("--out")
     a = p.parse_args()
-    peers = [n for n, (_, _, pkg) in PEERS.items() if importlib.util.find_spec(pkg) is not None]
-    for n in set(PEERS) - set(peers):
-        print(f"# {PEERS[n][0]} left out: the Python package {PEERS[n][2]} is not installed")
-    if "mpi" in peers and shutil.which("mpirun") is None:
-        peers = [n for n in peers if not n.startswith("mpi")]
-        print("# Open MPI left out: no mpirun (apt openmpi-bin)")
+    peers, notes = available()
+    for line in notes:
+        print(f"# {line}")
     out = a.out or tempfile.mkdtemp(prefix="tb-peers-")
-    r = runner.run(scenario(a.sizes, a.iters, a.nic_mbps, a.nic_mtu, peers), out, echo=lambda *x: None)
-    line = a.nic_mbps * 1e6 / 8 / 1e6
+    cols, r = run(a.sizes, a.iters, a.nic_mbps, a.nic_mtu, peers, out)
     by = {w["name"]: w for w in r["workloads"]}
-    cols = {"ours": {row["bytes"]: row["busbw_MBps"] for row in by["ours"].get("rows", [])}}
-    cols.update({n: program_rows(out, by[n]) for n in peers if n in by})
+    line = a.nic_mbps * 1e6 / 8 / 1e6
     names = {"ours": "ours: ring, RoCEv2", **{n: PEERS[n][0] for n in peers}}
     print(f"#  AllReduce, 4 GPUs on one rail switch (one NIC each), NIC {a.nic_mbps:g} Mbit/s = line rate "
           f"{line:.3f} MB/s; busbw MB/s (busbw / line rate)")

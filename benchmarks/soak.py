@@ -130,23 +130,20 @@ def left(cgroups_before: set[str], strays_before: set[str]) -> list[str]:
     return found + ([f"{len(extra)} Docker cgroups"] if extra else [])
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--runs", type=int, default=100)
-    ap.add_argument("--budget", type=float, default=None, help="stop starting runs after this many seconds")
-    ap.add_argument("--hosts", choices=["netns", "docker"], default="netns")
-    args = ap.parse_args()
+def soak(runs: int, budget: float | None = None, hosts: str = "netns") -> dict:
+    """`runs` runs of the scenario in turn (stopping after `budget` seconds): per exit status its count, the
+    leftovers found after each run, and the daemons' (RSS KiB, open files) before and after."""
     before, cgroups, strays = daemons(), docker_cgroups(), set(stray_processes())
     for p in sorted(strays):                  # not the soak's: left by something before it; reported, not judged
         print(f"before the soak, already there: process {p}")
     statuses, problems, t0 = {}, [], time.monotonic()
     with tempfile.TemporaryDirectory(prefix="tb-soak-") as tmp:
-        for i in range(args.runs):
-            if args.budget is not None and time.monotonic() - t0 > args.budget:
+        for i in range(runs):
+            if budget is not None and time.monotonic() - t0 > budget:
                 break
             path = os.path.join(tmp, "soak.yaml")
             with open(path, "w") as f:
-                yaml.safe_dump(scenario(i, args.hosts), f)
+                yaml.safe_dump(scenario(i, hosts), f)
             t = time.monotonic()
             p = subprocess.run([os.path.join(os.path.dirname(sys.executable), "testbed"), "-q", "run", path,
                                 "--out", os.path.join(tmp, f"run-{i}")], capture_output=True, text=True, cwd=ROOT)
@@ -156,7 +153,18 @@ def main() -> int:
             print(f"run {i + 1}: {FAULTS[i % len(FAULTS)]['kind']:10s} exit {p.returncode} "
                   f"{time.monotonic() - t:5.1f} s, leftovers: {'; '.join(found) or 'none'}"
                   + (f" ({p.stderr.strip().splitlines()[-1]})" if p.returncode and p.stderr.strip() else ""), flush=True)
-    after = daemons()
+    return {"statuses": statuses, "problems": problems, "before": before, "after": daemons()}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=100)
+    ap.add_argument("--budget", type=float, default=None, help="stop starting runs after this many seconds")
+    ap.add_argument("--hosts", choices=["netns", "docker"], default="netns")
+    args = ap.parse_args()
+    t0 = time.monotonic()
+    r = soak(args.runs, args.budget, args.hosts)
+    statuses, problems, before, after = r["statuses"], r["problems"], r["before"], r["after"]
     runs = sum(statuses.values())
     print(f"\n{runs} runs in {time.monotonic() - t0:.0f} s, exit statuses {statuses}, leftovers: "
           f"{len(problems) or 'none'}")

@@ -32,7 +32,15 @@ def run(kind, args, scale):
     return w, [c for c in out["checks"] if not c["ok"]]
 
 
-def main():
+def scale_of(kind, args) -> float:
+    """The message scale that makes `kind`'s predicted iteration last --target-s; every fabric then runs it."""
+    fabric = build(kind, args.servers, args.gpus, nic_mbps=args.nic_mbps, nic_mtu=args.nic_mtu)
+    return training.make_plan(fabric, {"plan": {"tp": args.tp, "pp": args.pp, "dp": args.dp},
+                                       "micro_batches": args.micro_batches, "target_s": args.target_s}).scale
+
+
+def options(argv=None) -> argparse.Namespace:
+    """The command line's settings (benchmarks/measured.py passes its own)."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--fabrics", default="rail-only,rail-optimized,clos")
     ap.add_argument("--servers", type=int, default=4)
@@ -45,11 +53,13 @@ def main():
     ap.add_argument("--nic-mbps", type=float, default=5)
     ap.add_argument("--target-s", type=float, default=20)
     ap.add_argument("--nic-mtu", type=int, default=NIC_MTU, help="9000: jumbo frames, RoCE MTU 4096; 1500: RoCE 1024")
-    args = ap.parse_args()
+    return ap.parse_args(argv)
+
+
+def main():
+    args = options()
     kinds = args.fabrics.split(",")
-    first = build(kinds[0], args.servers, args.gpus, nic_mbps=args.nic_mbps, nic_mtu=args.nic_mtu)
-    scale = training.make_plan(first, {"plan": {"tp": args.tp, "pp": args.pp, "dp": args.dp},
-                                       "micro_batches": args.micro_batches, "target_s": args.target_s}).scale
+    scale = scale_of(kinds[0], args)
     print(f"p={args.pp} t={args.tp} d={args.dp}, m={args.micro_batches}, {args.schedule}, {args.servers} servers x "
           f"{args.gpus} GPUs, NIC {args.nic_mbps:g} Mbit/s, message sizes x{scale:.3g}\n")
     print(f"{'fabric':<15} {'phase':<10} {'predicted s':>12} {'measured s':>11} {'ratio':>6} {'full-scale ms':>14} "

@@ -101,3 +101,84 @@ def test_a_computed_figure_is_measured_and_published(tmp_path, monkeypatch):
     assert entry["values"]["rail_only_switches"] == [256] and entry["values"]["rail_optimized_switches"] == [1280]
     assert "rail-only 256 vs 1280 switches" in (tmp_path / "README.md").read_text()
     assert "commit" in (tmp_path / "measured.md").read_text()
+
+
+def test_a_figure_whose_benchmark_exits_is_reported_and_the_others_still_run(monkeypatch, capsys):
+    """The benchmark scripts end a failed case with SystemExit; make bench reports it as that figure's failure."""
+    def exits():
+        raise SystemExit("2x4 allgather/multicast failed")
+    ran = []
+    monkeypatch.setitem(measured.BY_KEY, "a", measured.Figure("a", "a", "a", "a", exits, lambda s: ""))
+    monkeypatch.setitem(measured.BY_KEY, "b", measured.Figure("b", "b", "b", "b", lambda: ran.append(1) or {"x": 1},
+                                                              lambda s: f"x {s['x']()}"))
+    assert measured.main(["--only", "a,b", "--dry-run", "--repeats", "1"]) == 1
+    assert ran == [1] and "a FAILED: 2x4 allgather/multicast failed" in capsys.readouterr().out
+
+
+def stats(**values):
+    return {k: measured.Stat([v]) for k, v in values.items()}
+
+
+def test_the_new_figures_render_every_number_they_measure():
+    """Each render names its numbers as its measure() returns them (a typo would only show after an hour's run)."""
+    h = stats(allreduce=0.96, allgather=0.98, allreduce_pipelined=1.53, allgather_pipelined=1.51)
+    assert measured.hierarchical_text(h) == "AllReduce 0.96 / AllGather 0.98; pipelined 1.53 / 1.51 of the sequential bound"
+    m = stats(**{f"{g}_{k}": v for g in measured.MULTICAST_GRIDS for k, v in (
+        ("time", 0.97), ("multicast_s", 1.49), ("ring_s", 1.53), ("links_vs_rail", 1.16), ("links_vs_rank", 1.45),
+        ("network_vs_rail", 0.9), ("trees", 1.0))})
+    assert "0.97 / 0.97 of the faster ring's time (1.49 vs 1.53 s / 1.49 vs 1.53 s)" in measured.multicast_text(m)
+    assert "the rail-aware ring moves 0.90 / 0.90x multicast's" in measured.multicast_text(m)
+    t = stats(**{f"{f}_{k}": v for f in measured.TRAINING_FABRICS
+                 for k, v in (("s", 19.6), ("predicted_s", 20.0), ("pp", 0.66), ("tp", 0.85), ("bubble", 0.9), ("dp", 1.04))})
+    assert measured.training_text(t) == ("19.60 / 19.60 / 19.60 s vs 20.00 / 20.00 / 20.00 s predicted; per phase, "
+                                         "measured / model: PP 0.66 / 0.66 / 0.66, TP 0.85 / 0.85 / 0.85, "
+                                         "bubble 0.90 / 0.90 / 0.90, DP 1.04 / 1.04 / 1.04")
+    p = stats(**{f"{n}_{r}": 0.9 for n in measured.PEER_NAMES for r in measured.PEER_RATES})
+    assert measured.peers_text(p).startswith("10 Mbit/s: ours 0.90, Open MPI tuned 0.90 (as installed 0.90), gloo 0.90, TF 0.90; 50")
+    for key, numbers in (("gpu_stall", stats(stall_detected_s=2.2, stall_reformed_s=2.6, cut_detected_s=0.9,
+                                             cut_reformed_s=1.6)),
+                         ("early_exit", stats(detected_s=0.02, wall_s=9.0)),
+                         ("delay_line", stats(rtt_1ms=2.2, rtt_5ms=10.2, rtt_20ms=40.3, cpu_us_1000pps=82,
+                                              cpu_us_5000pps=29)),
+                         ("fastflow", stats(steps_per_s=11.9, vs_no=2.99, vs_best=1.04, epoch_vs_no=2.47,
+                                            best_epoch_vs_no=2.86, off_ratio=0.67)),
+                         ("machines", stats(**{f"{n}_{k}": 1.0 for n in ("one", "two")
+                                               for k in ("bring_up_s", "ring", "hierarchical")})),
+                         ("liveness", stats(on_false_pairs=0, on_max_silence_s=0.61, on_detected_s=0.92,
+                                            off_false_pairs=3, off_max_silence_s=1.9, off_detected_s=1.0)),
+                         ("churn", stats(failures=31, rejoins=31, steps=5403, lost=22, recovery_s=60.2)),
+                         ("soak", stats(runs=100, ovs_vswitchd_rss_mib=0.0, ovs_vswitchd_fds=0))):
+        fig = measured.BY_KEY[key]
+        assert set(fig.held) <= set(numbers) and fig.render(numbers), key
+
+
+def test_a_library_left_out_is_left_out_of_the_side_by_side():
+    p = stats(ours_10=0.96, gloo_10=0.99, ours_50=0.95, gloo_50=1.0)
+    assert measured.peers_text(p) == "10 Mbit/s: ours 0.96, gloo 0.99; 50 Mbit/s: ours 0.95, gloo 1.00"
+
+
+def test_multicast_is_compared_with_each_ring_round_by_round():
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    import multicast_allgather as bench
+
+    def row(name, rnd, seconds, links, network):
+        return {"grid": "2x4", "bytes": 1 << 20, "name": name, "round": rnd, "seconds": seconds,
+                "links_per_op": links, "network_per_op": network}
+    rows = [row("ring-rank", 0, 2.0, 30, 10), row("ring-rail", 0, 1.5, 24, 8), row("multicast", 0, 1.2, 20, 10),
+            row("ring-rank", 1, 1.0, 30, 10), row("ring-rail", 1, 3.0, 24, 8), row("multicast", 1, 2.0, 20, 10)]
+    c = bench.compare(rows)[("2x4", 1 << 20)]
+    assert c["links"] == {"ring-rank": [1.5, 1.5], "ring-rail": [1.2, 1.2]}
+    assert c["network"]["ring-rail"] == [0.8, 0.8]                  # below 1: the ring moves fewer
+    assert c["time"] == [1.2 / 1.5, 2.0 / 1.0]                      # against the faster ring of the same round
+    assert bench.compare([r for r in rows if r["name"] != "multicast"]) == {}
+
+
+def test_capacity_below_the_first_rate_tried_says_so():
+    s = stats(**{f"{g}x{p}_mbps": v for (g, p), v in zip(measured.CAPACITY_GRIDS, (40, 20, 0))})
+    assert measured.capacity_text(s) == "40 / 20 / under 5 Mbit/s with jumbo frames (the default: RoCE MTU 4096)"
+
+
+def test_the_soak_names_only_the_daemons_that_ran():
+    s = stats(runs=100, ovs_vswitchd_rss_mib=0.3, ovs_vswitchd_fds=0, dockerd_rss_mib=0.7, dockerd_fds=2)
+    assert measured.soak_text(s) == ("100 runs, all exit 0, nothing left behind; grown by: ovs-vswitchd 0.3 MiB, "
+                                     "0 open files; dockerd 0.7 MiB, 2 open files")
