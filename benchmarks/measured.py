@@ -586,7 +586,7 @@ FIGURES = [
                       f"included, {s['epoch_vs_no']()}x no offloading against {s['best_epoch_vs_no']()}x for that "
                       "fixed ratio"),
            held={"vs_no": "higher", "epoch_vs_no": "higher"}),
-    Figure("vm", "the VM, `make vm-test`, no KVM (TCG, 2 vCPUs), jumbo frames, on a busy host", "[VM](docs/vm.md)",
+    Figure("vm", "the VM, `make vm-test`, no KVM (TCG, 2 vCPUs), jumbo frames, from a fresh clone", "[VM](docs/vm.md)",
            by_hand="make vm-test"),
     Figure("capacity", "capacity: highest NIC rate still link-bound, 8 / 16 / 32 GPUs", "[capacity](docs/capacity.md)",
            "benchmarks/capacity.py's search, jumbo frames: rail-optimized, 2 spines, a rank-order ring AllReduce of "
