@@ -6,32 +6,13 @@ SPEC: a TrainingRankSpec as JSON (hosts/spec/rank.py: its fields, their meaning 
 
 What the rank does, and what it prints: hosts/collectives/training.py.
 """
-from __future__ import annotations
-
-import json
-import sys
-import time
-
-from hosts.collectives.comm import CollectiveError
-from hosts.collectives.rank import build_comm, finish
-from hosts.collectives.store import FileStore, StoreTimeout
+from hosts.collectives.rank import run_agent
 from hosts.collectives.training import run_rank
 from hosts.spec.rank import TrainingRankSpec
 
 
 def main() -> None:
-    spec = TrainingRankSpec.load(sys.argv[1])
-    peers, me = list(spec.peers), spec.rank
-    store = FileStore(spec.store, timeout=spec.timeout_s)
-    comm = build_comm(spec, peers, peers[me], store)
-    try:
-        result = run_rank(spec, comm, store)
-    except (CollectiveError, StoreTimeout) as exc:
-        comm.close(linger=0)
-        result = {"rank": me, "error": str(exc), "error_at": time.time()}
-    else:
-        finish(comm, store, me, len(peers))
-    print(json.dumps(result), flush=True)
+    run_agent(TrainingRankSpec, run_rank)
 
 
 if __name__ == "__main__":

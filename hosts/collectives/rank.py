@@ -1,13 +1,15 @@
 """What every rank program does to take part in a job: its transport (a Communicator over its NIC and HB
-devices), its heartbeats, and an orderly teardown. Used by hosts/agents/collective_rank.py and
-hosts/agents/training_rank.py.
+devices), its heartbeats, and an orderly teardown. Used by hosts/agents/collective_rank.py, and run whole
+(`run_agent`) by hosts/agents/training_rank.py and hosts/agents/diloco_rank.py.
 """
 from __future__ import annotations
 
+import json
 import os
+import sys
 import time
 
-from hosts.collectives.comm import Communicator, Peer
+from hosts.collectives.comm import CollectiveError, Communicator, Peer
 from hosts.collectives.store import FileStore, StoreTimeout
 from hosts.rdma import open_device
 from hosts.recovery.heartbeat import Heartbeat
@@ -62,3 +64,21 @@ def finish(comm: Communicator, store: FileStore, rank: int, world: int) -> None:
         return
     time.sleep(comm.group_hold_s)
     comm.close(linger=0)
+
+
+def run_agent(spec_type, run_rank) -> None:
+    """The main of a rank program that runs one job on one communicator without recovery: the spec from the file
+    named by argv[1], run_rank(spec, comm, store) -> its result, printed as one JSON line; a failure is printed
+    as {"rank", "error", "error_at"} after the devices close at once."""
+    spec = spec_type.load(sys.argv[1])
+    peers, me = list(spec.peers), spec.rank
+    store = FileStore(spec.store, timeout=spec.timeout_s)
+    comm = build_comm(spec, peers, peers[me], store)
+    try:
+        result = run_rank(spec, comm, store)
+    except (CollectiveError, StoreTimeout) as exc:
+        comm.close(linger=0)
+        result = {"rank": me, "error": str(exc), "error_at": time.time()}
+    else:
+        finish(comm, store, me, len(peers))
+    print(json.dumps(result), flush=True)
