@@ -49,7 +49,8 @@ def test_the_check_finds_dict_reads(tmp_path):
 
 
 @pytest.mark.parametrize("agent,reader", [("collective_rank", "CollectiveRankSpec.load"),
-                                          ("training_rank", "TrainingRankSpec.load"),
+                                          ("training_rank", "run_agent(TrainingRankSpec"),
+                                          ("diloco_rank", "run_agent(DilocoRankSpec"),
                                           ("flows", "FlowsSpec.load"), ("probe", "ProbeSpec.from_argv"),
                                           ("tfdata_trainer", "TrainerSpec.from_json"),
                                           ("tfdata_service", "ServiceSpec.from_argv")])
