@@ -209,7 +209,7 @@ class Heartbeat:
             self._beat()
 
     def _receive(self, now: float) -> None:
-        for path, sock in self._socks.items():
+        for path, sock in list(self._socks.items()):
             while True:
                 try:
                     data = sock.recv(256)
@@ -237,7 +237,11 @@ class Heartbeat:
             socks = list(self._socks.values())
             wait = max(0.0, next_beat - time.monotonic())
             if socks:
-                select.select(socks, [], [], wait)
+                try:
+                    select.select(socks, [], [], wait)
+                except (OSError, ValueError):   # a socket closed under us (its port gone): beat on the others
+                    self._socks = {p: s for p, s in self._socks.items() if s.fileno() >= 0}
+                    continue
             else:
                 self._stop.wait(wait)
             now = time.monotonic()

@@ -232,6 +232,25 @@ def test_a_cut_nic_is_found_on_its_path_and_the_news_reaches_a_rank_with_no_path
             hb.stop()
 
 
+def test_a_port_closed_under_the_beating_thread_leaves_it_beating_on_its_other_paths(tmp_path, members):
+    """A socket closed while the thread waits on it (a port gone) must not end the thread: the HB domain goes on."""
+    a, b = members(0, 0), members(0, 1)          # one server: they beat over the HB domain, not the NIC
+    me, peer = beat(tmp_path, a, [b], period=0.05, timeout=1.0), beat(tmp_path, b, [a], period=0.05, timeout=1.0)
+    try:
+        time.sleep(0.2)
+        for _ in range(20):                 # close it again and again, to land inside select() at least once
+            sock = me._socks.get("nic")
+            if sock is not None:
+                sock.close()
+            time.sleep(0.02)
+        time.sleep(1.5)
+        assert me._thread.is_alive() and "nic" not in me._socks
+        assert peer.suspects() == {} and me.failed() == {}
+    finally:
+        me.stop()
+        peer.stop()
+
+
 def test_a_stalled_peer_that_beats_on_is_found_by_the_watchdog(tmp_path, members):
     """The stalled rank's heartbeats go on; it stopped making progress outside a wait, while the other waits on
     it. The waiting rank is never blamed; the stalled one is, once the bound has passed."""
