@@ -27,7 +27,7 @@ from testbed.monitor.fidelity import CpuSampler
 from testbed.monitor.queues import QueueSampler
 from testbed.monitor.timeline import Timeline
 from testbed.results import results_schema, runs
-from testbed.runtime import progress
+from testbed.runtime import pace, progress
 from testbed.scenario import host_limits
 from testbed.scenario.schema import ScenarioError
 from testbed.workloads import REGISTRY, attach_struck, hook
@@ -75,6 +75,8 @@ def warnings(scenario: dict, fabric: topo.Fabric) -> list[str]:
     if not fabric.params.faithful:
         out.append("fabric.ideal_uplinks: the uplinks are unshaped patch ports that never limit; this fabric is not "
                    "faithful (ECMP collisions and oversubscription cost nothing)")
+    if pace.warning():
+        out.append(pace.warning())
     mode = scenario.get("routing", {}).get("mode", "ecmp")
     if not fabric.params.spines and mode not in ("ecmp", "single"):
         out.append(f"routing.mode: {mode} spreads traffic over spines, and a {fabric.kind} fabric has none "

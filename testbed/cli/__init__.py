@@ -59,13 +59,14 @@ def main(argv: list[str] | None = None) -> int:
     from testbed.results.runs import RunsError
     from testbed.faults.running import HandFaultError
     from testbed.scenario.schema import ScenarioError
+    from testbed.runtime.pace import PaceError
     args = parser().parse_args(argv)
     try:
         configure_output(args)
         check_fabric_tag()
         return args.func(args)
     except (TopologyError, ScenarioError, UsageError, PcapError, HandFaultError, RunsError, DelayUnavailable,
-            EcnUnavailable, PfcUnavailable) as exc:
+            EcnUnavailable, PfcUnavailable, PaceError) as exc:
         print(f"testbed {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:

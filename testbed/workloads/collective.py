@@ -12,10 +12,10 @@ import shutil
 import time
 
 from hosts.collectives.algorithms import ALGOS
-from hosts.spec.rank import CollectiveRankSpec, HeartbeatSpec
+from hosts.spec.rank import CollectiveRankSpec
 from testbed.fabric import hb_counters, pfc
 from testbed.model import bounds
-from testbed.runtime import exits, multicast_ready, progress, recovery
+from testbed.runtime import exits, multicast_ready, pace, progress, recovery
 from testbed.runtime.launch import run_on_hosts
 from testbed.scenario.schema import NAME, SIZE, ScenarioError
 from testbed.workloads import collective_phases, collective_rows, rank_setup, state_parity
@@ -279,7 +279,7 @@ def _base_spec(net, spec: dict, peers: tuple, store: str, size: int) -> Collecti
         rank=0, peers=tuple(peers), store=store, op=spec["op"], algo=spec["algo"], bytes=size,
         dtype=spec.get("dtype", "float32"), reduce=spec.get("reduce", "sum"), root=spec.get("root", 0),
         iterations=spec.get("iterations", 3), warmup=spec.get("warmup", 1), check=spec.get("check", True),
-        recovery=spec.get("recovery", "abort"), heartbeat=HeartbeatSpec(**beat) if beat is not False else False,
+        recovery=spec.get("recovery", "abort"), heartbeat=pace.heartbeat(beat) if beat is not False else False,
         admit=spec.get("recovery", "abort") != "abort", state=bool(spec.get("state")),
         timeout_s=spec.get("timeout_s", 60), **rank_setup.transport(fabric, net.routing),
         ring="rank" if spec.get("ring") == "rank" else "rail",
