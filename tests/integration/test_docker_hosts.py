@@ -329,3 +329,17 @@ def test_concurrent_jobs_run_on_docker_hosts_exact_with_bytes_by_job(client, hos
     checks = [c["name"] for c in r["checks"]]
     assert sum(c.endswith(": correct") for c in checks) == 4 and any(c.endswith("job bytes") for c in checks), checks
     assert w["job_bytes_deviation"] <= 0.02, w["job_bytes_deviation"]
+
+
+@pytest.mark.slow
+def test_diloco_runs_on_docker_hosts_with_every_replica_exact(client, host_image, tmp_path):
+    """Low-communication training across two sites, each rank in its own container: every variant's replicas
+    bit-equal to the numpy reference, and DiLoCo's WAN bytes 1/H of DDP's, as on namespaces."""
+    doc = scenario.load(os.path.join(ROOT, "scenarios", "diloco.yaml"), ["hosts=docker"])
+    r = runner.run(doc, str(tmp_path), echo=lambda *a: None)
+    assert r["ok"], [c for c in r["checks"] if not c["ok"]]
+    assert r["fabric"]["host_backend"] == "docker"
+    w, = r["workloads"]
+    assert w["variants"] and all(not v["replicas"]["wrong"] and v["replicas"]["outer_agree"] for v in w["variants"])
+    mine = {c["name"].split(": ", 1)[1] for c in r["checks"] if c["name"].startswith(w["name"] + ": ")}
+    assert {"replicas exact", "diloco wan bytes"} <= mine
