@@ -33,7 +33,7 @@ from mininet.node import Host, OVSSwitch
 from mininet.nodelib import LinuxBridge
 
 from testbed import RUN_ROOT
-from testbed.fabric import ecn, lifeline, ovs, pfc, runstate
+from testbed.fabric import ecn, lifeline, ovs, pfc, runstate, spares
 from testbed.fabric.controller import Controller, ControllerError, LoopbackController
 from testbed.fabric.delay import Delays, DelayError, End, LinkDelay, choose_path
 from testbed.fabric.backends import BackendUnavailable, backend_class, softroce
@@ -89,6 +89,7 @@ class Network:
         self.failover = failover
         self.controller_delay_ms = controller_delay_ms
         self.route_groups = route_groups      # every multi-path route its own group: link bytes by destination
+        self.spares_held = spares.Ledger()    # the spares the running jobs' recoveries took
         self.hosts = hosts
         self.host_limits = host_limits or {}
         self.rdma = {"transport": "uroce", "detail": "not brought up"}

@@ -9,11 +9,16 @@
     recomputes its routes so that they cover the spare;
   - returns once the controller reports the port up.
 A spare server's GPUs are cabled to their rails already: activating them only enables their ports.
+
+Jobs that run together share the spares, first come, first served (`Ledger`): a spare one job's recovery takes
+is that job's until the job ends and parks it, and no other job is offered it meanwhile; a spare server is taken
+whole.
 """
 from __future__ import annotations
 
 import os
 import subprocess
+import threading
 import time
 
 from testbed.fabric.links import switch_port, sysname
@@ -21,6 +26,31 @@ from testbed.fabric.links import switch_port, sysname
 
 class SpareError(RuntimeError):
     """No spare can do what a recovery needs; the message says why."""
+
+
+class Ledger:
+    """Which job holds which spare host, for the jobs of one network."""
+
+    def __init__(self):
+        self._held: dict[str, str] = {}          # spare host -> the job holding it
+        self._lock = threading.Lock()
+
+    def free(self, host: str, job: str) -> bool:
+        """Whether `job` may take `host`: no other job holds it."""
+        return self._held.get(host, job) == job
+
+    def take(self, hosts: list[str], job: str) -> bool:
+        """Take every one of `hosts` for `job`, or none if another job holds one of them."""
+        with self._lock:
+            if not all(self.free(h, job) for h in hosts):
+                return False
+            self._held.update({h: job for h in hosts})
+            return True
+
+    def release(self, job: str) -> None:
+        """The job has ended and parked its spares: they are free for other jobs again."""
+        with self._lock:
+            self._held = {h: j for h, j in self._held.items() if j != job}
 
 
 def leaf_of(fabric, server: int, local_rank: int) -> str:

@@ -42,7 +42,7 @@ def describe_job_of_several(j: dict) -> str:
     if j["recovered_s"] is not None:
         parts.append(f"re-formed ({j['recovery']}) at {j['recovered_s']} s, {j['lost_steps']} step(s) lost")
     if j["resumed_s"] is not None:
-        parts.append(f"its traffic resumed at {j['resumed_s']} s")
+        parts.append(f"its traffic resumed at {j['resumed_s']} s ({j.get('flows_cut')} flows cut)")
     parts.append(j["ended"] + ({True: ", exact", False: ", NOT exact"}.get(j["exact"], "")))
     if j["slowdown"] is not None and j["part"] == "together":
         parts.append(f"slowdown x{j['slowdown']:.2f} ({j['seconds_alone']:.3f} s alone)")

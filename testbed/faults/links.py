@@ -28,6 +28,12 @@ def resumed(flows: list[list], at: float) -> tuple[float | None, int]:
     return (max(ends) if ends else None), len(ends)
 
 
+def _parts(w: dict) -> list[dict]:
+    """The workload's result, and a concurrent workload's jobs' results alone and together (their flows)."""
+    return [w] + [j[part] for j in w.get("jobs", []) if isinstance(j, dict)
+                  for part in ("alone", "together") if isinstance(j.get(part), dict)]
+
+
 @dataclass(frozen=True)
 class LinkFault(FaultKind):
     """Cables cut at `at` (carrier lost), mended after `duration` if given; disable: the switch port
@@ -53,14 +59,14 @@ class LinkFault(FaultKind):
 
     def outcome(self, record: dict, workloads: list[dict], t0: float, fabric) -> None:
         """When traffic resumed, from the receivers' view. A workload that measures flows (the traffic
-        workload) lists them under `per_flow`, each UDP flow with its silences (over 1.5 packet times; Unix time
+        workload, and a concurrent workload's traffic jobs) lists them under `per_flow`, each UDP flow with its silences (over 1.5 packet times; Unix time
         until the run's `relative_times`): they are read whatever the workload's type. A flow was cut by the
         fault if one of its silences ended after the fault and began at most CUT_SILENCE_WITHIN_S after it: the
         packets already past the cut (in downstream queues) still arrive, so the silence begins a little later
         than the cut (measured: 3 ms; more on a loaded machine). Its longest such silence is the cut's; the
         traffic resumed when the last cut flow got a packet again (seconds after the workloads started; None if
         no flow was silent across it: nothing the receivers could see)."""
-        flows = [f.get("silences") or [] for w in workloads for f in w.get("per_flow", [])]
+        flows = [f.get("silences") or [] for w in workloads for part in _parts(w) for f in part.get("per_flow", [])]
         back, silenced = resumed(flows, t0 + record["at_s"])
         record["resumed_s"] = round(back - t0, 4) if back is not None else None
         record["flows_cut"] = silenced

@@ -35,6 +35,8 @@ RECORD = obj({
                      "stall_s": dur("the silence of the job's traffic that began with the fault (null: none)."),
                      "stall_from_s": rel("when that silence began."),
                      "resumed_s": rel("when the job's traffic resumed (null: never)."),
+                     "flows_cut": d(nullable(INT), "A concurrent workload's traffic job: its flows that fell silent "
+                                                   "across the fault (null: a job that measures no flows)."),
                      "longest_silence_s": dur("the job's longest silence over its run."),
                      "job": d(STR, "A concurrent workload's job (testbed/workloads/concurrent_faults.py)."),
                      "part": d({"enum": ["alone", "together"]}, "The part of the concurrent workload it struck."),

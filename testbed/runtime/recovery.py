@@ -17,7 +17,9 @@ A GPU that comes back (the faults gpu-restart and nic-up, through testbed.faults
 started again once the job has dropped it (fenced, no longer a member); the rank asks to rejoin and the job
 admits it at its next step boundary (hosts/agents/collective_rank.py).
 When no spare is left, the membership carries an error and the ranks fail with it. Spares brought onto
-the network are parked again (ports disabled) when the job ends.
+the network are parked again (ports disabled) when the job ends. Jobs that run together share the spares
+through the network's ledger (testbed.fabric.spares.Ledger): a spare this job takes is not offered to another
+job until this one ends.
 """
 from __future__ import annotations
 
@@ -64,6 +66,7 @@ class JobManager:
         self.deadline = time.monotonic() + budget
         self.used = {m["name"] for m in members}            # hosts that run, or ran, a rank of this job
         self.activated: list[str] = []                       # spares brought onto the network
+        self.ledger = getattr(net, "spares_held", None) or spares.Ledger()   # shared with the jobs beside it
         self.fenced: set[str] = set()
         self.outputs: dict[str, dict] = {}                   # spare host -> its rank's output
         self.errors: list[str] = []
@@ -103,6 +106,7 @@ class JobManager:
                 spares.park(self.net, host)
             except spares.SpareError as exc:
                 self.errors.append(f"{host}: parking failed: {exc}")
+        self.ledger.release(self.store)
 
     # -- GPUs that come back -------------------------------------------------------------------
     def rejoin(self, host: str) -> int:
@@ -201,20 +205,25 @@ class JobManager:
         return {"members": members, "replaced": replaced, "moved": moved}
 
     def _idle_spare_gpu(self, failed: dict, taken: set):
-        for host in self.fabric.spares():
-            if host.server == failed["server"] and host.rank is None and host.name not in self.used | taken:
+        """An idle spare GPU of the failed GPU's server that no other job holds; this job takes it."""
+        own = [h for h in self.fabric.spares() if h.server == failed["server"] and h.rank is None]
+        for host in own:
+            if host.name not in self.used | taken and self.ledger.take([host.name], self.store):
                 return host
-        total = sum(1 for h in self.fabric.spares() if h.server == failed["server"] and h.rank is None)
+        held = sum(1 for h in own if not self.ledger.free(h.name, self.store))
         raise spares.SpareError(f"no idle spare GPU left in {failed['name']}'s HB domain (server "
-                                f"{failed['server']} has {total}, all in use)")
+                                f"{failed['server']} has {len(own)}, all in use"
+                                + (f"; {held} held by other jobs" if held else "") + ")")
 
     def _idle_spare_server(self, failed_server: int, taken: set) -> int:
+        """An idle spare server no other job holds a GPU of; this job takes it whole."""
         servers = sorted({h.server for h in self.fabric.spares() if h.rank is not None})
         for s in servers:
-            if s not in taken and not any(h.server == s and h.name in self.used for h in self.fabric.spares()):
+            hosts = [h.name for h in self.fabric.spares() if h.server == s]
+            if s not in taken and not set(hosts) & self.used and self.ledger.take(hosts, self.store):
                 return s
         raise spares.SpareError(f"no idle spare server left to migrate server {failed_server} to "
-                                f"({len(servers)} spare servers, all in use)")
+                                f"({len(servers)} spare servers, all in use by this job or another)")
 
     def _launch(self, host: str, me: dict, slot: int, epoch: int) -> None:
         self._start_rank(host, spare_spec_path(self.store, host, epoch),

@@ -23,7 +23,7 @@ from testbed.runtime import progress
 from testbed.scenario.schema import NAME, ScenarioError
 from testbed.schema_words import BOOL, INT, NUM, STR, arr, at, d, dur, nullable, obj
 from testbed.workloads import collective, concurrent_bytes, concurrent_placement, program, traffic, training
-from testbed.workloads.concurrent_faults import struck_jobs  # noqa: F401 (what a fault did to each job)
+from testbed.workloads.concurrent_faults import spares_suffice, struck_jobs  # noqa: F401 (what a fault did to each job)
 
 # Faults timed from this workload count from the moment its jobs start together (the runner leaves it the call).
 times_its_faults = True
@@ -123,6 +123,7 @@ def validate(fabric, spec: dict, scenario: dict | None = None) -> None:
                     raise ScenarioError(f"jobs {roce[h]!r} and {job['name']!r} both run RoCE ranks on {h}: a "
                                         f"GPU's NIC serves one RoCE job")
                 roce[h] = job["name"]
+    spares_suffice(fabric, spec, placed, (scenario or {}).get("faults", []))
 
 
 def _bare(job: dict) -> dict:

@@ -12,12 +12,16 @@ entry says whether the fault hit the job and how it took it:
   - whether it completed, whether its results were exact (a collective's every size equal to numpy's on every
     rank), and its measured time against its time alone.
 All times are seconds from the workloads' start, as every fault time.
+
+`spares_suffice` refuses, before anything is brought up, faults that would need more spares than the jobs can
+share: a spare one job's recovery takes is not offered to another (testbed/fabric/spares.py).
 """
 from __future__ import annotations
 
-from testbed.faults import REGISTRY
+from testbed.faults import REGISTRY, FaultError
 from testbed.faults.links import resumed
 from testbed.faults.recovered import rel
+from testbed.scenario.schema import ScenarioError
 
 EARLY_S = 0.01          # a job's record of a detection may carry a time a little before the signal's
 
@@ -62,6 +66,7 @@ def job_view(w: dict, j: dict, part: str, fault: dict, t0: float, fabric) -> dic
         "first_success_s": rel(r.get("first_success_at"), t0), "lost_steps": r.get("lost_steps"),
         "recovery": r.get("policy") or ("abort" if failed and first_error else None),
         "resumed_s": round(back - t0, 4) if back is not None else None,
+        "flows_cut": cut if result.get("per_flow") else None,
         "retransmits": sum(x.get("retransmits", 0) for x in rows) if rows else None,
         "seconds_alone": j["seconds_alone"], "seconds_together": j["seconds_together"], "slowdown": j["slowdown"]}
 
@@ -76,3 +81,41 @@ def _crossed(w: dict, job: str, links) -> int:
              if port is not None}
     return sum(by.get(job, 0) for port, by in (w.get("link_bytes_by_job") or {}).items() if port in ports)
 
+
+def spares_suffice(fabric, spec: dict, placed: list[list[str]], faults: list[dict]) -> None:
+    """The jobs share the fabric's spares, and a spare one job's recovery takes stays that job's until it ends
+    (testbed/fabric/spares.py). So the GPU faults timed from this workload, which strike while its jobs run
+    together, may not need more spares than there are: on each server, one spare GPU per GPU they fail in jobs
+    with recovery `spare`; one spare server per job and server they strike in jobs with recovery `migrate`."""
+    policy = {h: (job["name"], job.get("recovery", "abort")) for job, hosts in zip(spec["jobs"], placed)
+              for h in hosts}
+    struck: set[str] = set()
+    for f in faults:
+        kind = REGISTRY.get(f.get("kind"))
+        if spec.get("name") is None or f.get("workload") != spec["name"] or not kind or not kind.by_job \
+                or all(up for _, up in kind.steps(f)):          # a GPU that comes back takes no spare
+            continue
+        try:
+            struck |= kind.hit(fabric, f)[1]
+        except FaultError:
+            continue                                            # a bad target: the faults' own check says so
+    spare_gpus: dict[int, list[str]] = {}
+    migrating: set[tuple[str, int]] = set()
+    for h in sorted(struck & set(policy)):
+        job, recovery = policy[h]
+        if recovery == "spare":
+            spare_gpus.setdefault(fabric.hosts[h].server, []).append(f"{h} ({job})")
+        elif recovery == "migrate":
+            migrating.add((job, fabric.hosts[h].server))
+    have = fabric.params.spares_per_server
+    for server, failed in sorted(spare_gpus.items()):
+        if len(failed) > have:
+            raise ScenarioError(f"its faults fail {len(failed)} GPUs of server {server} in jobs with recovery spare "
+                                f"({', '.join(failed)}) but the server has {have} spare GPU(s), and a spare one job "
+                                f"takes is not offered to another: set fabric.spares_per_server: {len(failed)}, or "
+                                f"recovery shrink")
+    if len(migrating) > fabric.params.spare_servers:
+        names = ", ".join(f"{job} on server {s}" for job, s in sorted(migrating))
+        raise ScenarioError(f"its faults make {len(migrating)} jobs' servers migrate ({names}) but the fabric has "
+                            f"{fabric.params.spare_servers} spare server(s), and a spare server one job takes is "
+                            f"not offered to another: set fabric.spare_servers: {len(migrating)}, or recovery shrink")

@@ -268,3 +268,100 @@ def test_the_jobs_recoveries_are_the_workloads_own():
 def test_faults_timed_from_a_concurrent_workload_wait_for_its_jobs_to_start_together():
     from testbed.workloads import hook
     assert hook("concurrent", "times_its_faults") is True and hook("collective", "times_its_faults") is False
+
+
+def test_a_traffic_jobs_flows_cut_are_its_own():
+    """A link cut while a traffic job and a ring run together: the traffic job's entry counts its flows that fell
+    silent across the cut (`flows_cut`), the ring's has none to count; the fault's own `flows_cut` counts the
+    concurrent workload's traffic flows too."""
+    from testbed.faults import REGISTRY
+    from testbed.workloads.concurrent_faults import struck_jobs
+    fabric = build("rail-optimized", 2, 2, spines=2, oversubscription=1, nic_mbps=5)
+    t0, up = 1000.0, next(l for l in fabric.links if l.kind == "uplink" and l.a == "rail0")
+    silent = {"silences": [(1010.003, 0.4)]}        # cut at 1010.0: silent 3 ms later, for 0.4 s
+    heard = {"silences": [(1002.0, 0.1)]}           # a silence long before the cut
+    noise = {"type": "traffic", "ok": True, "checks": [], "per_flow": [silent, silent, heard]}
+    job = {"alone_at": 1001.0, "alone_wall_s": 1.0, "together_at": 1008.0, "together_wall_s": 5.0,
+           "seconds_alone": 1.0, "seconds_together": 1.1, "slowdown": 1.1}
+    w = {"name": "w", "link_bytes_by_job": {},
+         "jobs": [{**job, "job": "noise", "hosts": ["s0g0", "s1g0"], "alone": {**noise, "per_flow": [heard]},
+                   "together": noise},
+                  {**job, "job": "ring", "hosts": ["s0g1", "s1g1"], "alone": ring_result(),
+                   "together": ring_result()}]}
+    cut = {"kind": "link-down", "target": f"{up.a}-{up.b}", "at_s": 10.0}
+    views = {v["job"]: v for v in struck_jobs(w, cut, t0, fabric)}
+    assert views["noise"]["flows_cut"] == 2 and views["noise"]["hit"] and views["noise"]["resumed_s"] == 10.403
+    assert views["ring"]["flows_cut"] is None and not views["ring"]["hit"]
+    record = dict(cut)
+    REGISTRY["link-down"].outcome(record, [w], t0, fabric)
+    assert record["flows_cut"] == 2 and record["resumed_s"] == 10.403
+
+
+def spare_doc(recovery: str, spares: int, crashes=("s1g0", "s1g1"), **fabric) -> dict:
+    """Two rings side by side on the same servers, both with `recovery`, and GPU crashes timed from them."""
+    def ring(name, hosts):
+        return {"name": name, "type": "collective", "op": "allreduce", "algo": "ring", "sizes": ["64KiB"],
+                "recovery": recovery, "placement": {"hosts": hosts}}
+    return {"name": "spares", "fabric": {"kind": "rail-optimized", "servers": 2, "gpus_per_server": 2, "spines": 2,
+                                         **({"spares_per_server": spares} if recovery == "spare" else
+                                            {"spare_servers": spares}), **fabric},
+            "workloads": [{"type": "concurrent", "name": "two",
+                           "jobs": [ring("a", ["s0g0", "s1g0"]), ring("b", ["s0g1", "s1g1"])]}],
+            "faults": [{"workload": "two", "at": 1.0 + i, "kind": "gpu-crash", "target": t}
+                       for i, t in enumerate(crashes)]}
+
+
+@pytest.mark.parametrize("recovery,short,enough", [("spare", 1, 2), ("migrate", 1, 2)])
+def test_faults_that_need_more_spares_than_the_jobs_can_share_are_refused(recovery, short, enough):
+    """A spare one job takes is not offered to another: two jobs that each lose a GPU of server 1 need two spare
+    GPUs there (spare), or two spare servers (migrate)."""
+    from testbed import runner
+    doc = spare_doc(recovery, short)
+    with pytest.raises(ScenarioError, match="not offered to another") as err:
+        runner.check(doc, runner.fabric_of(doc))
+    assert "(a" in str(err.value) and "b" in str(err.value)
+    for ok in (spare_doc(recovery, enough), spare_doc(recovery, short, crashes=("s1g0",)),
+               spare_doc(recovery, short, crashes=("s1g0", "s0g1"))
+               if recovery == "spare" else spare_doc(recovery, short, crashes=("s1g0",))):
+        runner.check(ok, runner.fabric_of(ok))
+    returns = {**doc, "faults": doc["faults"][:1] + [{"workload": "two", "at": 3.0, "kind": "gpu-restart",
+                                                     "target": "s1g1"}]}
+    runner.check(returns, runner.fabric_of(returns))       # a GPU that comes back takes no spare
+
+
+def test_the_cli_refuses_too_few_shared_spares_in_one_line_with_exit_2(tmp_path):
+    import yaml
+    path = tmp_path / "spares.yaml"
+    path.write_text(yaml.safe_dump(spare_doc("spare", 1)))
+    done = subprocess.run([sys.executable, "-m", "testbed.cli", "validate", str(path)], cwd=PROJECT_ROOT,
+                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": PROJECT_ROOT})
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert "2 GPUs of server 1" in done.stderr and "has 1 spare GPU(s)" in done.stderr and "spares_per_server: 2" in done.stderr
+
+
+def test_a_spare_one_job_took_is_not_offered_to_another_until_that_job_ends():
+    """Two jobs' recovery managers on one network share its spares: the first takes server 1's only spare GPU,
+    the second is refused it (its recovery's error says another job holds it), and gets it once the first has
+    ended. A spare server is taken whole."""
+    from testbed.fabric import spares
+    from testbed.runtime.recovery import JobManager
+    fabric = build("rail-optimized", 2, 2, spines=2, spares_per_server=1, spare_servers=1)
+    ledger = spares.Ledger()
+
+    def manager(store, hosts):
+        m = JobManager.__new__(JobManager)
+        m.fabric, m.store, m.ledger, m.used = fabric, store, ledger, set(hosts)
+        return m
+    a, b = manager("store-a", ["s0g0", "s1g0"]), manager("store-b", ["s0g1", "s1g1"])
+    failed_a = {"name": "s1g0", "server": 1}
+    spare = a._idle_spare_gpu(failed_a, taken=set())
+    assert spare.server == 1 and a._idle_spare_gpu(failed_a, taken=set()).name == spare.name   # still a's
+    with pytest.raises(spares.SpareError, match="1 held by other jobs"):
+        b._idle_spare_gpu({"name": "s1g1", "server": 1}, taken=set())
+    ledger.release("store-a")
+    assert b._idle_spare_gpu({"name": "s1g1", "server": 1}, taken=set()).name == spare.name
+    server = a._idle_spare_server(1, taken=set())
+    assert all(not ledger.free(h.name, "store-b") for h in fabric.spares() if h.server == server)
+    with pytest.raises(spares.SpareError, match="all in use"):
+        b._idle_spare_server(0, taken=set())
