@@ -242,3 +242,60 @@ def test_a_link_cut_names_the_jobs_whose_bytes_crossed_it(tmp_path):
     assert all(v["ended"] == "completed" and v["exact"] for v in views.values()), views
     w = out["workloads"][0]
     assert w["rerouted"] >= 1 and not any(c["name"] == "two: job bytes" for c in out["checks"])
+
+
+def test_a_link_cut_counts_the_flows_it_cut_per_traffic_job(tmp_path):
+    """A spine uplink on a UDP traffic job's path cut for 1 s (no data-plane failover: the controller reroutes)
+    while a ring runs on rail 2: the traffic job's entry counts its 4 flows as cut and says when they resumed;
+    the ring, which measures no flows, was not hit; the fault's own `flows_cut` counts the job's flows."""
+    from testbed import runner
+    cross = {"type": "traffic", "name": "cross", "pattern": "pairs", "pairs": [["s0g1", "s1g0"]],
+             "flows_per_pair": 4, "size": "256KiB", "rate_mbps": 0.5, "protocol": "udp",
+             "expect": {"max_loss": 0.5}, "placement": {"hosts": ["s0g1", "s1g0"]}}
+    doc = {"name": "concurrent-cut-flows",
+           "fabric": {"kind": "rail-optimized", "servers": 2, "gpus_per_server": 3, "spines": 2,
+                      "oversubscription": 1, "nic_mbps": NIC_MBPS},
+           "routing": {"mode": "single", "failover": False},
+           "workloads": [{"type": "concurrent", "name": "two", "alone": False,
+                          "jobs": [cross, ring("ring-c", ["s0g2", "s1g2"])]}],
+           "faults": [{"workload": "two", "at": 1.5, "kind": "link-down", "target": "path:s0g1>s1g0",
+                       "duration": 1.0}]}
+    runner.check(doc, runner.fabric_of(doc))
+    out = runner.run(doc, str(tmp_path / "run"), echo=lambda *a: None)
+    print(runner.summary_table(out))
+    assert out["ok"], [c for c in out["checks"] if not c["ok"]]
+    fault, = out["faults"]
+    views = {j["job"]: j for j in fault["jobs"]}
+    assert views["cross"]["hit"] and views["cross"]["flows_cut"] == 4, views["cross"]
+    assert fault["at_s"] < views["cross"]["resumed_s"], views["cross"]
+    assert not views["ring-c"]["hit"] and views["ring-c"]["flows_cut"] is None and views["ring-c"]["exact"], views
+    assert fault["flows_cut"] == 4 and fault["resumed_s"] == views["cross"]["resumed_s"], fault
+
+
+@pytest.mark.slow
+def test_two_jobs_that_lose_gpus_of_one_server_take_different_spares(tmp_path):
+    """Two rings, each with a GPU on server 1 and recovery `spare`, lose those GPUs at the same moment. Server 1
+    has two spare GPUs; the spare one job takes is not offered to the other, so each job re-forms with its own
+    spare and both end with numpy's result."""
+    from testbed import runner
+    job = {**RING, "sizes": ["256KiB"], "iterations": 4, "timeout_s": 30, "recovery": "spare"}
+    doc = {"name": "concurrent-spares",
+           "fabric": {"kind": "rail-optimized", "servers": 2, "gpus_per_server": 2, "spines": 2,
+                      "oversubscription": 1, "nic_mbps": NIC_MBPS, "spares_per_server": 2},
+           "routing": {"mode": "single"},
+           "workloads": [{"type": "concurrent", "name": "two", "alone": False,
+                          "jobs": [{**job, "name": "a", "placement": {"hosts": ["s0g0", "s1g0"]}},
+                                   {**job, "name": "b", "placement": {"hosts": ["s0g1", "s1g1"]}}]}],
+           "faults": [{"workload": "two", "at": 1.0, "kind": "gpu-crash", "target": t} for t in ("s1g0", "s1g1")]}
+    runner.check(doc, runner.fabric_of(doc))
+    out = runner.run(doc, str(tmp_path / "run"), echo=lambda *a: None)
+    print(runner.summary_table(out))
+    assert out["ok"], [c for c in out["checks"] if not c["ok"]]
+    taken = {}
+    for fault in out["faults"]:
+        view, = [j for j in fault["jobs"] if j["hit"]]
+        assert view["recovery"] == "spare" and view["ended"] == "completed" and view["exact"], view
+        assert fault["replaced_by"] and set(fault["replaced_by"]) == {fault["target"]}, fault
+        taken[view["job"]] = fault["replaced_by"][fault["target"]]
+    assert sorted(taken) == ["a", "b"] and len(set(taken.values())) == 2, taken
+    assert all(fabric_spare.startswith("s1spare") for fabric_spare in taken.values()), taken
