@@ -280,13 +280,14 @@ def test_two_jobs_that_lose_gpus_of_one_server_take_different_spares(tmp_path):
     from testbed import runner
     job = {**RING, "sizes": ["256KiB"], "iterations": 4, "timeout_s": 30, "recovery": "spare"}
     doc = {"name": "concurrent-spares",
-           "fabric": {"kind": "rail-optimized", "servers": 2, "gpus_per_server": 2, "spines": 2,
+           # two GPUs of each job on server 1: a job that lost all of its GPUs there takes the server for down
+           "fabric": {"kind": "rail-optimized", "servers": 2, "gpus_per_server": 4, "spines": 2,
                       "oversubscription": 1, "nic_mbps": NIC_MBPS, "spares_per_server": 2},
            "routing": {"mode": "single"},
            "workloads": [{"type": "concurrent", "name": "two", "alone": False,
-                          "jobs": [{**job, "name": "a", "placement": {"hosts": ["s0g0", "s1g0"]}},
-                                   {**job, "name": "b", "placement": {"hosts": ["s0g1", "s1g1"]}}]}],
-           "faults": [{"workload": "two", "at": 1.0, "kind": "gpu-crash", "target": t} for t in ("s1g0", "s1g1")]}
+                          "jobs": [{**job, "name": "a", "placement": {"hosts": ["s0g0", "s0g1", "s1g0", "s1g1"]}},
+                                   {**job, "name": "b", "placement": {"hosts": ["s0g2", "s0g3", "s1g2", "s1g3"]}}]}],
+           "faults": [{"workload": "two", "at": 1.0, "kind": "gpu-crash", "target": t} for t in ("s1g0", "s1g2")]}
     runner.check(doc, runner.fabric_of(doc))
     out = runner.run(doc, str(tmp_path / "run"), echo=lambda *a: None)
     print(runner.summary_table(out))
