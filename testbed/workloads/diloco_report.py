@@ -13,6 +13,8 @@ VARIANT = obj({
     "peak_wan_bytes": d(NUM, "Payload bytes across sites in the step that sent most."),
     "peak_wan_wire_bytes": d(NUM, "IP bytes across sites in that step."), "peak_step": INT,
     "peak_wan_mbps": d(nullable(NUM), "That step's WAN bytes over the compute window: the rate that hides it."),
+    "wan_link_bytes_per_step": d(NUM, "Bytes the fabric's WAN links carried per inner step, both ways, by their "
+                                      "ports' own counters (fabric.sites only)."),
     "wan_achieved_mbps": d(nullable(NUM), "WAN payload over the time spent in the exchanges."),
     "step_s": dur("wall-clock per inner step."), "loss": d(NUM, "The reference's loss after the last step."),
     "replicas": {"type": "object"}, "quantization_max_dev": NUM,

@@ -51,3 +51,9 @@ def test_diloco_takes_the_fabrics_own_sites_across_a_wan_link(tmp_path):
     rows = {v["variant"]: v for v in r["workloads"][0]["variants"]}
     assert rows["ddp"]["replicas"]["ranks"] == 8 and rows["ddp"]["replicas"]["wrong"] == []
     assert rows["diloco"]["wan_bytes_per_step"] <= rows["ddp"]["wan_bytes_per_step"] / H
+    # the same from the WAN link's own counters, whoever sent what crossed it (headers and acknowledgements
+    # scale alike; 10% for a retransmission)
+    link = {v: rows[v]["wan_link_bytes_per_step"] for v in rows}
+    print(f"WAN link bytes per inner step: {link}")
+    assert link["ddp"] >= rows["ddp"]["wan_bytes_per_step"]      # every payload byte crossed it, and headers
+    assert link["diloco"] <= 1.1 * link["ddp"] / H

@@ -119,3 +119,27 @@ def test_a_replica_that_differs_fails_the_check():
     check = next(c for c in diloco.checks({"sites": SITES, "gpus": 4, "variants": [row]}, s)
                  if c["name"] == "replicas exact")
     assert not check["ok"] and "ranks [2, 3]" in check["detail"]
+
+
+def test_wan_link_bytes_come_from_the_wan_links_counters_and_the_check_holds_them_to_1_over_h():
+    from testbed.fabric.topo import build
+    sited = build("clos", 1, 2, spines=1, nic_mbps=20, sites={"eu": {}, "us": {}},
+                  wan=[{"a": "eu", "b": "us", "mbps": 5, "delay_us": 10000}])
+    (link,) = sited.wan_links()
+    ends = [f"{link.a}:{link.a_port}", f"{link.b}:{link.b_port}"]
+    before = {p: {"tx_bytes": 1000} for p in ends} | {"eutor0:1": {"tx_bytes": 0}}
+    after = {ends[0]: {"tx_bytes": 41000}, ends[1]: {"tx_bytes": 3000}, "eutor0:1": {"tx_bytes": 10 ** 9}}
+    assert diloco.wan_link_bytes(sited, before, after) == 40000 + 2000        # the WAN link's ports only
+    s = diloco.settings({"type": "diloco", "sites": SITES, "variants": ["ddp", "diloco"]})
+    row = {"replicas": {"wrong": [], "outer_agree": True}, "wan_bytes_per_step": 100.0,
+           "wan_wire_bytes_per_step": 110.0}
+    ddp = {**row, "variant": "ddp", "quantize": 0, "wan_link_bytes_per_step": 120.0}
+    fine = {**row, "variant": "diloco", "quantize": 0, "wan_bytes_per_step": 25.0, "wan_wire_bytes_per_step": 27.5,
+            "wan_link_bytes_per_step": 30.0}
+    check = next(c for c in diloco.checks({"sites": SITES, "gpus": 4, "variants": [ddp, fine]}, s)
+                 if c["name"] == "diloco wan bytes")
+    assert check["ok"] and "0.250 by the WAN links' counters" in check["detail"]
+    more = {**fine, "wan_link_bytes_per_step": 60.0}              # the links carried more than the ranks counted
+    check = next(c for c in diloco.checks({"sites": SITES, "gpus": 4, "variants": [ddp, more]}, s)
+                 if c["name"] == "diloco wan bytes")
+    assert not check["ok"] and "0.500 by the WAN links' counters" in check["detail"]
