@@ -57,3 +57,23 @@ def test_diloco_takes_the_fabrics_own_sites_across_a_wan_link(tmp_path):
     print(f"WAN link bytes per inner step: {link}")
     assert link["ddp"] >= rows["ddp"]["wan_bytes_per_step"]      # every payload byte crossed it, and headers
     assert link["diloco"] <= 1.1 * link["ddp"] / H
+
+
+def test_a_site_lost_and_back_during_diloco_leaves_every_replica_bit_equal(tmp_path):
+    """Site us loses its every WAN link (`site:us`) while DiLoCo's first outer synchronisation crosses the WAN (4
+    inner steps of 0.4 s: it starts at about 1.6 s), and gets them back 2 s later. The leaders' queue pairs
+    retransmit across the outage (their timer backs off), the sync completes, and every replica of both sites
+    is bit-equal to the numpy reference afterwards: the outage cost time, not correctness."""
+    from testbed.scenario import load
+    from tests.paths import ROOT
+    scenario = load(f"{ROOT}/scenarios/diloco_sites.yaml", ["workloads.0.variants=[diloco]",
+                                                            "workloads.0.steps=8"])
+    scenario["faults"] = [{"at": 1.0, "kind": "link-down", "target": "site:us", "duration": 2.0}]
+    r = runner.run(scenario, str(tmp_path / "run"), echo=lambda *a: None)
+    fault, = r["faults"]
+    (row,) = r["workloads"][0]["variants"]
+    print(f"fault: {fault.get('sites_apart')}; DiLoCo {row.get('step_s')} s/step, replicas {row.get('replicas')}")
+    assert fault["sites_apart"] == [["eu"], ["us"]]
+    assert r["ok"], [c for c in r["checks"] if not c["ok"]]
+    assert row["replicas"] == {"ranks": 8, "wrong": [], "outer_agree": True, "sites_agree": True}
+    assert row["step_s"] * 8 > 2.0 + 8 * 0.4            # the outage is in the run's wall-clock
