@@ -54,7 +54,7 @@ def spread(xs, digits=2):
     return f"{statistics.median(xs):.{digits}f} [{min(xs):.{digits}f}-{max(xs):.{digits}f}]"
 
 
-def main():
+def parse(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--connections", type=lambda s: [int(n) for n in s.split(",")], default=[1, 2, 4, 8])
     ap.add_argument("--repeats", type=int, default=3)
@@ -64,7 +64,11 @@ def main():
     ap.add_argument("--size", default="2MiB")
     ap.add_argument("--nic-mbps", type=float, default=20)
     ap.add_argument("--queue-kb", type=int, default=256)
-    args = ap.parse_args()
+    return ap.parse_args(argv)
+
+
+def main():
+    args = parse()
     runs = measure(args)
     pipe = runs[args.connections[0]][0]
     print(f"WAN {args.wan_mbps:g} Mbit/s, {args.delay_ms:g} ms one way (round trip {pipe['rtt_ms']:g} ms, BDP "
