@@ -195,6 +195,8 @@ def run(net, spec: dict) -> dict:
     hosts = {f["src"] for f in flows} | {f["dst"] for f in flows}
     start_at = time.time() + 1.0 + 0.06 * len(hosts)
     longest = max(f["bytes"] * 8 / (f["rate_mbps"] * 1e6) for f in flows)
+    if win := window(spec):         # a window-bound connection: a window per round trip (every delay: a bound)
+        longest = max(longest, max(f["bytes"] for f in flows) / win * 2 * sum(l.delay_us for l in fabric.links) / 1e6)
     deadline = start_at + 3 * longest + 10
     listen: dict[str, list[Listen]] = {h: [] for h in hosts}
     send: dict[str, list[Send]] = {h: [] for h in hosts}
