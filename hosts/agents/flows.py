@@ -25,7 +25,6 @@ DATAGRAM = 1024
 HEADER = struct.Struct("!IQ")       # flow id, sequence number
 SOCK_BUF = 1 << 20
 SO_MAX_PACING_RATE = getattr(socket, "SO_MAX_PACING_RATE", 47)     # Linux's option number (not in every Python)
-TCP_WINDOW_CLAMP = getattr(socket, "TCP_WINDOW_CLAMP", 10)
 UDP_HEADER = struct.Struct("!HHHH")  # source port, destination port, length, checksum
 QUIET_S = 2.0                        # silence after a UDP flow's paced end that ends its receiver
 
@@ -160,8 +159,6 @@ def udp_receive(f: Listen, start_at: float, deadline: float, ready: threading.Ev
 def tcp_receive(f: Listen, start_at: float, deadline: float, ready: threading.Event) -> dict:
     srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    if f.window:                  # the window it advertises, at most this: a connection's bytes in flight
-        srv.setsockopt(socket.IPPROTO_TCP, TCP_WINDOW_CLAMP, f.window)     # (accepted sockets inherit it)
     srv.bind(("0.0.0.0", f.port))
     srv.listen(1)
     ready.set()

@@ -19,7 +19,6 @@ class Listen(Spec):
     port: int
     bytes: int
     rate_mbps: float | None = None      # the sender's pace: silences are measured against its spacing
-    window: int | None = None           # TCP: the most bytes the receiver lets be in flight (its window clamp)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -42,11 +42,7 @@ SCHEMA = {
         "protocol": {"enum": ["udp", "tcp", "both"], "default": "udp", "description": "The flows' transport."},
         "size": {**SIZE, "default": "1MiB", "description": "Bytes per flow."},
         "flows_per_pair": {"type": "integer", "minimum": 1, "maximum": 64, "default": 1,
-                           "description": "Flows per pair (and per protocol): parallel connections."},
-        "window": {**SIZE, "description": "TCP: each connection's receive window, at most (the receiver clamps "
-                                          "it): what one connection may have in flight, so one connection over a "
-                                          "long fat pipe is window-bound at window / round trip. Default: the "
-                                          "kernel's (auto-tuned)."},
+                           "description": "Flows per pair (and per protocol)."},
         "rate_mbps": {**RATE, "description": "UDP senders' pacing in Mbit/s. Default: 0.9 x nic_mbps / the "
                                              "busiest host's flow count."},
         "load": {"type": "number", "exclusiveMinimum": 0, "maximum": 1,
@@ -88,21 +84,6 @@ RESULT_SCHEMA = {
     "pfc_paused_s": dur("the time the fabric's ports were paused, summed over the ports (fabric.pfc)."),
     "uplink_bytes": BYTES_BY_PORT, "uplinks_used": INT, "uplink_imbalance": d(nullable(NUM), "max / mean uplink."),
     "per_flow": arr(FLOW),
-    "window": d(nullable(INT), "Each TCP connection's receive window clamp in bytes (null: the kernel's)."),
-    "wan": d(nullable(obj({
-        "links": arr(STR, "The WAN links joining the flows' two sites."),
-        "mbps": d(NUM, "The pipe's rate: those links' rates summed."),
-        "rtt_ms": d(NUM, "The pipe's round trip: twice the links' one-way delay (the fabric's own round trip "
-                         "not counted)."),
-        "bdp_bytes": d(INT, "Its bandwidth-delay product: what must be in flight to fill it."),
-        "window_bound_mbps": d(nullable(NUM), "connections x window / round trip: the most the connections can "
-                                              "carry when their windows bind (null without `window`)."),
-        "goodput_mbps": d(NUM, "All flows' bytes over the time the last took."),
-        "of_pipe": d(NUM, "goodput / the pipe's rate."),
-        "of_window_bound": d(nullable(NUM), "goodput / the window bound."),
-        "wire_bytes": d(INT, "The bytes the WAN links carried (their ports' counters, both ways)."),
-    }, ["links", "mbps", "rtt_ms", "bdp_bytes", "goodput_mbps", "of_pipe", "wire_bytes"])),
-        "Flows across a long fat pipe, when every flow crosses between the same two sites (null otherwise)."),
 }
 
 
@@ -195,8 +176,6 @@ def run(net, spec: dict) -> dict:
     hosts = {f["src"] for f in flows} | {f["dst"] for f in flows}
     start_at = time.time() + 1.0 + 0.06 * len(hosts)
     longest = max(f["bytes"] * 8 / (f["rate_mbps"] * 1e6) for f in flows)
-    if win := window(spec):         # a window-bound connection: a window per round trip (every delay: a bound)
-        longest = max(longest, max(f["bytes"] for f in flows) / win * 2 * sum(l.delay_us for l in fabric.links) / 1e6)
     deadline = start_at + 3 * longest + 10
     listen: dict[str, list[Listen]] = {h: [] for h in hosts}
     send: dict[str, list[Send]] = {h: [] for h in hosts}
@@ -204,8 +183,7 @@ def run(net, spec: dict) -> dict:
         port = LISTEN_BASE + len(listen[f["dst"]])
         sport = SOURCE_BASE + len(send[f["src"]])
         listen[f["dst"]].append(Listen(flow=f["flow"], proto=f["proto"], port=port, bytes=f["bytes"],
-                                       rate_mbps=f["rate_mbps"],           # silences are measured against it
-                                       window=window(spec)))
+                                       rate_mbps=f["rate_mbps"]))          # silences are measured against it
         send[f["src"]].append(Send(flow=f["flow"], proto=f["proto"], dst=fabric.hosts[f["dst"]].ip, dport=port,
                                    sport=sport, bytes=f["bytes"], rate_mbps=f["rate_mbps"], pace_tcp="load" in spec,
                                    **transport_options(net.routing)))
@@ -230,40 +208,7 @@ def run(net, spec: dict) -> dict:
                          "max_gap_s": r.get("max_gap_s"), "gap_at": r.get("gap_at"),
                          "silences": r.get("silences", []),
                          "reordered": r.get("reordered")})
-    result = summarize(fabric, spec, per_flow, uplink_bytes(fabric, before, after))
-    return result | {"wan": long_fat_pipe(fabric, spec, per_flow, before, after)} | pfc.growth(pfc_before, pfc_after)
-
-
-def window(spec: dict) -> int | None:
-    return parse_size(spec["window"]) if "window" in spec else None
-
-
-def pipe_links(fabric, per_flow: list[dict]) -> list:
-    """The WAN links joining the two sites every flow crosses between ([] if the flows do not all cross between
-    the same two sites): the long fat pipe they share."""
-    ends = {frozenset((fabric.site_of(f["src"]), fabric.site_of(f["dst"]))) for f in per_flow}
-    if len(ends) != 1 or len(pair := next(iter(ends))) != 2 or None in pair:
-        return []
-    return [l for l in fabric.wan_links() if {fabric.site_of(l.a), fabric.site_of(l.b)} == pair]
-
-
-def long_fat_pipe(fabric, spec: dict, per_flow: list[dict], before: dict, after: dict) -> dict | None:
-    """The flows against the pipe they cross: its rate, its bandwidth-delay product, and the rate their windows
-    allow (PCCL's point: one connection is window-bound on a long fat pipe, several fill it)."""
-    links = pipe_links(fabric, per_flow) if fabric.params.sites else []
-    if not links:
-        return None
-    mbps = sum(l.mbps for l in links)
-    rtt_s = 2 * max(l.delay_us for l in links) / 1e6
-    win = window(spec)
-    bound = len(per_flow) * win * 8 / rtt_s / 1e6 if win and rtt_s else None
-    took = max((f["seconds"] or 0) for f in per_flow)
-    goodput = sum(f["bytes"] for f in per_flow) * 8 / took / 1e6 if took else 0.0
-    wire = sum(ovs.growth(before, after, p) for l in links for p in (f"{l.a}:{l.a_port}", f"{l.b}:{l.b_port}"))
-    return {"links": [l.name for l in links], "mbps": mbps, "rtt_ms": rtt_s * 1e3,
-            "bdp_bytes": int(mbps * 1e6 / 8 * rtt_s), "window_bound_mbps": bound, "goodput_mbps": round(goodput, 3),
-            "of_pipe": round(goodput / mbps, 3), "of_window_bound": round(goodput / bound, 3) if bound else None,
-            "wire_bytes": wire}
+    return summarize(fabric, spec, per_flow, uplink_bytes(fabric, before, after)) | pfc.growth(pfc_before, pfc_after)
 
 
 def summarize(fabric, spec: dict, per_flow: list[dict], uplinks: dict[str, int]) -> dict:
@@ -302,13 +247,11 @@ def summarize(fabric, spec: dict, per_flow: list[dict], uplinks: dict[str, int])
             "lost_packets": sum(f["lost_packets"] or 0 for f in per_flow),
             "reordered_packets": sum(f["reordered"] or 0 for f in per_flow), "uplink_bytes": uplinks, "uplinks_used": used,
             "uplink_imbalance": round(imbalance, 3) if imbalance else None,
-            "per_flow": per_flow, "window": window(spec), "checks": checks}
+            "per_flow": per_flow, "checks": checks}
 
 
 def validate(fabric, spec: dict, scenario: dict) -> None:
     plan_flows(fabric, spec)          # raises ScenarioError for pairs or patterns this fabric cannot carry
-    if "window" in spec and spec.get("protocol", "udp") != "tcp":
-        raise ScenarioError(f"traffic window is a TCP connection's, not for protocol {spec.get('protocol', 'udp')!r}")
 
 
 def warnings(fabric, spec: dict) -> list[str]:
@@ -321,11 +264,6 @@ def summary(w: dict) -> str:
             f"{len(w['uplink_bytes'])}, imbalance {w['uplink_imbalance']}")
     if w.get("max_gap_s") is not None:
         what += f", longest gap {w['max_gap_s'] * 1e3:.1f} ms, {w['lost_packets']} lost"
-    if pipe := w.get("wan"):
-        what += (f"; across the WAN {pipe['goodput_mbps']:.2f} Mbit/s = {pipe['of_pipe']:.2f} of its "
-                 f"{pipe['mbps']:g} Mbit/s (round trip {pipe['rtt_ms']:g} ms, BDP {pipe['bdp_bytes']} B)")
-        if pipe.get("window_bound_mbps"):
-            what += f", window bound {pipe['window_bound_mbps']:.2f} Mbit/s ({pipe['of_window_bound']:.2f} of it)"
     return what
 
 
