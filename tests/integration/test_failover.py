@@ -78,8 +78,10 @@ def test_data_plane_failover_resumes_traffic_before_the_controller_acts(tmp_path
               f"({fault['flows_cut']} flows cut)")
     fast, slow = (runs[k]["faults"][0] for k in (True, False))
     fast_w, slow_w = (runs[k]["workloads"][0] for k in (True, False))
-    # without failover the flows were silent across the cut until the controller's rules were in
-    assert slow["flows_cut"] >= 1 and slow["resumed_s"] >= slow["installed_s"] - 0.02, slow
+    # without failover the flows were silent across the cut until the controller acted: resumed after it had
+    # computed the new routes (not after the last switch's acknowledgement: the switch on their path may have its
+    # rules 20 ms before the last one does)
+    assert slow["flows_cut"] >= 1 and slow["resumed_s"] >= slow["computed_s"], slow
     # with it they resumed (if any was silent long enough to count as cut) before the controller acted
     assert fast["resumed_s"] is None or fast["resumed_s"] < fast["installed_s"], fast
     assert fast_w["max_gap_s"] < 0.5 * slow_w["max_gap_s"], (fast_w["max_gap_s"], slow_w["max_gap_s"])
