@@ -217,12 +217,22 @@ def test_a_gpu_crash_in_one_job_leaves_the_other_job_alone(tmp_path):
     assert abs(jobs["other"]["slowdown"] - 1) <= 0.10, describe(out["workloads"][1])
 
 
+def run_one_cut(doc: dict, tmp_path):
+    """Run a scenario with one link fault that passes; its results, the fault's record and each job's view of it."""
+    from testbed import runner
+    runner.check(doc, runner.fabric_of(doc))
+    out = runner.run(doc, str(tmp_path / "run"), echo=lambda *a: None)
+    print(runner.summary_table(out))
+    assert out["ok"], [c for c in out["checks"] if not c["ok"]]
+    fault, = out["faults"]
+    return out, fault, {j["job"]: j for j in fault["jobs"]}
+
+
 def test_a_link_cut_names_the_jobs_whose_bytes_crossed_it(tmp_path):
     """A spine uplink on ring-a's path cut for 1 s while ring-a (across the spines) and ring-c (on rail 2) run
     together: the fault's record names ring-a as hit (its bytes crossed the link) and ring-c as not; both end
     with numpy's result. The controller rerouted, so the bytes by job are reported but not checked (a replaced
     route's counters go with it)."""
-    from testbed import runner
     doc = {"name": "concurrent-cut",
            "fabric": {"kind": "rail-optimized", "servers": 2, "gpus_per_server": 3, "spines": 2,
                       "oversubscription": 1, "nic_mbps": NIC_MBPS},
@@ -231,12 +241,7 @@ def test_a_link_cut_names_the_jobs_whose_bytes_crossed_it(tmp_path):
                           "jobs": [ring("ring-a", ["s0g0", "s1g1"]), ring("ring-c", ["s0g2", "s1g2"])]}],
            "faults": [{"workload": "two", "at": 1.5, "kind": "link-down", "target": "path:s0g0>s1g1",
                        "duration": 1.0}]}
-    runner.check(doc, runner.fabric_of(doc))
-    out = runner.run(doc, str(tmp_path / "run"), echo=lambda *a: None)
-    print(runner.summary_table(out))
-    assert out["ok"], [c for c in out["checks"] if not c["ok"]]
-    fault, = out["faults"]
-    views = {j["job"]: j for j in fault["jobs"]}
+    out, fault, views = run_one_cut(doc, tmp_path)
     assert views["ring-a"]["hit"] and "crossed" in views["ring-a"]["why"], views
     assert not views["ring-c"]["hit"], views
     assert all(v["ended"] == "completed" and v["exact"] for v in views.values()), views
@@ -247,7 +252,6 @@ def test_a_link_cut_names_the_jobs_whose_bytes_crossed_it(tmp_path):
 def test_a_link_cut_counts_the_flows_it_cut_per_traffic_job(tmp_path):
     """The NIC cable of a UDP traffic job's receiver cut for 1 s while a ring runs on rail 2: the traffic job's entry counts its 4 flows as cut and says when they resumed;
     the ring, which measures no flows, was not hit; the fault's own `flows_cut` counts the job's flows."""
-    from testbed import runner
     cross = {"type": "traffic", "name": "cross", "pattern": "pairs", "pairs": [["s0g1", "s1g0"]],
              "flows_per_pair": 4, "size": "256KiB", "rate_mbps": 0.5, "protocol": "udp",
              "expect": {"max_loss": 0.5}, "placement": {"hosts": ["s0g1", "s1g0"]}}
@@ -261,12 +265,7 @@ def test_a_link_cut_counts_the_flows_it_cut_per_traffic_job(tmp_path):
            # around in ~10 ms, under the flows' silence threshold of 1.5 packet times)
            "faults": [{"workload": "two", "at": 1.5, "kind": "link-down", "target": "s1g0-rail0",
                        "duration": 1.0}]}
-    runner.check(doc, runner.fabric_of(doc))
-    out = runner.run(doc, str(tmp_path / "run"), echo=lambda *a: None)
-    print(runner.summary_table(out))
-    assert out["ok"], [c for c in out["checks"] if not c["ok"]]
-    fault, = out["faults"]
-    views = {j["job"]: j for j in fault["jobs"]}
+    out, fault, views = run_one_cut(doc, tmp_path)
     assert views["cross"]["hit"] and views["cross"]["flows_cut"] == 4, views["cross"]
     assert fault["at_s"] < views["cross"]["resumed_s"], views["cross"]
     assert not views["ring-c"]["hit"] and views["ring-c"]["flows_cut"] is None and views["ring-c"]["exact"], views
