@@ -1,5 +1,5 @@
-"""The Linux system calls the delay line needs that Python 3.11's os module lacks: setns, timerfd, and loading a
-BPF program.
+"""The Linux system calls the testbed needs that Python 3.11's os module lacks: setns, timerfd and loading a BPF
+program (the delay line), and the parent-death signal (the fabric process of `testbed up`).
 
 Through ctypes on the C library, so that nothing has to be compiled.
 """
@@ -17,8 +17,14 @@ TFD_TIMER_ABSTIME = 1
 SYS_BPF = 321               # x86-64
 BPF_PROG_LOAD = 5
 BPF_PROG_TYPE_SCHED_CLS = 3
+PR_SET_PDEATHSIG = 1
 
 _libc = ctypes.CDLL(None, use_errno=True)
+
+
+def parent_death_signal(signum: int) -> None:
+    """Have the kernel send signum to this process when its parent dies (0: no longer)."""
+    _check(_libc.prctl(PR_SET_PDEATHSIG, signum, 0, 0, 0))
 
 
 class _Timespec(ctypes.Structure):

@@ -11,6 +11,7 @@ import glob
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -65,6 +66,47 @@ workloads:
 faults:
   - {workload: ring, at: 1.0, kind: gpu-crash, target: s1g1}
 """
+# the other workload types, for the long sweep
+CONCURRENT = """\
+name: kill-concurrent
+description: a multicast AllGather beside background traffic, alone and together, killed anywhere
+fabric: {kind: rail-optimized, servers: 4, gpus_per_server: 1, spines: 2, nic_mbps: 10}
+workloads:
+  - type: concurrent
+    jobs:
+      - {name: gather, type: collective, op: allgather, algo: multicast, sizes: [256KiB], iterations: 2,
+         placement: {servers: [0, 1]}}
+      - {name: load, type: traffic, pattern: permutation, protocol: udp, size: 1MiB, load: 0.9,
+         expect: {max_loss: 0.5}, placement: {servers: [2, 3]}}
+"""
+SITES = """\
+name: kill-sites
+description: Streaming DiLoCo across two sites over a delayed WAN link, killed anywhere
+fabric:
+  kind: clos
+  gpus_per_server: 1
+  spines: 1
+  nic_mbps: 20
+  sites: {eu: {servers: 2}, us: {servers: 2}}
+  wan: [{a: eu, b: us, mbps: 5, delay_us: 10000, queue_kb: 256}]
+workloads:
+  - {type: diloco, variants: [streaming], steps: 8, sync_every: 4, fragments: 2, size: 64KiB, compute_s: 0.3}
+"""
+PROGRAM = """\
+name: kill-program
+description: mpirun and mpi4py ranks on the fabric, killed anywhere
+fabric: {kind: rail-optimized, servers: 2, gpus_per_server: 2, spines: 1, nic_mbps: 50}
+workloads:
+  - {type: program, launcher: mpirun, timeout_s: 90,
+     command: "{python} hosts/programs/mpi_sweep.py --ops allreduce,allgather --sizes 4KiB,64KiB,512KiB"}
+"""
+TRAINING = """\
+name: kill-training
+description: a (2, 2, 2) training iteration, killed anywhere
+fabric: {kind: rail-only, servers: 4, gpus_per_server: 2, nic_mbps: 5}
+workloads:
+  - {type: training_iteration, plan: {tp: 2, pp: 2, dp: 2}, micro_batches: 2, target_s: 6}
+"""
 
 
 def env() -> dict:
@@ -118,7 +160,12 @@ def cmdline(pid: int) -> str:
 def kill_at(scenario: str, after_s: float, out: str) -> tuple[int, set, int | None]:
     """Start `testbed run`, SIGKILL it after_s later; (its pid, every process seen under it, its exit status if
     it ended first)."""
-    runner = subprocess.Popen([sys.executable, "-m", "testbed.cli", "-q", "run", scenario, "--out", out], cwd=ROOT,
+    return kill_command(["-q", "run", scenario, "--out", out], after_s)
+
+
+def kill_command(args: list[str], after_s: float) -> tuple[int, set, int | None]:
+    """Start `testbed ARGS`, SIGKILL it after_s later (see kill_at)."""
+    runner = subprocess.Popen([sys.executable, "-m", "testbed.cli", *args], cwd=ROOT,
                               env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     seen, deadline = set(), time.monotonic() + after_s
     while time.monotonic() < deadline and runner.poll() is None:
@@ -206,10 +253,10 @@ def _still_there(ns, br, link, sleeper, other) -> list[str]:
 
 
 # -- the check after each kill ---------------------------------------------------------------------------------
-def check_after_kill(pid: int, seen: set, what: str) -> dict:
-    """Nothing of the run survives it; status names what it left; clean removes exactly that. Returns what was
-    left (for the record)."""
-    deadline = time.monotonic() + 5          # the reaper's cgroup kill takes a moment
+def check_after_kill(pid: int, seen: set, what: str, wait_s: float = 5) -> dict:
+    """Nothing of the run survives it (after wait_s); status names what it left; clean removes exactly that.
+    Returns what was left (for the record)."""
+    deadline = time.monotonic() + wait_s     # the reaper's cgroup kill takes a moment
     while (any(alive(p) for p in seen) or lifeline.ours(TAG)) and time.monotonic() < deadline:
         time.sleep(0.05)
     survivors = [f"{p} {cmdline(p)}" for p, start in seen if alive((p, start))]
@@ -235,10 +282,18 @@ def check_after_kill(pid: int, seen: set, what: str) -> dict:
     return left
 
 
-def kill_anywhere(tmp_path, bystanders, points: int | None, budget_s: float | None):
-    """Kill each scenario in turn at a seeded moment until `points` kills or `budget_s` seconds; returns the record."""
+def kill_anywhere(tmp_path, bystanders, points: int | None, budget_s: float | None, every_type: bool = False):
+    """Kill each scenario in turn at a seeded moment until `points` kills or `budget_s` seconds; returns the record.
+    every_type adds concurrent jobs (multicast and traffic), sites (DiLoCo over a delayed WAN link), an MPI
+    program and a training iteration."""
     rng = random.Random(SEED)
     scenarios = [("collective", COLLECTIVE, 30.0), ("churn", CHURN, 30.0)]
+    if every_type:
+        scenarios += [("concurrent", CONCURRENT, 30.0), ("sites", SITES, 30.0), ("training", TRAINING, 30.0)]
+        if shutil.which("mpirun"):
+            scenarios.append(("program", PROGRAM, 20.0))
+        else:
+            print("SKIP part: no mpirun here (make setup installs Open MPI): no MPI program is killed")
     if _has_tensorflow():
         scenarios.append(("offload", OFFLOAD, 45.0))
     else:
@@ -289,9 +344,54 @@ def test_killed_runs_leave_nothing_running_and_clean_removes_the_rest(tmp_path, 
 
 
 @pytest.mark.long
-@pytest.mark.timeout(1800)          # 32 kills of runs up to 45 s long, each with its check and clean
+@pytest.mark.timeout(2400)          # 32 kills of runs up to 45 s long, each with its check and clean
 def test_killed_at_thirty_two_points(tmp_path, bystanders):
-    kill_anywhere(tmp_path, bystanders, points=32, budget_s=None)
+    record = kill_anywhere(tmp_path, bystanders, points=32, budget_s=None, every_type=True)
+    assert len({name for name, *_ in record}) >= 7, record
+
+
+def test_up_killed_while_its_fabric_comes_up_leaves_nothing(bystanders):
+    """SIGKILL `testbed up` at seeded moments of bring-up: its detached fabric process, tied to it until the
+    fabric is ready, tears down what it made and exits; nothing is left for `testbed clean` but what status names.
+    A kill that lands after the fabric reported ready (`up` printing, say) leaves a fabric kept up, as asked."""
+    assert tb_cli("clean").returncode == 0
+    topo = "rail-optimized,servers=2,gpus_per_server=2,spines=2,delay_us=200"
+    t0 = time.monotonic()
+    up = tb_cli("up", "--topo", topo)
+    whole_s = time.monotonic() - t0
+    assert up.returncode == 0, up.stderr
+    assert tb_cli("down").returncode == 0
+    rng, record = random.Random(SEED), []
+    while len([r for r in record if not r[2]]) < 4 and len(record) < 8:
+        after = round(rng.uniform(0.3, 0.9 * whole_s), 2)
+        pid, seen, ended = kill_command(["up", "--topo", topo], after)
+        what = f"up killed at {after} s of {whole_s:.1f}"
+        assert ended in (None, 0), f"{what}: `testbed up` failed before its kill (exit {ended})"
+        was_up = _kept_up(seen, what)
+        if was_up:
+            assert tb_cli("down").returncode == 0
+        left = check_after_kill(pid, seen, what)
+        record.append((after, len(seen), was_up, sorted(left)))
+        assert not bystanders(), f"{what}: clean removed {bystanders()}"
+    print(f"`testbed up` alone: {whole_s:.1f} s")
+    print("\n".join(f"up killed at {a:5.2f} s{' (was up)' if e else ''}: {n:3d} processes, left {l or 'nothing'}"
+                    for a, n, e, l in record))
+    assert len([r for r in record if not r[2]]) >= 4, record
+
+
+def _kept_up(seen: set, what: str, settle_s: float = 8.0, wait_s: float = 60.0) -> bool:
+    """Whether the fabric process of a killed `up` kept its fabric (it had reported ready) rather than tearing
+    down: it is still there, its fabric live, settle_s after the kill. It must not hang in bring-up."""
+    fabricd = [p for p in seen if alive(p) and "up --foreground" in cmdline(p[0])]
+    if not fabricd:             # killed before it started it, or it has torn down already
+        return False
+    t0 = time.monotonic()
+    while alive(fabricd[0]) and time.monotonic() - t0 < wait_s:
+        if time.monotonic() - t0 > settle_s and "live" in runstate.live_fabrics().get(TAG, ("", {}))[1]:
+            return True
+        time.sleep(0.1)
+    assert not alive(fabricd[0]), f"{what}: the fabric process neither came up nor went in {wait_s:.0f} s"
+    return False
 
 
 def test_a_fabric_kept_up_dies_with_its_daemon_only(tmp_path):

@@ -260,3 +260,22 @@ def test_hosts_are_entered_the_backends_way(run_root):
     fab = live.attach()
     assert fab.enter("s1g0", ["sh"], tty=True) == ["docker", "exec", "-i", "-t", "tb-s1g0", "sh"]
     assert fab.enter("s1g0", ["ping"], netns=True) == ["nsenter", "--target", "1002", "--net", "--", "ping"]
+
+
+def test_fabric_process_whose_up_is_gone_makes_nothing(run_root, monkeypatch):
+    """`testbed up` died before its fabric process armed the parent-death signal: nothing is brought up."""
+    made = []
+
+    def network(fabric, **kw):
+        made.append(FakeNetwork(fabric, run_dir=str(run_root / "run-1-1"), **kw))
+        return made[-1]
+    monkeypatch.setattr("testbed.fabric.network.Network", network)
+    handlers = {s: signal.getsignal(s) for s in fabricd.STOP_SIGNALS}
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        status = fabricd.serve(up.topo_doc("rail-optimized,servers=1,gpus=2"), "--topo x", write_end)
+    finally:
+        for s, h in handlers.items():
+            signal.signal(s, h)
+    assert status == 0 and made[0].calls == ["stop"]
