@@ -56,6 +56,12 @@ bench bench-quick: setup
 		scripts/ovs-start && scripts/dockerd-start || exit 1; \
 		.venv/bin/python benchmarks/measured.py $(if $(filter bench-quick,$@),--quick)
 
+# A seed paper's claims beside its figures (testbed paper NAME; docs/papers.md): make paper-rail-only
+paper-%: EXTRAS = tf,torch,dev
+paper-%: setup
+	@trap '.venv/bin/testbed clean >/dev/null; scripts/ovs-stop' EXIT; scripts/ovs-start && \
+		.venv/bin/testbed paper $* $(if $(QUICK),--quick)
+
 clean:
 	@if [ -x .venv/bin/testbed ]; then .venv/bin/testbed clean; fi
 

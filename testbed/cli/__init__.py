@@ -11,6 +11,7 @@
     testbed up SCENARIO | --topo KIND[,KEY=VALUE...] [--cli]   a fabric kept up (see testbed/cli/up.py)
     testbed status [--json] | exec HOST -- CMD | shell HOST | cli | down      (on the fabric that is up)
     testbed plan --gpus G --hb-size K --radix R [--kind ...] [--predict] [--json]   (see testbed/cli/plan.py)
+    testbed paper NAME [--quick] [--out DIR] | --list   a seed paper's claims beside its figures
 
 Before the verb (and after `run`): -q (only the final summary and errors), -v (every stage), --debug (-v, full
 tracebacks of unexpected errors, DEBUG logging); see testbed/cli/verbosity.py.
@@ -24,13 +25,13 @@ import argparse
 import sys
 import traceback
 
-from testbed.cli import clean, console, down, fault, pcap, plan, run, runs, shell, status, topo, up, validate
+from testbed.cli import clean, console, down, fault, paper, pcap, plan, run, runs, shell, status, topo, up, validate
 from testbed.cli.errors import EXIT_FAILED, EXIT_USAGE, Parser, UsageError
 from testbed.cli.verbosity import add_flags as add_output_flags, configure as configure_output
 from testbed.fabric.topo import TopologyError
 
 # each module adds its own subcommand(s)
-VERBS = (topo, run, runs, clean, fault, pcap, plan, up, status, shell, console, down, validate)
+VERBS = (topo, run, runs, clean, fault, pcap, plan, paper, up, status, shell, console, down, validate)
 
 
 def parser() -> argparse.ArgumentParser:

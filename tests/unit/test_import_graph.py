@@ -137,6 +137,7 @@ def test_hosts_never_imports_testbed():
 # A module belongs to the layer of the longest prefix that names it; a new package needs its line here.
 LAYERS = [
     ("entry", ["testbed.cli", "testbed.clean"]),       # the commands
+    ("papers", ["testbed.papers"]),                    # a seed paper's claims: runs and their report
     ("runner", ["testbed.runner"]),                    # orchestration: bring-up, workloads, faults, results
     ("results", ["testbed.results"]),                  # results.json, reports, runs: they read everything below
     ("scenario", ["testbed.scenario"]),                # the scenario file, its schema from every workload's

@@ -1,0 +1,74 @@
+"""`testbed paper NAME`: a seed paper's claims run on the testbed, each set beside the paper's own figure.
+
+A paper module (one per paper) has NAME, TITLE, SOURCE (where the claims come from) and
+`claims(quick, out_dir, echo) -> list[Claim]`, which runs what it needs (computed claims run nothing) and returns
+one Claim per figure of the paper it reproduces. testbed/papers/report.py writes the report.
+"""
+from __future__ import annotations
+
+import importlib
+import statistics
+from dataclasses import dataclass, field
+
+# name -> module; `testbed paper --list` shows them in this order
+PAPERS = {"rail-only": "testbed.papers.rail_only"}
+
+REPRODUCED, PARTLY, DIFFERS, NOT_RUN = "reproduced", "partly", "differs", "not run"
+
+
+class PaperError(Exception):
+    """Bad input to `testbed paper` (an unknown paper): one line."""
+
+
+def module(name: str):
+    if name not in PAPERS:
+        raise PaperError(f"no paper named {name!r} (papers: {', '.join(PAPERS)})")
+    return importlib.import_module(PAPERS[name])
+
+
+@dataclass
+class Claim:
+    """One figure of a paper beside ours. `paper` is the paper's value; `ours` our measurements (one per repeat;
+    empty when not run); `tolerance` how far (relative to the paper's value) ours may be and still reproduce it."""
+    key: str
+    what: str                   # the claim, in the paper's terms
+    paper: float
+    tolerance: float
+    config: str                 # our set-up, in words
+    ours: list[float] = field(default_factory=list)
+    unit: str = ""
+    computed: bool = False      # from the testbed's models (the planner), not from a run
+    why: str = ""               # where ours differs, the reason (or why it was not run)
+
+    @property
+    def median(self) -> float | None:
+        return statistics.median(self.ours) if self.ours else None
+
+    @property
+    def off(self) -> float | None:
+        """How far our median is from the paper's value, relative to it."""
+        if self.median is None:
+            return None
+        return abs(self.median - self.paper) / abs(self.paper) if self.paper else abs(self.median)
+
+    @property
+    def verdict(self) -> str:
+        """reproduced: within the tolerance; partly: within twice it; differs: beyond."""
+        if self.off is None:
+            return NOT_RUN
+        if self.off <= self.tolerance + 1e-9:
+            return REPRODUCED
+        return PARTLY if self.off <= 2 * self.tolerance + 1e-9 else DIFFERS
+
+    def ours_text(self) -> str:
+        """Our median [min-max] (the median alone when every repeat agrees); '-' when not run."""
+        if not self.ours:
+            return "-"
+        if len(self.ours) == 1 or min(self.ours) == max(self.ours):
+            return number(self.median)
+        return f"{number(self.median)} [{number(min(self.ours))}-{number(max(self.ours))}]"
+
+
+def number(v: float) -> str:
+    """Counts as counts (196608), measurements to 3 significant digits (1.18)."""
+    return f"{int(v)}" if float(v).is_integer() else f"{v:.3g}"
