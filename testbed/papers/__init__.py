@@ -11,7 +11,7 @@ import statistics
 from dataclasses import dataclass, field
 
 # name -> module; `testbed paper --list` shows them in this order
-PAPERS = {"rail-only": "testbed.papers.rail_only"}
+PAPERS = {"rail-only": "testbed.papers.rail_only", "apnet": "testbed.papers.apnet"}
 
 REPRODUCED, PARTLY, DIFFERS, NOT_RUN = "reproduced", "partly", "differs", "not run"
 

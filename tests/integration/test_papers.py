@@ -1,0 +1,46 @@
+"""`testbed paper NAME --quick` end to end, for each paper: every claim ran and has a verdict, every claim called
+reproduced lies within its stated tolerance of the paper's figure, one that differs says why, the computed and
+exact claims (Table II, the plan's traffic volumes) match, and the report is written."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from testbed import PROJECT_ROOT
+from testbed.papers import DIFFERS, NOT_RUN, REPRODUCED
+
+pytestmark = [pytest.mark.root, pytest.mark.slow]
+
+# per paper: claims that must be there, and those that must be reproduced exactly (counted, not timed)
+EXPECTED = {
+    "rail-only": ({"alltoall-overhead", "hierarchical-allgather", "dense-iteration"}, "table2-"),
+    "apnet": ({"m2-matrix", "m2-volume-tp", "m2-volume-pp", "m2-volume-dp", "m2-bubble", "m2-iteration"},
+              ("m2-matrix", "m2-volume-")),
+}
+
+
+@pytest.mark.parametrize("paper", sorted(EXPECTED))
+def test_a_quick_paper_gives_a_complete_verdict_table(paper, tmp_path):
+    env = dict(os.environ, TESTBED_FABRIC_TAG=os.environ.get("TESTBED_FABRIC_TAG") or "p")
+    done = subprocess.run([sys.executable, "-m", "testbed.cli", "paper", paper, "--quick", "--out", str(tmp_path)],
+                          cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    doc = json.loads((tmp_path / "paper.json").read_text())
+    claims = {c["key"]: c for c in doc["claims"]}
+    keys, exact = EXPECTED[paper]
+    assert keys <= set(claims), sorted(claims)
+    for c in claims.values():
+        assert c["verdict"] != NOT_RUN and c["ours"], c
+        if c["verdict"] == REPRODUCED:
+            assert abs(c["median"] - c["paper"]) <= c["tolerance"] * abs(c["paper"] or 1) + 1e-9, c
+        elif c["verdict"] == DIFFERS:
+            assert c["why"], f"a claim differs with no reason given: {c}"
+    exact_ones = [c for k, c in claims.items() if k.startswith(exact)]
+    assert exact_ones and all(c["verdict"] == REPRODUCED for c in exact_ones), exact_ones
+    print("\n".join(f"{k}: paper {c['paper']}, ours {c['median']:.4g} ({c['verdict']})"
+                    for k, c in claims.items() if not k.startswith("table2-")))
+    assert (tmp_path / "paper.md").read_text().count("\n| ") == len(claims) + 1
+    if paper == "rail-only":
+        assert len([k for k in claims if k.startswith("table2-")]) == 36
