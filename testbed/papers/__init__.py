@@ -11,7 +11,8 @@ import statistics
 from dataclasses import dataclass, field
 
 # name -> module; `testbed paper --list` shows them in this order
-PAPERS = {"rail-only": "testbed.papers.rail_only", "apnet": "testbed.papers.apnet"}
+PAPERS = {"rail-only": "testbed.papers.rail_only", "spcl-multicast": "testbed.papers.spcl_multicast",
+          "apnet": "testbed.papers.apnet"}
 
 REPRODUCED, PARTLY, DIFFERS, NOT_RUN = "reproduced", "partly", "differs", "not run"
 
