@@ -24,7 +24,9 @@ EXPECTED = {
 }
 
 
-@pytest.mark.parametrize("paper", sorted(EXPECTED))
+# spraying's round runs three routing modes (90-100 s): with the soaks (make test-long)
+@pytest.mark.parametrize("paper", [pytest.param(p, marks=pytest.mark.long) if p == "spraying" else p
+                                   for p in sorted(EXPECTED)])
 def test_a_quick_paper_gives_a_complete_verdict_table(paper, tmp_path):
     env = dict(os.environ, TESTBED_FABRIC_TAG=os.environ.get("TESTBED_FABRIC_TAG") or "p")
     done = subprocess.run([sys.executable, "-m", "testbed.cli", "paper", paper, "--quick", "--out", str(tmp_path)],
