@@ -51,8 +51,8 @@ class End:
         s = self.spec
         rate = s.rate_limit_bps and s.rate_limit_bps / n      # the NIC's rate, shared
         return [self.dev.create_qp(self.pd, QPType.RC, self.cq, rate_limit_bps=rate, max_outstanding=s.window,
-                                   ack_every=max(1, s.window // 4), timeout=s.rc_timeout, rto_min=min(s.rto_min, s.rc_timeout),
-                                   rto_max=s.rc_timeout,
+                                   ack_every=max(1, s.window // 4), timeout=s.rc_timeout,
+                                   rto_min=min(s.rto_min, s.rc_timeout), rto_max=s.rc_timeout,
                                    max_send_wr=len(chunks(s.size, s.chunk, n)) + s.pings + 1)
                 for _ in range(n)]
 
