@@ -5,7 +5,7 @@ import pytest
 
 from testbed import runner
 
-pytestmark = [pytest.mark.root]
+pytestmark = [pytest.mark.root, pytest.mark.alone]      # its throughput figures need CPU headroom
 
 
 def test_one_connection_is_window_bound_and_several_fill_the_pipe(tmp_path):
