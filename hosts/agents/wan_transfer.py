@@ -26,6 +26,9 @@ from hosts.rdma import Access, QPInfo, QPType, SendWR, WROpcode, open_device
 from hosts.spec.wan import WanTransferSpec
 
 
+LONGEST_S = 3600       # the receiver's wait for a transfer: the sender's failure ends it sooner
+
+
 class TransferError(RuntimeError):
     pass
 
@@ -42,10 +45,15 @@ def chunks(size: int, chunk: int, n: int) -> list[tuple[int, int, int]]:
 class End:
     def __init__(self, spec: WanTransferSpec):
         self.spec = spec
-        self.store = FileStore(spec.store, timeout=spec.timeout_s)
+        # a wait on the other end gives up at once when it has failed (its error is in the store)
+        self.store = FileStore(spec.store, timeout=spec.timeout_s, interrupt=self.other_failed)
         self.dev = open_device(spec.ip, backend="uroce", mtu=spec.mtu)
         self.pd, self.cq = self.dev.alloc_pd(), self.dev.create_cq()
         self.data = payload(spec.size, spec.seed)
+
+    def other_failed(self) -> str | None:
+        other = "recv" if self.spec.role == "send" else "send"
+        return f"the {other} end failed" if self.store.exists(f"failed/{other}") else None
 
     def qps(self, n: int) -> list:
         s = self.spec
@@ -56,12 +64,16 @@ class End:
                                    max_send_wr=len(chunks(s.size, s.chunk, n)) + s.pings + 1)
                 for _ in range(n)]
 
-    def wait(self, n: int, what: str) -> list:
-        wcs = self.cq.wait(n, self.spec.timeout_s)
-        bad = [w for w in wcs if not w.ok]
-        if len(wcs) < n or bad:
-            raise TransferError(f"{what}: {len(wcs)}/{n} completions" + (f", {bad[0].status.name}" if bad else ""))
-        return wcs
+    def wait(self, n: int, what: str) -> None:
+        """n completions, each within timeout_s of the one before (a long transfer is slow, not stuck)."""
+        got = 0
+        while got < n:
+            wcs = self.cq.wait(n - got, self.spec.timeout_s)
+            bad = [w for w in wcs if not w.ok]
+            got += len(wcs)
+            if not wcs or bad:
+                raise TransferError(f"{what}: {got}/{n} completions" + (f", {bad[0].status.name}" if bad else
+                                                                        f", none for {self.spec.timeout_s:g} s"))
 
     def send(self, n: int) -> dict:
         s, qps = self.spec, self.qps(n)
@@ -103,7 +115,7 @@ class End:
         for q, info in zip(qps, self.store.get(f"{n}/send", what="the sender's queue pairs")):
             q.connect(QPInfo.from_dict(info))
         self.store.set(f"{n}/ready", 1)
-        self.store.get(f"{n}/done", what="the sender's transfer")
+        self.store.get(f"{n}/done", timeout=LONGEST_S, what="the sender's transfer")
         wrong = int(np.count_nonzero(buf != self.data))
         self.store.set(f"{n}/checked", 1)
         for q in qps:
@@ -119,6 +131,7 @@ def main() -> None:
         runs = [(end.send if spec.role == "send" else end.recv)(n) for n in spec.connections]
         out = {"role": spec.role, "runs": runs}
     except (TransferError, StoreTimeout) as exc:
+        end.store.set(f"failed/{spec.role}", str(exc))
         out = {"role": spec.role, "error": str(exc)}
     finally:
         end.dev.close()
