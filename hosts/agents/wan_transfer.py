@@ -43,11 +43,11 @@ def chunks(size: int, chunk: int, n: int) -> list[tuple[int, int, int]]:
 
 
 class End:
-    def __init__(self, spec: WanTransferSpec):
+    def __init__(self, spec: WanTransferSpec, open=open_device):
         self.spec = spec
         # a wait on the other end gives up at once when it has failed (its error is in the store)
         self.store = FileStore(spec.store, timeout=spec.timeout_s, interrupt=self.other_failed)
-        self.dev = open_device(spec.ip, backend="uroce", mtu=spec.mtu)
+        self.dev = open(spec.ip, backend="uroce", mtu=spec.mtu)
         self.pd, self.cq = self.dev.alloc_pd(), self.dev.create_cq()
         self.data = payload(spec.size, spec.seed)
 
@@ -124,9 +124,9 @@ class End:
         return {"connections": n, "exact": wrong == 0, "wrong_bytes": wrong}
 
 
-def main() -> None:
-    spec = WanTransferSpec.load(sys.argv[1])
-    end = End(spec)
+def run(spec: WanTransferSpec, open=open_device) -> dict:
+    """This end's transfers, in turn: its line of output."""
+    end = End(spec, open)
     try:
         runs = [(end.send if spec.role == "send" else end.recv)(n) for n in spec.connections]
         out = {"role": spec.role, "runs": runs}
@@ -135,7 +135,11 @@ def main() -> None:
         out = {"role": spec.role, "error": str(exc)}
     finally:
         end.dev.close()
-    print(json.dumps(out), flush=True)
+    return out
+
+
+def main() -> None:
+    print(json.dumps(run(WanTransferSpec.load(sys.argv[1]))), flush=True)
 
 
 if __name__ == "__main__":
