@@ -326,6 +326,17 @@ def delay_line() -> dict:
     return numbers
 
 
+def pccl_wan() -> dict:
+    """scenarios/pccl_wan.yaml, 1 and 8 connections: one window-bound, eight filling the WAN link."""
+    from testbed.scenario import load
+    out = _run(load(os.path.join(ROOT, "scenarios", "pccl_wan.yaml"), ["workloads.0.connections=[1, 8]"]))
+    runs = {r["connections"]: r for r in out["workloads"][0]["runs"]}
+    if not out["ok"] or len(runs) != 2:
+        raise RuntimeError(f"pccl_wan: {[c['detail'] for c in out['checks'] if not c['ok']]}")
+    return {"one_of_window": runs[1]["mbps"] / runs[1]["window_mbps"], "one_of_rate": runs[1]["of_rate"],
+            "eight_of_rate": runs[8]["of_rate"]}
+
+
 PEER_RATES = (10, 50)
 PEER_NAMES = {"ours": "ours", "mpi-tuned": "Open MPI tuned", "mpi": "as installed", "gloo": "gloo", "tf": "TF"}
 
@@ -601,6 +612,13 @@ FIGURES = [
            lambda s: (f"ping RTT {s['rtt_1ms']()} / {s['rtt_5ms']()} / {s['rtt_20ms']()} ms (medians); "
                       f"{s['cpu_us_1000pps'](0)} / {s['cpu_us_5000pps'](0)} us of CPU per frame at 1000 / 5000 frames/s"),
            held={"rtt_5ms": "lower", "rtt_20ms": "lower"}, quick=True),
+    Figure("pccl_wan", "a long fat pipe (5 Mbit/s, 20 ms one way), windows of 6 packets, 1 / 8 RoCE connections",
+           "[sites](docs/sites.md#long-fat-pipes-pccl-parallel-connections)",
+           "scenarios/pccl_wan.yaml: two Clos 2x2 sites, 512 KiB over 1 then 8 RC queue pairs of 6 x 1 KiB in flight",
+           pccl_wan,
+           lambda s: (f"one connection {s['one_of_window']()} of window / round trip ({s['one_of_rate']()} of the "
+                      f"link); eight {s['eight_of_rate']()} of the link"),
+           held={"eight_of_rate": "higher"}, quick=True),
     Figure("bring_up", "bring-up, 64 GPU hosts and 20 switches", "[Docker](docs/docker.md)",
            "rail-optimized 8x8, 4 spines, ECMP, namespaces (containers: benchmarks/bringup.py ... docker)",
            bring_up_64, lambda s: f"{s['netns_s'](1)} s on namespaces", held={"netns_s": "lower"}, quick=True),

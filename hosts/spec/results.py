@@ -66,9 +66,16 @@ DILOCO_RANK = {"anyOf": [
          "loss": NUM, "counters": OBJ}, ("rank", "site", "steps", "theta", "outer", "loss", "counters")),
     obj({"rank": INT, "error": STR, "error_at": NUM}, ("rank", "error", "error_at"))]}
 
+WAN_TRANSFER = obj({
+    "role": {"enum": ["send", "recv"]}, "error": STR,
+    "runs": {"type": "array", "items": obj({
+        "connections": INT, "seconds": NUM, "rtt_s": NUM, "retransmits": INT, "timeouts": INT, "exact": BOOL,
+        "wrong_bytes": INT}, ("connections",))}}, ("role",), anyOf=[{"required": ["runs"]}, {"required": ["error"]}])
+
 TFDATA_SERVICE = obj({"role": {"enum": ["dispatcher", "worker"]}, "pid": INT, "port": INT}, ("role", "pid", "port"))
 
 # program (its `python -m` module) -> the schema of the line it prints last
 RESULTS = {"hosts.agents.collective_rank": COLLECTIVE_RANK, "hosts.agents.training_rank": TRAINING_RANK,
            "hosts.agents.diloco_rank": DILOCO_RANK, "hosts.agents.flows": FLOWS, "hosts.agents.probe": PROBE,
-           "hosts.agents.tfdata_trainer": TFDATA_TRAINER, "hosts.agents.tfdata_service": TFDATA_SERVICE}
+           "hosts.agents.tfdata_trainer": TFDATA_TRAINER, "hosts.agents.tfdata_service": TFDATA_SERVICE,
+           "hosts.agents.wan_transfer": WAN_TRANSFER}

@@ -38,7 +38,8 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from testbed.workloads import churn, collective, concurrent, connectivity, diloco, offload, program, traffic, training
+from testbed.workloads import (churn, collective, concurrent, connectivity, diloco, offload, program, traffic, training,
+                               wan_transfer)
 
 
 class Workload(Protocol):
@@ -89,7 +90,8 @@ class _Defaults:
 
 REGISTRY: dict[str, Workload] = {"connectivity": connectivity, "traffic": traffic, "collective": collective,
                                  "offload": offload, "training_iteration": training, "program": program,
-                                 "churn": churn, "concurrent": concurrent, "diloco": diloco}
+                                 "churn": churn, "concurrent": concurrent, "diloco": diloco,
+                                 "wan_transfer": wan_transfer}
 
 
 def hook(type_name: str | None, name: str):

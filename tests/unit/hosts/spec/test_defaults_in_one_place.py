@@ -53,6 +53,7 @@ def test_the_check_finds_dict_reads(tmp_path):
                                           ("diloco_rank", "run_agent(DilocoRankSpec"),
                                           ("flows", "FlowsSpec.load"), ("probe", "ProbeSpec.from_argv"),
                                           ("tfdata_trainer", "TrainerSpec.from_json"),
-                                          ("tfdata_service", "ServiceSpec.from_argv")])
+                                          ("tfdata_service", "ServiceSpec.from_argv"),
+                                          ("wan_transfer", "WanTransferSpec.load")])
 def test_every_agent_reads_its_spec_with_its_class(agent, reader):
     assert reader in open(os.path.join(ROOT, "agents", f"{agent}.py")).read()
