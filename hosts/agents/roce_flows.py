@@ -21,10 +21,12 @@ from hosts.spec.rank import RoceFlowsRankSpec
 
 
 def payload(flow: int, size: int) -> np.ndarray:
+    """A flow's bytes, the same at both ends: drawn from its number."""
     return np.random.default_rng(flow).integers(0, 256, size, dtype=np.uint8)
 
 
 def run_rank(spec: RoceFlowsRankSpec, comm, store) -> dict:
+    comm.op = "traffic"
     for peer in sorted({f.peer for f in spec.sends + spec.recvs}):      # connect first (ascending: no deadlock)
         comm.channel(peer)
     buffers = {f.flow: np.zeros(f.bytes, dtype=np.uint8) for f in spec.recvs}
@@ -48,5 +50,9 @@ def run_rank(spec: RoceFlowsRankSpec, comm, store) -> dict:
             "counters": comm.counters()}
 
 
-if __name__ == "__main__":
+def main() -> None:
     run_agent(RoceFlowsRankSpec, run_rank)
+
+
+if __name__ == "__main__":
+    main()
