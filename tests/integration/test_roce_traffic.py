@@ -2,12 +2,19 @@
 offered load 1.0 onto one receiver whose NIC link is the bottleneck: the queue pairs' delay-based congestion
 control shares it, so the aggregate goodput stays near the NIC's rate and every byte arrives as sent. And a RoCE
 traffic job beside a ring AllReduce job (the `concurrent` workload): the bytes by job add up to the port
-counters, the AllReduce is exact and so is the traffic."""
+counters, the AllReduce is exact and so is the traffic. With `congestion: dcqcn` on a fabric whose switch ports mark
+ECN, an incast's RoCEv2 packets are marked and the senders get CNPs."""
+import os
+import sys
+
 import pytest
+
+from testbed.fabric import ecn
 
 from testbed.fabric.network import Network
 from testbed.fabric.topo import build
 from testbed.workloads import concurrent, traffic
+from tests.paths import ROOT
 
 pytestmark = [pytest.mark.root, pytest.mark.alone]     # paced senders need the CPU to keep their pace
 
@@ -51,3 +58,20 @@ def test_roce_traffic_job_beside_a_ring_allreduce():
     assert result["job_bytes_deviation"] <= 0.02
     # the traffic's bytes are its own: they crossed its hosts' rail switches under its name
     assert any(by.get("noise") for by in result["switch_bytes_by_job"].values())
+
+
+def test_roce_incast_under_dcqcn_is_marked_and_answered_with_cnps():
+    """benchmarks/congestion.py's 7-to-1 incast fabric (ECN marking from 8 KiB of the receiver port's queue)."""
+    if (lacking := ecn.missing()):
+        pytest.skip(f"cannot mark ECN here: {lacking}")
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    import congestion
+    fabric = congestion.incast_fabric(queue_kb=1024, mtu=1500)
+    spec = {**INCAST, "congestion": "dcqcn", "size": "256KiB", "target": "s7g0"}
+    traffic.validate(fabric, spec, {})
+    with Network(fabric) as net:
+        result = traffic.run(net, spec)
+    print(traffic.summary(result), "CNPs", result["cnp_received"])
+    assert result["ok"] and result["data_exact"] and result["flows"] == 7, result["checks"]
+    assert result["congestion"] == "dcqcn"
+    assert result["ecn_marked_packets"] > 0 and result["cnp_received"] > 0
