@@ -149,3 +149,25 @@ class DilocoRankSpec(RankSpec):
     mix: float = 0.5                          # streaming: the local share of a synchronised fragment
     quantize: Literal[0, 4, 8] = 0            # bits of the exchanged pseudo-gradients (0: float32)
     compute_s: float = 0.0                    # emulated compute time of one inner step
+
+
+@dataclasses.dataclass(frozen=True)
+class RoceFlow(Spec):
+    """One flow of background RoCE traffic, as one end sees it: the other end's rank and the bytes."""
+    flow: int
+    peer: int
+    bytes: int
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RoceFlowsRankSpec(RankSpec):
+    """One host of RoCE background traffic (hosts/agents/roce_flows.py): RC SENDs to its destinations and from
+    its sources, all starting at `start_at`; the queue pairs are paced at rate_limit_bps, shared by the peers
+    it sends to."""
+    start_at: float
+    sends: tuple[RoceFlow, ...] = ()
+    recvs: tuple[RoceFlow, ...] = ()
+
+    @property
+    def backend(self) -> str:
+        return "uroce"                        # the project's RoCEv2 transport (DCQCN, per-QP pacing)

@@ -117,7 +117,8 @@ def validate(fabric, spec: dict, scenario: dict | None = None) -> None:
             raise ScenarioError(f"jobs.{i} ({job['name']}): {exc}") from None
     roce = {}
     for job, hosts in zip(spec["jobs"], placed):
-        if job["type"] in ("collective", "training_iteration"):          # their ranks speak RoCE
+        if job["type"] in ("collective", "training_iteration") or \
+                (job["type"] == "traffic" and job.get("protocol") == "roce"):      # their ranks speak RoCE
             for h in hosts:
                 if h in roce:
                     raise ScenarioError(f"jobs {roce[h]!r} and {job['name']!r} both run RoCE ranks on {h}: a "

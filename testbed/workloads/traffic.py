@@ -1,4 +1,4 @@
-"""Workload `traffic`: concurrent UDP and/or TCP flows between GPU hosts, measured per flow, with the
+"""Workload `traffic`: concurrent UDP, TCP or RoCEv2 flows between GPU hosts, measured per flow, with the
 spread of bytes over the spine uplinks read from the switch counters.
 
 Patterns (GPU hosts only):
@@ -9,6 +9,9 @@ Patterns (GPU hosts only):
   pairs        an explicit list of [source, destination] host names
 `load` paces each sender (UDP and TCP) at that fraction of its NIC rate, shared by its flows (elephants: a large
 `size`).
+protocol roce: the flows are RC SENDs of the project's RoCEv2 transport between the pattern's hosts, one rank each
+(hosts/agents/roce_flows.py), paced the same way by their queue pairs, with `congestion` as a collective's; the
+receivers check every byte.
 """
 from __future__ import annotations
 
@@ -16,17 +19,20 @@ import os
 import time
 
 from hosts.spec.flows import FlowsSpec, Listen, Send
+from hosts.spec.peers import Peer
+from hosts.spec.rank import PortRates, RoceFlow, RoceFlowsRankSpec
 
 from testbed.fabric import ovs, pfc
 from testbed.fabric.links import transport_options
 from testbed.runtime.launch import run_on_hosts
 from testbed.scenario.schema import NAME, RATE, SIZE, ScenarioError, parse_size
+from testbed.workloads import rank_setup
 from testbed.schema_words import BYTES_BY_PORT, INT, NUM, STR, arr, d, dur, nullable, obj, rel
 
 # This workload's part of the scenario schema (the scenario file's `workloads:` items of its type).
 SCHEMA = {
     "type": "object", "additionalProperties": False, "required": ["type"],
-    "description": "Concurrent UDP and/or TCP flows between GPU hosts, measured per flow, with the bytes each "
+    "description": "Concurrent UDP, TCP or RoCEv2 flows between GPU hosts, measured per flow, with the bytes each "
                    "spine uplink carried.",
     "properties": {
         "type": {"const": "traffic", "description": "Flows between GPU hosts."}, "name": NAME,
@@ -39,7 +45,13 @@ SCHEMA = {
         "pairs": {"type": "array", "minItems": 1,
                   "items": {"type": "array", "items": {"type": "string"}, "minItems": 2, "maxItems": 2},
                   "description": "[source, destination] host names (pattern: pairs). Default: none."},
-        "protocol": {"enum": ["udp", "tcp", "both"], "default": "udp", "description": "The flows' transport."},
+        "protocol": {"enum": ["udp", "tcp", "both", "roce"], "default": "udp",
+                     "description": "The flows' transport. both: a UDP and a TCP flow per pair and flows_per_pair; "
+                                    "roce: RC SENDs over RoCEv2 (UDP port 4791), a rank per host, data checked."},
+        "congestion": {"enum": ["delay", "dcqcn", "none"], "default": "none",
+                       "description": "protocol roce: the queue pairs' congestion control, as a collective's: delay "
+                                      "(Swift-like) or dcqcn (ECN marks answered with CNPs; the switches mark with "
+                                      "fabric.ecn)."},
         "size": {**SIZE, "default": "1MiB", "description": "Bytes per flow."},
         "flows_per_pair": {"type": "integer", "minimum": 1, "maximum": 64, "default": 1,
                            "description": "Flows per pair (and per protocol)."},
@@ -64,7 +76,7 @@ SCHEMA = {
 }
 
 FLOW = obj({
-    "flow": INT, "proto": {"enum": ["udp", "tcp"]}, "src": STR, "dst": STR, "bytes": d(INT, "Bytes received."),
+    "flow": INT, "proto": {"enum": ["udp", "tcp", "roce"]}, "src": STR, "dst": STR, "bytes": d(INT, "Bytes received."),
     "expected_bytes": INT, "seconds": dur("the flow's transfer time."), "mbps": NUM,
     "lost_packets": nullable(INT), "error": nullable(STR), "reordered": nullable(INT),
     "max_gap_s": dur("the longest silence between two arrivals."),
@@ -72,6 +84,9 @@ FLOW = obj({
     "silences": arr({"type": "array", "prefixItems": [rel("when it began."), dur("how long it lasted.")],
                      "items": False, "minItems": 2},
                     "Every silence of over 1.5 packet times: [start, length]."),
+    "retransmits": d(nullable(INT), "roce: packets the flow's queue pair sent again."),
+    "timeouts": d(nullable(INT), "roce: its queue pair's retransmission timeouts."),
+    "correct": d(nullable({"type": "boolean"}), "roce: every byte received equals the byte sent."),
 }, ["flow", "proto", "src", "dst", "bytes", "expected_bytes"], closed=False)
 
 # Its keys in results.json's workload record (the runner adds the common ones).
@@ -84,6 +99,11 @@ RESULT_SCHEMA = {
     "pfc_paused_s": dur("the time the fabric's ports were paused, summed over the ports (fabric.pfc)."),
     "uplink_bytes": BYTES_BY_PORT, "uplinks_used": INT, "uplink_imbalance": d(nullable(NUM), "max / mean uplink."),
     "per_flow": arr(FLOW),
+    "congestion": d(nullable(STR), "protocol roce: the queue pairs' congestion control (none: null)."),
+    "retransmits": d(nullable(INT), "protocol roce: packets sent again, over all flows."),
+    "ecn_marked_packets": d(nullable(INT), "protocol roce: CE-marked packets the receivers got (fabric.ecn)."),
+    "cnp_received": d(nullable(INT), "protocol roce: CNPs the senders got (congestion: dcqcn)."),
+    "data_exact": d(nullable({"type": "boolean"}), "protocol roce: every flow's bytes arrived as sent."),
 }
 
 
@@ -139,7 +159,9 @@ def incast_pairs(fabric, spec: dict) -> list[tuple[str, str]]:
 
 def plan_flows(fabric, spec: dict) -> list[dict]:
     size = parse_size(spec.get("size", "1MiB"))
-    protos = {"udp": ["udp"], "tcp": ["tcp"], "both": ["udp", "tcp"]}[spec.get("protocol", "udp")]
+    protos = {"udp": ["udp"], "tcp": ["tcp"], "both": ["udp", "tcp"], "roce": ["roce"]}[spec.get("protocol", "udp")]
+    if spec.get("congestion", "none") != "none" and spec.get("protocol", "udp") != "roce":
+        raise ScenarioError(f"traffic congestion is for protocol roce, not {spec.get('protocol', 'udp')}")
     per_pair = spec.get("flows_per_pair", 1)
     flows = []
     for src, dst in flow_pairs(fabric, spec):
@@ -173,6 +195,8 @@ def uplink_bytes(fabric, before: dict, after: dict) -> dict[str, int]:
 def run(net, spec: dict) -> dict:
     fabric = net.fabric
     flows = plan_flows(fabric, spec)
+    if spec.get("protocol") == "roce":
+        return run_roce(net, spec, flows)
     hosts = {f["src"] for f in flows} | {f["dst"] for f in flows}
     start_at = time.time() + 1.0 + 0.06 * len(hosts)
     longest = max(f["bytes"] * 8 / (f["rate_mbps"] * 1e6) for f in flows)
@@ -211,12 +235,75 @@ def run(net, spec: dict) -> dict:
     return summarize(fabric, spec, per_flow, uplink_bytes(fabric, before, after)) | pfc.growth(pfc_before, pfc_after)
 
 
+def roce_ranks(fabric, flows: list[dict], routing: str, store: str, start_at: float,
+               congestion: str | None) -> dict[str, RoceFlowsRankSpec]:
+    """A rank per host of the flows: its sends and receives (ordered by flow, the same on both ends), its queue
+    pairs paced at its flows' offered rate (at most the ranks' usual pace), every peer reached over its NIC."""
+    names = sorted({f["src"] for f in flows} | {f["dst"] for f in flows},
+                   key=lambda n: (fabric.hosts[n].server, fabric.hosts[n].rank, n))
+    # no server in the peers: same-server flows take the NICs too, as the UDP and TCP flows do
+    peers = tuple(Peer(rank=r, name=n, ip=fabric.hosts[n].ip) for r, n in enumerate(names))
+    rank = {n: r for r, n in enumerate(names)}
+    transport = rank_setup.transport(fabric, routing)
+    pace = transport.pop("rate_limit_bps")
+    out = {}
+    for n in names:
+        offered = sum(f["rate_mbps"] for f in flows if f["src"] == n) * 1e6
+        out[n] = RoceFlowsRankSpec(
+            rank=rank[n], peers=peers, store=store, start_at=start_at, congestion=congestion,
+            time_scale=fabric.params.time_scale, rate_limit_bps=PortRates(nic=min(offered or pace.nic, pace.nic),
+                                                                          hb=pace.hb), **transport,
+            sends=tuple(RoceFlow(f["flow"], rank[f["dst"]], f["bytes"]) for f in flows if f["src"] == n),
+            recvs=tuple(RoceFlow(f["flow"], rank[f["src"]], f["bytes"]) for f in flows if f["dst"] == n))
+    return out
+
+
+def run_roce(net, spec: dict, flows: list[dict]) -> dict:
+    fabric = net.fabric
+    store = os.path.join(net.run_dir, "store", f"traffic-roce-{time.monotonic_ns()}")
+    os.makedirs(store)
+    congestion = None if spec.get("congestion", "none") == "none" else spec["congestion"]
+    hosts = {f["src"] for f in flows} | {f["dst"] for f in flows}
+    start_at = time.time() + 3.0 + 0.2 * len(hosts)        # the programs start and connect their queue pairs
+    ranks = roce_ranks(fabric, flows, net.routing, store, start_at, congestion)
+    commands = {}
+    for h, rank_spec in ranks.items():
+        path = os.path.join(store, f"rank{rank_spec.rank}.json")
+        rank_spec.save(path)
+        commands[h] = ["hosts.agents.roce_flows", path]
+    longest = max(f["bytes"] * 8 / (f["rate_mbps"] * 1e6) for f in flows)
+    before, pfc_before = net.counters(), net.pfc_totals()
+    out = run_on_hosts(net, commands, timeout=start_at - time.time() + 4 * longest + 90)
+    after, pfc_after = net.counters(), net.pfc_totals()
+    received = {r["flow"]: r for o in out.values() for r in o.get("received", [])}
+    sent = {s["flow"]: s for o in out.values() for s in o.get("sent", [])}
+    errors = {h: o["error"] for h, o in out.items() if o.get("error")}
+    per_flow = []
+    for f in flows:
+        r, s = received.get(f["flow"], {}), sent.get(f["flow"], {})
+        error = errors.get(f["dst"]) or errors.get(f["src"])
+        if r and not r["correct"]:
+            error = error or "data differs from what was sent"
+        per_flow.append({"flow": f["flow"], "proto": "roce", "src": f["src"], "dst": f["dst"],
+                         "bytes": r.get("bytes", 0) if r.get("correct") else 0, "expected_bytes": f["bytes"],
+                         "seconds": r.get("seconds"), "mbps": round(r.get("mbps") or 0.0, 3),
+                         "lost_packets": None, "error": error, "max_gap_s": None, "silences": [],
+                         "reordered": None, "retransmits": s.get("retransmits"), "timeouts": s.get("timeouts"),
+                         "correct": r.get("correct")})
+    counters = [o.get("counters", {}) for o in out.values()]
+    result = summarize(fabric, spec, per_flow, uplink_bytes(fabric, before, after))
+    return {**result, "congestion": congestion, "retransmits": sum(f["retransmits"] or 0 for f in per_flow),
+            "ecn_marked_packets": sum(c.get("ecn_ce_received", 0) for c in counters),
+            "cnp_received": sum(c.get("cnp_received", 0) for c in counters),
+            "data_exact": all(f["correct"] for f in per_flow)} | pfc.growth(pfc_before, pfc_after)
+
+
 def summarize(fabric, spec: dict, per_flow: list[dict], uplinks: dict[str, int]) -> dict:
     expect = spec.get("expect", {})
     max_loss = expect.get("max_loss", 0.01)
     checks = []
     failed = [f for f in per_flow if f["error"] or
-              (f["proto"] == "tcp" and f["bytes"] < f["expected_bytes"]) or
+              (f["proto"] in ("tcp", "roce") and f["bytes"] < f["expected_bytes"]) or
               (f["proto"] == "udp" and f["bytes"] < (1 - max_loss) * f["expected_bytes"])]
     sent = sum(f["expected_bytes"] for f in per_flow)
     got = sum(f["bytes"] for f in per_flow)
@@ -264,6 +351,9 @@ def summary(w: dict) -> str:
             f"{len(w['uplink_bytes'])}, imbalance {w['uplink_imbalance']}")
     if w.get("max_gap_s") is not None:
         what += f", longest gap {w['max_gap_s'] * 1e3:.1f} ms, {w['lost_packets']} lost"
+    if w.get("protocol") == "roce":
+        what += (f", {w.get('retransmits')} retransmitted, {w.get('ecn_marked_packets')} ECN-marked, "
+                 f"data {'exact' if w.get('data_exact') else 'WRONG'}")
     return what
 
 
@@ -272,7 +362,7 @@ def tables(w: dict) -> list[str]:
 
 
 def start_line(spec: dict) -> str:
-    return " ".join(["traffic"] + [str(spec[k]) for k in ("pattern", "protocol") if k in spec])
+    return " ".join(["traffic"] + [str(spec[k]) for k in ("pattern", "protocol", "congestion") if k in spec])
 
 
 def headline(w: dict) -> str:

@@ -78,6 +78,9 @@ def test_two_collectives_may_not_share_a_gpu_even_when_overlap_is_allowed(fabric
         concurrent.validate(fabric, spec, {})
     spec["jobs"][1] = {"type": "traffic", "name": "b", "placement": {"servers": [1, 2], "rails": [0]}}
     concurrent.validate(fabric, spec, {})
+    spec["jobs"][1]["protocol"] = "roce"                # RoCE traffic's ranks hold their NICs as a collective's
+    with pytest.raises(ScenarioError, match="jobs 'a' and 'b' both run RoCE ranks on s1g0"):
+        concurrent.validate(fabric, spec, {})
 
 
 def test_a_job_sees_only_its_gpus(fabric):

@@ -71,6 +71,7 @@ def test_load_paces_each_sender_at_its_share_of_its_nic(fabric):
     ({"pattern": "incast", "target": "s3g3"}, "target 's3g3' is not one of its GPUs \\(s0g0, s1g1, s2g2\\)"),
     ({"pattern": "permutation", "target": "s0g0"}, "target is for pattern incast"),
     ({"pattern": "incast", "load": 0.5, "rate_mbps": 3}, "rate_mbps or load, not both"),
+    ({"pattern": "incast", "protocol": "udp", "congestion": "dcqcn"}, "congestion is for protocol roce, not udp"),
 ])
 def test_bad_patterns_say_why(fabric, spec, says):
     with pytest.raises(ScenarioError, match=says):
@@ -98,6 +99,9 @@ def test_a_load_outside_0_1_is_refused_by_the_schema(load):
     ("{name: bg, type: traffic, pattern: incast, placement: {hosts: [s1g1]}}",
      "jobs.0 (bg): traffic pattern 'incast' needs at least 2 hosts, has 1"),
     ("{name: bg, type: traffic, pattern: incast, load: 2, placement: {rails: [0]}}", "load"),
+    ("{name: bg, type: traffic, protocol: roce, congestion: fast, placement: {rails: [0]}}", "congestion"),
+    ("{name: bg, type: traffic, protocol: tcp, congestion: delay, placement: {rails: [0]}}",
+     "jobs.0 (bg): traffic congestion is for protocol roce, not tcp"),
 ])
 def test_the_cli_refuses_a_bad_background_job_in_one_line_with_exit_2(tmp_path, job, says):
     path = tmp_path / "bg.yaml"
@@ -108,3 +112,34 @@ def test_the_cli_refuses_a_bad_background_job_in_one_line_with_exit_2(tmp_path, 
     assert done.returncode == 2, done.stderr
     assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert says in done.stderr
+
+
+def test_roce_ranks_pace_each_sender_at_its_offered_load_and_pair_their_flows(fabric):
+    """protocol roce: a rank per host; each flow is a send at its source and a receive at its destination (the
+    same flow numbers, in the same order), and a sender's queue pairs share its offered rate, at most the pace
+    the ranks keep below the shaped NIC."""
+    job = JobFabric(fabric, FIVE)
+    flows = traffic.plan_flows(job, {"pattern": "all-to-all", "protocol": "roce", "load": 0.5})
+    assert {f["proto"] for f in flows} == {"roce"} and len(flows) == 20
+    ranks = traffic.roce_ranks(job, flows, "single", "/store", 100.0, "dcqcn")
+    assert sorted(ranks) == sorted(FIVE)
+    names = [p.name for p in ranks["s0g0"].peers]
+    assert all(p.server is None for p in ranks["s0g0"].peers)      # same-server flows take the NICs too
+    for h, r in ranks.items():
+        assert r.peers[r.rank].name == h and r.start_at == 100.0 and r.congestion == "dcqcn"
+        assert r.rate_limit_bps.nic == pytest.approx(0.5 * 10e6)     # 4 flows sharing half of 10 Mbit/s
+        assert [names[s.peer] for s in r.sends] == [f["dst"] for f in flows if f["src"] == h]
+        assert [names[s.peer] for s in r.recvs] == [f["src"] for f in flows if f["dst"] == h]
+    full = traffic.roce_ranks(job, traffic.plan_flows(job, {"pattern": "incast", "protocol": "roce", "load": 1}),
+                              "single", "/store", 0.0, None)
+    assert all(r.rate_limit_bps.nic < 10e6 for r in full.values())     # paced just below the NIC's rate
+
+
+def test_roce_flow_results_fail_on_wrong_or_missing_data(fabric):
+    job = JobFabric(fabric, THREE)
+    good = {"flow": 0, "proto": "roce", "src": "s1g1", "dst": "s0g0", "bytes": 100, "expected_bytes": 100,
+            "mbps": 1.0, "error": None, "lost_packets": None, "reordered": None}
+    assert traffic.summarize(job, {"protocol": "roce"}, [good], {})["ok"]
+    short = {**good, "bytes": 0, "error": "data differs from what was sent"}
+    result = traffic.summarize(job, {"protocol": "roce"}, [good, {**short, "flow": 1}], {})
+    assert not result["ok"] and "flow 1" in result["checks"][0]["detail"]
