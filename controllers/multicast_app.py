@@ -10,6 +10,11 @@ Coexistence with fabric_app: this app's flows carry COOKIE and are deleted by co
 group ids start at GROUP_BASE. State goes to the state file + ".mcast" (controllers/state.py): groups, members,
 trees, members they cannot reach, events and errors.
 
+A tree's flows go with the tree, and their byte counters with them; so the tree flows ask for a FLOW_REMOVED
+message, whose byte count the state keeps per switch as "removed_bytes", keyed as the testbed keys a live flow
+(testbed/fabric/ovs.py dump_flow_bytes: "GROUP>all:OUT,OUT"), with the hosts that ever joined each group
+("group_hosts"): the bytes of every tree, gone or not, can then be told by job (testbed/workloads/concurrent_bytes.py).
+
 A host is untrusted: it may join at most MAX_GROUPS_PER_HOST groups (TESTBED_MCAST_GROUPS_PER_HOST, default 64),
 so that its joins cannot grow the flow and group tables without bound; joins past the cap, joins of addresses
 that are not multicast, and messages that do not parse are ignored and counted per host in the state ("ignored").
@@ -49,6 +54,13 @@ JOIN_RECORDS = (igmp.MODE_IS_EXCLUDE, igmp.CHANGE_TO_EXCLUDE_MODE)
 MULTICAST = ipaddress.ip_network("224.0.0.0/4")
 MAX_GROUPS_PER_HOST = int(os.environ.get("TESTBED_MCAST_GROUPS_PER_HOST", "64"))
 MAX_ERRORS = 100                       # the errors kept in the state (a hostile host can send any number)
+MAX_REMOVED_KEYS = 4096                # removed flows' byte records kept (joins and leaves can churn groups)
+
+
+def flow_key(group: str, outs) -> str:
+    """A tree flow's key, as testbed/fabric/ovs.py dump_flow_bytes keys the live ones: its group address and the
+    ports its `all` group copies to."""
+    return f"{group}>all:{','.join(str(p) for p in sorted(outs))}"
 
 
 def igmp_changes(data: bytes) -> list[tuple[str, bool]]:
@@ -90,6 +102,10 @@ class MulticastTrees(app_manager.OSKenApp if hasattr(app_manager, "OSKenApp") el
         self.errors: list[str] = []
         self.ignored: dict[str, dict[str, int]] = {}     # host -> {"over_cap", "not_multicast", "malformed": count}
         self.awaiting: set[tuple[int, int]] = set()     # (dpid, xid) of barriers sent after the last changes
+        self.removing: dict[tuple[str, str, int], tuple[int, ...]] = {}   # (switch, group, in_port) -> outs
+        self.removed: dict[str, dict[str, int]] = {}     # switch -> flow_key -> bytes its deleted tree flows sent
+        self.removed_dropped = 0                         # deleted flows' bytes past MAX_REMOVED_KEYS
+        self.group_hosts: dict[str, set[str]] = {}       # group -> every host that joined it
         self.unsaved = False                            # ignored messages counted since the last save
         self.threads.append(hub.spawn(self.flush))
 
@@ -102,6 +118,8 @@ class MulticastTrees(app_manager.OSKenApp if hasattr(app_manager, "OSKenApp") el
         if name is None:
             return
         ofp, parser = dp.ofproto, dp.ofproto_parser
+        for (group, in_port), outs in self.installed.get(name, {}).items():     # their bytes come in FLOW_REMOVED
+            self.removing[(name, group, in_port)] = outs
         dp.send_msg(parser.OFPFlowMod(dp, command=ofp.OFPFC_DELETE, table_id=ofp.OFPTT_ALL, cookie=COOKIE,
                                       cookie_mask=COOKIE_MASK, out_port=ofp.OFPP_ANY, out_group=ofp.OFPG_ANY))
         for gid in self.gids.get(name, {}).values():         # ours from an earlier connection
@@ -114,11 +132,11 @@ class MulticastTrees(app_manager.OSKenApp if hasattr(app_manager, "OSKenApp") el
                 self.add_flow(dp, PRIO_IGMP, parser.OFPMatch(in_port=port, eth_type=0x0800, ip_proto=2), punt)
         self.sync()
 
-    def add_flow(self, dp, priority, match, actions, command=None):
+    def add_flow(self, dp, priority, match, actions, command=None, flags=0):
         ofp, parser = dp.ofproto, dp.ofproto_parser
         inst = [parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, actions)]
         dp.send_msg(parser.OFPFlowMod(dp, cookie=COOKIE, command=ofp.OFPFC_ADD if command is None else command,
-                                      priority=priority, match=match, instructions=inst))
+                                      priority=priority, match=match, instructions=inst, flags=flags))
 
     # -- membership ---------------------------------------------------------------------------------
     @set_ev_cls(ofp_event.EventOFPPacketIn, MAIN_DISPATCHER)
@@ -154,6 +172,8 @@ class MulticastTrees(app_manager.OSKenApp if hasattr(app_manager, "OSKenApp") el
             members = self.members.setdefault(group, set())
             if joined != (host in members):
                 (members.add if joined else members.discard)(host)
+                if joined and (group in self.group_hosts or len(self.group_hosts) < MAX_REMOVED_KEYS):
+                    self.group_hosts.setdefault(group, set()).add(host)
                 self.history.append({"at": time.time(), "group": group, "host": host,
                                     "event": "join" if joined else "leave"})
                 changed = True
@@ -233,10 +253,11 @@ class MulticastTrees(app_manager.OSKenApp if hasattr(app_manager, "OSKenApp") el
                 dp.send_msg(parser.OFPGroupMod(dp, command=ofp.OFPGC_ADD, type_=ofp.OFPGT_ALL,
                                                group_id=gid, buckets=buckets))
                 self.add_flow(dp, PRIO_GROUP, parser.OFPMatch(in_port=in_port, eth_type=0x0800, ipv4_dst=group),
-                              [parser.OFPActionGroup(gid)])
+                              [parser.OFPActionGroup(gid)], flags=ofp.OFPFF_SEND_FLOW_REM)
             current[key] = outs
         for key in sorted(set(current) - set(rules)):
             group, in_port = key
+            self.removing[(name, group, in_port)] = current[key]     # its bytes come in FLOW_REMOVED
             dp.send_msg(parser.OFPFlowMod(dp, command=ofp.OFPFC_DELETE_STRICT, priority=PRIO_GROUP,
                                           cookie=COOKIE, cookie_mask=COOKIE_MASK,
                                           match=parser.OFPMatch(in_port=in_port, eth_type=0x0800, ipv4_dst=group),
@@ -244,6 +265,30 @@ class MulticastTrees(app_manager.OSKenApp if hasattr(app_manager, "OSKenApp") el
             dp.send_msg(parser.OFPGroupMod(dp, command=ofp.OFPGC_DELETE, group_id=gids.pop(key)))
             del current[key]
         return current != before
+
+    @set_ev_cls(ofp_event.EventOFPFlowRemoved, MAIN_DISPATCHER)
+    def flow_removed(self, ev):
+        msg = ev.msg
+        name = self.topo.by_dpid(msg.datapath.id)
+        if name is None or msg.cookie & COOKIE_MASK != COOKIE or msg.priority != PRIO_GROUP:
+            return
+        group, in_port = msg.match.get("ipv4_dst"), msg.match.get("in_port")
+        outs = self.removing.pop((name, group, in_port), None)
+        if outs is None:
+            self.errors.append(f"{name}: removed flow {group} in_port={in_port} was not one this app deleted")
+        else:
+            self.record_removed(name, flow_key(group, outs), msg.stats.get("byte_count", 0))    # OpenFlow 1.5
+        self.save_state()
+
+    def record_removed(self, switch: str, key: str, nbytes: int) -> None:
+        """Add a deleted tree flow's bytes to its record (kept so long as the records stay few)."""
+        if not nbytes:
+            return
+        per_switch = self.removed.setdefault(switch, {})
+        if key not in per_switch and sum(len(r) for r in self.removed.values()) >= MAX_REMOVED_KEYS:
+            self.removed_dropped += nbytes
+            return
+        per_switch[key] = per_switch.get(key, 0) + nbytes
 
     @set_ev_cls(ofp_event.EventOFPBarrierReply, MAIN_DISPATCHER)
     def barrier_reply(self, ev):
@@ -273,4 +318,7 @@ class MulticastTrees(app_manager.OSKenApp if hasattr(app_manager, "OSKenApp") el
         state.write(self.state_path, {"groups": groups, "installed": not self.awaiting,
                                       "rules": sum(len(r) for r in self.installed.values()),
                                       "events": self.history[-1000:], "errors": self.errors,
-                                      "ignored": self.ignored, "max_groups_per_host": MAX_GROUPS_PER_HOST})
+                                      "ignored": self.ignored, "max_groups_per_host": MAX_GROUPS_PER_HOST,
+                                      "removed_bytes": self.removed, "removed_pending": len(self.removing),
+                                      "removed_dropped": self.removed_dropped,
+                                      "group_hosts": {g: sorted(h) for g, h in sorted(self.group_hosts.items())}})
