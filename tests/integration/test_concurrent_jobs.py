@@ -314,7 +314,7 @@ def test_a_multicast_jobs_bytes_are_attributed_though_its_trees_are_gone():
     result = run_jobs(fabric, spec, "ecmp")
     assert result["ok"], [c for c in result["checks"] if not c["ok"]]
     assert_exact(result, parts=("together",))
-    print(result["uplink_bytes_by_job"])
+    print(result["job_bytes_deviation"], result["uplink_bytes_by_job"])
     assert result["job_bytes_deviation"] <= 0.02
     assert any(c["name"] == "job bytes" and c["ok"] for c in result["checks"])
     # the gather's trees cross a spine: its shards (2 iterations of 128 KiB each way, plus a warm-up) are on
