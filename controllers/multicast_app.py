@@ -3,7 +3,9 @@
 Each SDN switch sends IGMP (v1/v2/v3) arriving on host-facing ports to the controller; reports and
 leaves update the groups' members (hosts). Each group gets shared trees (controllers/mcast_trees.py)
 installed as flows `ipv4_dst=GROUP, in_port=P` -> an OpenFlow `all` group over the other tree ports,
-recomputed on every join, leave and PORT_STATUS. Traffic to a group without members, or from a port
+recomputed on every join, leave and PORT_STATUS. A rule whose ports change gets a new flow and group (at the
+other of two priorities, so that it takes over at once) before the old flow goes: every flow copies to one set
+of ports all its life, and its byte count says what each of them sent. Traffic to a group without members, or from a port
 off the tree, hits fabric_app's lowest-priority drop.
 
 Coexistence with fabric_app: this app's flows carry COOKIE and are deleted by cookie mask only; its
@@ -48,7 +50,7 @@ from controllers.routes import Topology  # noqa: E402
 
 COOKIE, COOKIE_MASK = 0x4D43000000000000, 0xFFFF000000000000     # "MC"
 GROUP_BASE = 100000
-PRIO_IGMP, PRIO_GROUP = 300, 200
+PRIO_IGMP, PRIO_GROUP = 300, 200          # tree flows take PRIO_GROUP or PRIO_GROUP + 1, alternately
 LINK_LOCAL = ipaddress.ip_network("224.0.0.0/24")
 JOIN_RECORDS = (igmp.MODE_IS_EXCLUDE, igmp.CHANGE_TO_EXCLUDE_MODE)
 MULTICAST = ipaddress.ip_network("224.0.0.0/4")
@@ -97,12 +99,13 @@ class MulticastTrees(app_manager.OSKenApp if hasattr(app_manager, "OSKenApp") el
         self.members: dict[str, set[str]] = {}              # group -> hosts
         self.installed: dict[str, dict[tuple[str, int], tuple[int, ...]]] = {}   # switch -> {(group, in_port): outs}
         self.gids: dict[str, dict[tuple[str, int], int]] = {}                    # switch -> {(group, in_port): gid}
+        self.prios: dict[str, dict[tuple[str, int], int]] = {}                   # ... -> the flow's priority
         self.next_gid: dict[str, int] = {}
         self.history: list[dict] = []
         self.errors: list[str] = []
         self.ignored: dict[str, dict[str, int]] = {}     # host -> {"over_cap", "not_multicast", "malformed": count}
         self.awaiting: set[tuple[int, int]] = set()     # (dpid, xid) of barriers sent after the last changes
-        self.removing: dict[tuple[str, str, int], tuple[int, ...]] = {}   # (switch, group, in_port) -> outs
+        self.removing: dict[tuple[str, str, int, int], tuple[int, ...]] = {}   # (switch, group, in_port, prio) -> outs
         self.removed: dict[str, dict[str, int]] = {}     # switch -> flow_key -> bytes its deleted tree flows sent
         self.removed_dropped = 0                         # deleted flows' bytes past MAX_REMOVED_KEYS
         self.group_hosts: dict[str, set[str]] = {}       # group -> every host that joined it
@@ -119,12 +122,12 @@ class MulticastTrees(app_manager.OSKenApp if hasattr(app_manager, "OSKenApp") el
             return
         ofp, parser = dp.ofproto, dp.ofproto_parser
         for (group, in_port), outs in self.installed.get(name, {}).items():     # their bytes come in FLOW_REMOVED
-            self.removing[(name, group, in_port)] = outs
+            self.removing[(name, group, in_port, self.prios[name][(group, in_port)])] = outs
         dp.send_msg(parser.OFPFlowMod(dp, command=ofp.OFPFC_DELETE, table_id=ofp.OFPTT_ALL, cookie=COOKIE,
                                       cookie_mask=COOKIE_MASK, out_port=ofp.OFPP_ANY, out_group=ofp.OFPG_ANY))
         for gid in self.gids.get(name, {}).values():         # ours from an earlier connection
             dp.send_msg(parser.OFPGroupMod(dp, command=ofp.OFPGC_DELETE, group_id=gid))
-        self.dps[name], self.installed[name], self.gids[name] = dp, {}, {}
+        self.dps[name], self.installed[name], self.gids[name], self.prios[name] = dp, {}, {}, {}
         self.next_gid[name] = GROUP_BASE
         punt = [parser.OFPActionOutput(ofp.OFPP_CONTROLLER, ofp.OFPCML_NO_BUFFER)]
         for host, (sw, port) in sorted(self.topo.host_port.items()):
@@ -236,7 +239,7 @@ class MulticastTrees(app_manager.OSKenApp if hasattr(app_manager, "OSKenApp") el
     def apply(self, dp, name: str, rules: dict) -> bool:
         """Send the switch what changed; returns whether anything did."""
         ofp, parser = dp.ofproto, dp.ofproto_parser
-        current, gids = self.installed[name], self.gids[name]
+        current, gids, prios = self.installed[name], self.gids[name], self.prios[name]
         before = dict(current)
         for key, outs in sorted(rules.items()):
             if current.get(key) == outs:
@@ -244,36 +247,40 @@ class MulticastTrees(app_manager.OSKenApp if hasattr(app_manager, "OSKenApp") el
             group, in_port = key
             buckets = [parser.OFPBucket(bucket_id=i, actions=[parser.OFPActionOutput(p)])
                        for i, p in enumerate(outs)]
-            if key in gids:                                  # the flow stays; its group changes
-                dp.send_msg(parser.OFPGroupMod(dp, command=ofp.OFPGC_MODIFY, type_=ofp.OFPGT_ALL,
-                                               group_id=gids[key], buckets=buckets))
-            else:
-                gids[key] = gid = self.next_gid[name]
-                self.next_gid[name] += 1
-                dp.send_msg(parser.OFPGroupMod(dp, command=ofp.OFPGC_ADD, type_=ofp.OFPGT_ALL,
-                                               group_id=gid, buckets=buckets))
-                self.add_flow(dp, PRIO_GROUP, parser.OFPMatch(in_port=in_port, eth_type=0x0800, ipv4_dst=group),
-                              [parser.OFPActionGroup(gid)], flags=ofp.OFPFF_SEND_FLOW_REM)
+            old = (gids[key], prios[key], current[key]) if key in gids else None
+            gids[key] = gid = self.next_gid[name]
+            prios[key] = PRIO_GROUP + 1 if old and old[1] == PRIO_GROUP else PRIO_GROUP
+            self.next_gid[name] += 1
+            dp.send_msg(parser.OFPGroupMod(dp, command=ofp.OFPGC_ADD, type_=ofp.OFPGT_ALL,
+                                           group_id=gid, buckets=buckets))
+            self.add_flow(dp, prios[key], parser.OFPMatch(in_port=in_port, eth_type=0x0800, ipv4_dst=group),
+                          [parser.OFPActionGroup(gid)], flags=ofp.OFPFF_SEND_FLOW_REM)
+            if old:                                          # the new flow has taken over: the old one goes
+                self.remove(dp, name, key, *old)
             current[key] = outs
         for key in sorted(set(current) - set(rules)):
-            group, in_port = key
-            self.removing[(name, group, in_port)] = current[key]     # its bytes come in FLOW_REMOVED
-            dp.send_msg(parser.OFPFlowMod(dp, command=ofp.OFPFC_DELETE_STRICT, priority=PRIO_GROUP,
-                                          cookie=COOKIE, cookie_mask=COOKIE_MASK,
-                                          match=parser.OFPMatch(in_port=in_port, eth_type=0x0800, ipv4_dst=group),
-                                          out_port=ofp.OFPP_ANY, out_group=ofp.OFPG_ANY))
-            dp.send_msg(parser.OFPGroupMod(dp, command=ofp.OFPGC_DELETE, group_id=gids.pop(key)))
-            del current[key]
+            self.remove(dp, name, key, gids.pop(key), prios.pop(key), current.pop(key))
         return current != before
+
+    def remove(self, dp, name: str, key: tuple[str, int], gid: int, priority: int, outs: tuple[int, ...]) -> None:
+        """Delete a tree flow and its group; its bytes come back in FLOW_REMOVED."""
+        ofp, parser = dp.ofproto, dp.ofproto_parser
+        group, in_port = key
+        self.removing[(name, group, in_port, priority)] = outs
+        dp.send_msg(parser.OFPFlowMod(dp, command=ofp.OFPFC_DELETE_STRICT, priority=priority,
+                                      cookie=COOKIE, cookie_mask=COOKIE_MASK,
+                                      match=parser.OFPMatch(in_port=in_port, eth_type=0x0800, ipv4_dst=group),
+                                      out_port=ofp.OFPP_ANY, out_group=ofp.OFPG_ANY))
+        dp.send_msg(parser.OFPGroupMod(dp, command=ofp.OFPGC_DELETE, group_id=gid))
 
     @set_ev_cls(ofp_event.EventOFPFlowRemoved, MAIN_DISPATCHER)
     def flow_removed(self, ev):
         msg = ev.msg
         name = self.topo.by_dpid(msg.datapath.id)
-        if name is None or msg.cookie & COOKIE_MASK != COOKIE or msg.priority != PRIO_GROUP:
+        if name is None or msg.cookie & COOKIE_MASK != COOKIE or msg.priority not in (PRIO_GROUP, PRIO_GROUP + 1):
             return
         group, in_port = msg.match.get("ipv4_dst"), msg.match.get("in_port")
-        outs = self.removing.pop((name, group, in_port), None)
+        outs = self.removing.pop((name, group, in_port, msg.priority), None)
         if outs is None:
             self.errors.append(f"{name}: removed flow {group} in_port={in_port} was not one this app deleted")
         else:

@@ -44,7 +44,7 @@ def test_both_apps_save_through_it(tmp_path):
                                         "down": [["spine1", 2]], "port_events": [], "errors": []}
     mcast = SimpleNamespace(state_path=state.multicast_path(path), members={}, awaiting={}, installed={"leaf0": [1]},
                             history=[{"at": 1}], errors=[], topo=None, ignored={},
-                            removed={"rail0": {"239.1.2.3>all:1,3": 4000}}, removing={("rail1", "239.1.2.3", 2): (1,)},
+                            removed={"rail0": {"239.1.2.3>all:1,3": 4000}}, removing={("rail1", "239.1.2.3", 2, 200): (1,)},
                             removed_dropped=0, group_hosts={"239.1.2.3": {"s1g0", "s0g0"}})
     MulticastTrees.save_state(mcast)
     assert state.multicast_groups(path) == {} and state.multicast_installed(path) is True

@@ -22,11 +22,11 @@ def removed(a, group, in_port, nbytes, cookie=COOKIE, priority=PRIO_GROUP):
 
 def test_a_deleted_tree_flows_bytes_are_kept_under_its_ports_and_add_up():
     a = app()
-    a.removing[("rail0", "239.1.2.3", 1)] = (10, 2)
+    a.removing[("rail0", "239.1.2.3", 1, PRIO_GROUP)] = (10, 2)
     removed(a, "239.1.2.3", 1, 7000)
     assert a.removed == {"rail0": {"239.1.2.3>all:2,10": 7000}} and not a.removing
-    a.removing[("rail0", "239.1.2.3", 1)] = (2, 10)                # the same flow again, later: its bytes add
-    removed(a, "239.1.2.3", 1, 500)
+    a.removing[("rail0", "239.1.2.3", 1, PRIO_GROUP + 1)] = (2, 10)    # its successor, later: the bytes add
+    removed(a, "239.1.2.3", 1, 500, priority=PRIO_GROUP + 1)
     assert a.removed == {"rail0": {"239.1.2.3>all:2,10": 7500}}
     assert multicast_app.flow_key("239.1.2.3", (10, 2)) == "239.1.2.3>all:2,10"
 
@@ -47,3 +47,24 @@ def test_the_records_are_bounded():
     a.record_removed("rail0", "239.0.0.0>all:1", 10)               # a key it has still counts
     assert len(a.removed["rail0"]) == multicast_app.MAX_REMOVED_KEYS and a.removed_dropped == 50
     assert a.removed["rail0"]["239.0.0.0>all:1"] == 20
+
+
+def test_a_rule_whose_ports_change_gets_a_new_flow_before_the_old_one_goes():
+    """Make before break: the new flow and group at the other priority, then the old flow deleted, its ports kept
+    for its FLOW_REMOVED; a rule no tree needs is deleted the same way."""
+    from os_ken.ofproto import ofproto_v1_5, ofproto_v1_5_parser
+    sent = []
+    dp = types.SimpleNamespace(ofproto=ofproto_v1_5, ofproto_parser=ofproto_v1_5_parser, send_msg=sent.append)
+    a = app()
+    a.installed, a.gids, a.prios, a.next_gid = {"rail0": {}}, {"rail0": {}}, {"rail0": {}}, {"rail0": 100000}
+    key = ("239.1.2.3", 1)
+    assert a.apply(dp, "rail0", {key: (2,)})
+    sent.clear()
+    assert a.apply(dp, "rail0", {key: (2, 5)})
+    flows = [(m.command, m.priority) for m in sent if isinstance(m, ofproto_v1_5_parser.OFPFlowMod)]
+    assert flows == [(ofproto_v1_5.OFPFC_ADD, PRIO_GROUP + 1), (ofproto_v1_5.OFPFC_DELETE_STRICT, PRIO_GROUP)]
+    assert a.removing == {("rail0", "239.1.2.3", 1, PRIO_GROUP): (2,)}
+    assert a.gids["rail0"][key] == 100001 and a.prios["rail0"][key] == PRIO_GROUP + 1
+    assert not a.apply(dp, "rail0", {key: (2, 5)})                 # nothing changed, nothing sent
+    assert a.apply(dp, "rail0", {}) and a.removing[("rail0", "239.1.2.3", 1, PRIO_GROUP + 1)] == (2, 5)
+    assert not a.installed["rail0"] and not a.gids["rail0"] and not a.prios["rail0"]
