@@ -3,12 +3,19 @@
 Each SDN switch sends IGMP (v1/v2/v3) arriving on host-facing ports to the controller; reports and
 leaves update the groups' members (hosts). Each group gets shared trees (controllers/mcast_trees.py)
 installed as flows `ipv4_dst=GROUP, in_port=P` -> an OpenFlow `all` group over the other tree ports,
-recomputed on every join, leave and PORT_STATUS. Traffic to a group without members, or from a port
+recomputed on every join, leave and PORT_STATUS. A rule whose ports change gets a new flow and group (at the
+other of two priorities, so that it takes over at once) before the old flow goes: every flow copies to one set
+of ports all its life, and its byte count says what each of them sent. Traffic to a group without members, or from a port
 off the tree, hits fabric_app's lowest-priority drop.
 
 Coexistence with fabric_app: this app's flows carry COOKIE and are deleted by cookie mask only; its
 group ids start at GROUP_BASE. State goes to the state file + ".mcast" (controllers/state.py): groups, members,
 trees, members they cannot reach, events and errors.
+
+A tree's flows go with the tree, and their byte counters with them; so the tree flows ask for a FLOW_REMOVED
+message, whose byte count the state keeps per switch as "removed_bytes", keyed as the testbed keys a live flow
+(testbed/fabric/ovs.py dump_flow_bytes: "GROUP>all:OUT,OUT"), with the hosts that ever joined each group
+("group_hosts"): the bytes of every tree, gone or not, can then be told by job (testbed/workloads/concurrent_bytes.py).
 
 A host is untrusted: it may join at most MAX_GROUPS_PER_HOST groups (TESTBED_MCAST_GROUPS_PER_HOST, default 64),
 so that its joins cannot grow the flow and group tables without bound; joins past the cap, joins of addresses
@@ -43,12 +50,19 @@ from controllers.routes import Topology  # noqa: E402
 
 COOKIE, COOKIE_MASK = 0x4D43000000000000, 0xFFFF000000000000     # "MC"
 GROUP_BASE = 100000
-PRIO_IGMP, PRIO_GROUP = 300, 200
+PRIO_IGMP, PRIO_GROUP = 300, 200          # tree flows take PRIO_GROUP or PRIO_GROUP + 1, alternately
 LINK_LOCAL = ipaddress.ip_network("224.0.0.0/24")
 JOIN_RECORDS = (igmp.MODE_IS_EXCLUDE, igmp.CHANGE_TO_EXCLUDE_MODE)
 MULTICAST = ipaddress.ip_network("224.0.0.0/4")
 MAX_GROUPS_PER_HOST = int(os.environ.get("TESTBED_MCAST_GROUPS_PER_HOST", "64"))
 MAX_ERRORS = 100                       # the errors kept in the state (a hostile host can send any number)
+MAX_REMOVED_KEYS = 4096                # removed flows' byte records kept (joins and leaves can churn groups)
+
+
+def flow_key(group: str, outs) -> str:
+    """A tree flow's key, as testbed/fabric/ovs.py dump_flow_bytes keys the live ones: its group address and the
+    ports its `all` group copies to."""
+    return f"{group}>all:{','.join(str(p) for p in sorted(outs))}"
 
 
 def igmp_changes(data: bytes) -> list[tuple[str, bool]]:
@@ -85,11 +99,16 @@ class MulticastTrees(app_manager.OSKenApp if hasattr(app_manager, "OSKenApp") el
         self.members: dict[str, set[str]] = {}              # group -> hosts
         self.installed: dict[str, dict[tuple[str, int], tuple[int, ...]]] = {}   # switch -> {(group, in_port): outs}
         self.gids: dict[str, dict[tuple[str, int], int]] = {}                    # switch -> {(group, in_port): gid}
+        self.prios: dict[str, dict[tuple[str, int], int]] = {}                   # ... -> the flow's priority
         self.next_gid: dict[str, int] = {}
         self.history: list[dict] = []
         self.errors: list[str] = []
         self.ignored: dict[str, dict[str, int]] = {}     # host -> {"over_cap", "not_multicast", "malformed": count}
         self.awaiting: set[tuple[int, int]] = set()     # (dpid, xid) of barriers sent after the last changes
+        self.removing: dict[tuple[str, str, int, int], tuple[int, ...]] = {}   # (switch, group, in_port, prio) -> outs
+        self.removed: dict[str, dict[str, int]] = {}     # switch -> flow_key -> bytes its deleted tree flows sent
+        self.removed_dropped = 0                         # deleted flows' bytes past MAX_REMOVED_KEYS
+        self.group_hosts: dict[str, set[str]] = {}       # group -> every host that joined it
         self.unsaved = False                            # ignored messages counted since the last save
         self.threads.append(hub.spawn(self.flush))
 
@@ -102,11 +121,13 @@ class MulticastTrees(app_manager.OSKenApp if hasattr(app_manager, "OSKenApp") el
         if name is None:
             return
         ofp, parser = dp.ofproto, dp.ofproto_parser
+        for (group, in_port), outs in self.installed.get(name, {}).items():     # their bytes come in FLOW_REMOVED
+            self.removing[(name, group, in_port, self.prios[name][(group, in_port)])] = outs
         dp.send_msg(parser.OFPFlowMod(dp, command=ofp.OFPFC_DELETE, table_id=ofp.OFPTT_ALL, cookie=COOKIE,
                                       cookie_mask=COOKIE_MASK, out_port=ofp.OFPP_ANY, out_group=ofp.OFPG_ANY))
         for gid in self.gids.get(name, {}).values():         # ours from an earlier connection
             dp.send_msg(parser.OFPGroupMod(dp, command=ofp.OFPGC_DELETE, group_id=gid))
-        self.dps[name], self.installed[name], self.gids[name] = dp, {}, {}
+        self.dps[name], self.installed[name], self.gids[name], self.prios[name] = dp, {}, {}, {}
         self.next_gid[name] = GROUP_BASE
         punt = [parser.OFPActionOutput(ofp.OFPP_CONTROLLER, ofp.OFPCML_NO_BUFFER)]
         for host, (sw, port) in sorted(self.topo.host_port.items()):
@@ -114,11 +135,11 @@ class MulticastTrees(app_manager.OSKenApp if hasattr(app_manager, "OSKenApp") el
                 self.add_flow(dp, PRIO_IGMP, parser.OFPMatch(in_port=port, eth_type=0x0800, ip_proto=2), punt)
         self.sync()
 
-    def add_flow(self, dp, priority, match, actions, command=None):
+    def add_flow(self, dp, priority, match, actions, command=None, flags=0):
         ofp, parser = dp.ofproto, dp.ofproto_parser
         inst = [parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, actions)]
         dp.send_msg(parser.OFPFlowMod(dp, cookie=COOKIE, command=ofp.OFPFC_ADD if command is None else command,
-                                      priority=priority, match=match, instructions=inst))
+                                      priority=priority, match=match, instructions=inst, flags=flags))
 
     # -- membership ---------------------------------------------------------------------------------
     @set_ev_cls(ofp_event.EventOFPPacketIn, MAIN_DISPATCHER)
@@ -154,6 +175,8 @@ class MulticastTrees(app_manager.OSKenApp if hasattr(app_manager, "OSKenApp") el
             members = self.members.setdefault(group, set())
             if joined != (host in members):
                 (members.add if joined else members.discard)(host)
+                if joined and (group in self.group_hosts or len(self.group_hosts) < MAX_REMOVED_KEYS):
+                    self.group_hosts.setdefault(group, set()).add(host)
                 self.history.append({"at": time.time(), "group": group, "host": host,
                                     "event": "join" if joined else "leave"})
                 changed = True
@@ -216,7 +239,7 @@ class MulticastTrees(app_manager.OSKenApp if hasattr(app_manager, "OSKenApp") el
     def apply(self, dp, name: str, rules: dict) -> bool:
         """Send the switch what changed; returns whether anything did."""
         ofp, parser = dp.ofproto, dp.ofproto_parser
-        current, gids = self.installed[name], self.gids[name]
+        current, gids, prios = self.installed[name], self.gids[name], self.prios[name]
         before = dict(current)
         for key, outs in sorted(rules.items()):
             if current.get(key) == outs:
@@ -224,26 +247,55 @@ class MulticastTrees(app_manager.OSKenApp if hasattr(app_manager, "OSKenApp") el
             group, in_port = key
             buckets = [parser.OFPBucket(bucket_id=i, actions=[parser.OFPActionOutput(p)])
                        for i, p in enumerate(outs)]
-            if key in gids:                                  # the flow stays; its group changes
-                dp.send_msg(parser.OFPGroupMod(dp, command=ofp.OFPGC_MODIFY, type_=ofp.OFPGT_ALL,
-                                               group_id=gids[key], buckets=buckets))
-            else:
-                gids[key] = gid = self.next_gid[name]
-                self.next_gid[name] += 1
-                dp.send_msg(parser.OFPGroupMod(dp, command=ofp.OFPGC_ADD, type_=ofp.OFPGT_ALL,
-                                               group_id=gid, buckets=buckets))
-                self.add_flow(dp, PRIO_GROUP, parser.OFPMatch(in_port=in_port, eth_type=0x0800, ipv4_dst=group),
-                              [parser.OFPActionGroup(gid)])
+            old = (gids[key], prios[key], current[key]) if key in gids else None
+            gids[key] = gid = self.next_gid[name]
+            prios[key] = PRIO_GROUP + 1 if old and old[1] == PRIO_GROUP else PRIO_GROUP
+            self.next_gid[name] += 1
+            dp.send_msg(parser.OFPGroupMod(dp, command=ofp.OFPGC_ADD, type_=ofp.OFPGT_ALL,
+                                           group_id=gid, buckets=buckets))
+            self.add_flow(dp, prios[key], parser.OFPMatch(in_port=in_port, eth_type=0x0800, ipv4_dst=group),
+                          [parser.OFPActionGroup(gid)], flags=ofp.OFPFF_SEND_FLOW_REM)
+            if old:                                          # the new flow has taken over: the old one goes
+                self.remove(dp, name, key, *old)
             current[key] = outs
         for key in sorted(set(current) - set(rules)):
-            group, in_port = key
-            dp.send_msg(parser.OFPFlowMod(dp, command=ofp.OFPFC_DELETE_STRICT, priority=PRIO_GROUP,
-                                          cookie=COOKIE, cookie_mask=COOKIE_MASK,
-                                          match=parser.OFPMatch(in_port=in_port, eth_type=0x0800, ipv4_dst=group),
-                                          out_port=ofp.OFPP_ANY, out_group=ofp.OFPG_ANY))
-            dp.send_msg(parser.OFPGroupMod(dp, command=ofp.OFPGC_DELETE, group_id=gids.pop(key)))
-            del current[key]
+            self.remove(dp, name, key, gids.pop(key), prios.pop(key), current.pop(key))
         return current != before
+
+    def remove(self, dp, name: str, key: tuple[str, int], gid: int, priority: int, outs: tuple[int, ...]) -> None:
+        """Delete a tree flow and its group; its bytes come back in FLOW_REMOVED."""
+        ofp, parser = dp.ofproto, dp.ofproto_parser
+        group, in_port = key
+        self.removing[(name, group, in_port, priority)] = outs
+        dp.send_msg(parser.OFPFlowMod(dp, command=ofp.OFPFC_DELETE_STRICT, priority=priority,
+                                      cookie=COOKIE, cookie_mask=COOKIE_MASK,
+                                      match=parser.OFPMatch(in_port=in_port, eth_type=0x0800, ipv4_dst=group),
+                                      out_port=ofp.OFPP_ANY, out_group=ofp.OFPG_ANY))
+        dp.send_msg(parser.OFPGroupMod(dp, command=ofp.OFPGC_DELETE, group_id=gid))
+
+    @set_ev_cls(ofp_event.EventOFPFlowRemoved, MAIN_DISPATCHER)
+    def flow_removed(self, ev):
+        msg = ev.msg
+        name = self.topo.by_dpid(msg.datapath.id)
+        if name is None or msg.cookie & COOKIE_MASK != COOKIE or msg.priority not in (PRIO_GROUP, PRIO_GROUP + 1):
+            return
+        group, in_port = msg.match.get("ipv4_dst"), msg.match.get("in_port")
+        outs = self.removing.pop((name, group, in_port, msg.priority), None)
+        if outs is None:
+            self.errors.append(f"{name}: removed flow {group} in_port={in_port} was not one this app deleted")
+        else:
+            self.record_removed(name, flow_key(group, outs), msg.stats.get("byte_count", 0))    # OpenFlow 1.5
+        self.save_state()
+
+    def record_removed(self, switch: str, key: str, nbytes: int) -> None:
+        """Add a deleted tree flow's bytes to its record (kept so long as the records stay few)."""
+        if not nbytes:
+            return
+        per_switch = self.removed.setdefault(switch, {})
+        if key not in per_switch and sum(len(r) for r in self.removed.values()) >= MAX_REMOVED_KEYS:
+            self.removed_dropped += nbytes
+            return
+        per_switch[key] = per_switch.get(key, 0) + nbytes
 
     @set_ev_cls(ofp_event.EventOFPBarrierReply, MAIN_DISPATCHER)
     def barrier_reply(self, ev):
@@ -273,4 +325,7 @@ class MulticastTrees(app_manager.OSKenApp if hasattr(app_manager, "OSKenApp") el
         state.write(self.state_path, {"groups": groups, "installed": not self.awaiting,
                                       "rules": sum(len(r) for r in self.installed.values()),
                                       "events": self.history[-1000:], "errors": self.errors,
-                                      "ignored": self.ignored, "max_groups_per_host": MAX_GROUPS_PER_HOST})
+                                      "ignored": self.ignored, "max_groups_per_host": MAX_GROUPS_PER_HOST,
+                                      "removed_bytes": self.removed, "removed_pending": len(self.removing),
+                                      "removed_dropped": self.removed_dropped,
+                                      "group_hosts": {g: sorted(h) for g, h in sorted(self.group_hosts.items())}})

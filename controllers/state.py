@@ -3,11 +3,12 @@
     STATE                    fabric_app: {"mode", "failover", "switches": installed routes per switch,
                              "down": [[switch, port]], "port_events", "errors"}
     STATE + ".mcast"         multicast_app: {"groups": {group: {"members", "trees", "unreachable"}},
-                             "installed", "rules", "events", "errors"}
+                             "installed", "rules", "events", "errors", "removed_bytes": {switch: {key: bytes
+                             deleted tree flows forwarded}}, "removed_pending", "group_hosts": {group: hosts}}
 
 The apps write them atomically (a temporary file, then os.replace), so a reader never sees half a file;
 the readers still take a missing or unparsable file as "nothing yet" (the controller has not written).
-The testbed reads them through read_routing, multicast_groups, multicast_installed and installed_members.
+The testbed reads them through read_routing, multicast_groups, multicast_installed, installed_members and multicast_removed.
 """
 from __future__ import annotations
 
@@ -60,3 +61,11 @@ def installed_members(state_path: str) -> dict[str, list[str]]:
     if not view.get("installed"):
         return {}
     return {group: g.get("members", []) for group, g in view.get("groups", {}).items()}
+
+
+def multicast_removed(state_path: str) -> dict:
+    """What the multicast trees' deleted flows forwarded: {"bytes": {switch: {key: bytes}}, "pending": deletions
+    whose byte counts have not come back yet, "group_hosts": {group: every host that joined it}}."""
+    view = _read(multicast_path(state_path)) or {}
+    return {"bytes": view.get("removed_bytes", {}), "pending": view.get("removed_pending", 0),
+            "group_hosts": view.get("group_hosts", {})}

@@ -164,6 +164,11 @@ class Controller:
         """group -> members of the groups whose trees every switch has acknowledged ({} while any is pending)."""
         return state.installed_members(self.state_path)
 
+    def multicast_removed(self) -> dict:
+        """What the multicast trees' deleted flows forwarded, by switch and flow key; deletions not yet counted; the
+        hosts that joined each group (controllers/state.py multicast_removed)."""
+        return state.multicast_removed(self.state_path)
+
     def _check_alive(self) -> None:
         if self.proc is not None and self.proc.poll() is not None:
             raise ControllerError(f"the controller exited (status {self.proc.returncode}): {self._tail()}")

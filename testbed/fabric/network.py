@@ -485,9 +485,28 @@ class Network:
             raw.update(ovs.port_counters(group, run=machine.run if machine else None))
         return {f"{bridges[br]}:{port}": c for (br, port), c in sorted(raw.items())}
 
-    def flow_bytes(self) -> dict[str, dict[str, int]]:
+    def flow_bytes(self, limit_s: float = 5.0) -> dict[str, dict[str, int]]:
         """SWITCH -> the bytes each of its flows forwarded, now (ovs.dump_flow_bytes): a route's counter is
-        its destination's traffic through the switch."""
+        its destination's traffic through the switch. The multicast trees' deleted flows count too, from the
+        controller's record of their last counters: read once no deletion awaits its count, and again if one
+        was counted during the dump (then the flow was in neither or in both)."""
+        if self.controller is None:
+            return self._dump_flow_bytes()
+        deadline = time.monotonic() + limit_s
+        while True:
+            removed = self.controller.multicast_removed()
+            if removed["pending"] and time.monotonic() < deadline:
+                time.sleep(0.1)
+                continue
+            live = self._dump_flow_bytes()
+            if self.controller.multicast_removed()["bytes"] == removed["bytes"] or time.monotonic() >= deadline:
+                break
+        for sw, flows in removed["bytes"].items():
+            for key, n in flows.items():
+                live.setdefault(sw, {})[key] = live.get(sw, {}).get(key, 0) + n
+        return live
+
+    def _dump_flow_bytes(self) -> dict[str, dict[str, int]]:
         bridges, out = self.sdn_bridges(), {}
         for machine, group in self.bridges_by_machine().items():
             run = machine.run if machine else None
@@ -511,6 +530,10 @@ class Network:
 
     def multicast_installed(self) -> bool:
         return self.controller.multicast_installed()
+
+    def multicast_group_hosts(self) -> dict[str, list[str]]:
+        """group -> every host that joined it (the controller's record, kept after the group's trees went)."""
+        return self.controller.multicast_removed()["group_hosts"] if self.controller else {}
 
     def multicast_installed_members(self) -> dict[str, list[str]]:
         return self.controller.installed_members()

@@ -91,7 +91,9 @@ def dump_flow_bytes(bridge: str, run=None) -> dict[str, int]:
     (the drop-everything-else rule: actions=drop). The controller gives every multi-path route a select
     (ECMP, spraying) or fast-failover group of its own, whose buckets count what each port sent: such a route's
     bytes are split by port. A shared fast-failover group counts as its first port (where it sends while that
-    port is up). One `ovs-ofctl dump-flows`, `dump-groups` and `dump-group-stats`."""
+    port is up). A multicast tree flow sends through an `all` group of its own, which copies every packet to each
+    of its ports: "GROUP>all:PORT,PORT" (ports in increasing order), the bytes the flow received, each port sending
+    them all. One `ovs-ofctl dump-flows`, `dump-groups` and `dump-group-stats`."""
     proc = (run or _local)(["ovs-ofctl", "-O", "OpenFlow13", "dump-flows", bridge], check=False)
     if proc.returncode != 0:
         raise OVSError(f"ovs-ofctl dump-flows {bridge}: {proc.stderr.strip()}")
@@ -115,6 +117,8 @@ def dump_flow_bytes(bridge: str, run=None) -> dict[str, int]:
                 add(f"{dst}>output:{port}", sent)
         elif gid and kind == "ff" and ports:
             add(f"{dst or '*'}>output:{ports[0]}", int(nbytes))
+        elif gid and dst and users[gid] == 1 and kind == "all" and ports:
+            add(f"{dst}>all:{','.join(sorted(ports, key=int))}", int(nbytes))
         else:
             add(f"{dst or '*'}>{actions}", int(nbytes))
     return out

@@ -90,9 +90,8 @@ RESULT_SCHEMA = {
     "link_bytes_by_job": d(BY_JOB, "SWITCH:PORT -> job -> bytes it sent (single-path routes' counters, and the "
                                    "buckets of the group each multi-path route has of its own)."),
     "uplink_bytes_by_job": d(BY_JOB, "The spine uplinks of link_bytes_by_job, as SENDER>RECEIVER."),
-    "job_bytes_deviation": d(nullable(NUM), "The largest |bytes by job - port counter| / port counter over the "
-                                            "switches (received) and split links (sent); null with a multicast job, "
-                                            "whose trees' counters go with the trees."),
+    "job_bytes_deviation": d(NUM, "The largest |bytes by job - port counter| / port counter over the switches "
+                                  "(received) and split links (sent)."),
     "rerouted": d(INT, "Port changes (link faults) the controller rerouted around while the jobs ran together: the "
                        "routes it replaced took their counters along, so the bytes by job miss what they forwarded "
                        "and are not checked against the port counters."),
@@ -133,8 +132,7 @@ def _bare(job: dict) -> dict:
 
 
 def warnings(fabric, spec: dict) -> list[str]:
-    out = ["bytes by job leave out multicast: a multicast tree's flows and their counters are removed with the "
-           "tree, so the split is not checked against the port counters"] if _multicast(spec) else []
+    out = []
     placed = concurrent_placement.place_jobs(fabric, spec["jobs"], spec.get("allow_overlap", False))
     for job, hosts in zip(spec["jobs"], placed):
         out += [f"job {job['name']}: {w}" for w in
@@ -172,7 +170,8 @@ def run(net, spec: dict) -> dict:
     ports.append(_settled(net))
     flows.append(net.flow_bytes())
     rerouted = _port_changes(net) - changes
-    attributed = concurrent_bytes.attribute(fabric, {job["name"]: hosts for job, hosts in jobs}, flows, ports)
+    attributed = concurrent_bytes.attribute(fabric, {job["name"]: hosts for job, hosts in jobs}, flows, ports,
+                                            net.multicast_group_hosts())
     records, checks = [], []
     for job, hosts in jobs:
         (a, a_at, a_wall), (t, t_at, t_wall) = alone.get(job["name"], (None, None, None)), together[job["name"]]
@@ -184,14 +183,14 @@ def run(net, spec: dict) -> dict:
         for when, result in (("alone", a), ("together", t)):
             for c in (result or {}).get("checks", []):
                 checks.append({**c, "name": f"{job['name']} {when}: {c['name']}"})
-    if not _multicast(spec) and not rerouted:
+    if not rerouted:
         checks.append(concurrent_bytes.check(attributed))
     slowdowns = [r["slowdown"] for r in records if r["slowdown"] is not None]
     return {"type": "concurrent", "ok": all(c["ok"] for c in checks) and all(r["ok"] for r in records),
             "jobs": records, "max_slowdown": max(slowdowns) if slowdowns else None,
             "switch_bytes_by_job": attributed["switches"], "link_bytes_by_job": attributed["links"],
             "uplink_bytes_by_job": concurrent_bytes.uplinks_by_job(fabric, attributed),
-            "job_bytes_deviation": None if _multicast(spec) else attributed["max_deviation"],
+            "job_bytes_deviation": attributed["max_deviation"],
             "rerouted": rerouted, "checks": checks,
             **_recoveries(records)}
 
@@ -209,11 +208,6 @@ def _port_changes(net) -> int:
     """How many port changes the controller has reacted to so far (each may replace routes, and a replaced route's
     counters go with it: the bytes by job then miss what it forwarded)."""
     return len(net.controller_view().get("port_events", []))
-
-
-def _multicast(spec: dict) -> bool:
-    """Whether a job sends over multicast trees, whose flows (and their counters) go when the trees do."""
-    return any(j.get("algo") == "multicast" for j in spec["jobs"])
 
 
 def _round(x: float | None) -> float | None:

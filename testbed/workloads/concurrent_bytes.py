@@ -5,8 +5,11 @@ OpenFlow counts the bytes each route forwarded. Jobs hold disjoint GPUs, so a ro
 job: a switch's bytes split by job exactly. A route with one output port names the link too; a multi-path route
 (ECMP, spraying, flow splitting, a fast-failover route) sends through a group of its own, whose buckets count
 what each port sent (testbed/fabric/ovs.py dump_flow_bytes): either way each port's transmitted bytes split by
-job, under every routing mode. A group several destinations share (none of ours) splits only the switch's
-total. The check: every switch's flows forwarded what its ports received, and every split link's bytes by job
+job, under every routing mode. A multicast tree flow (controllers/multicast_app.py) matches a group address and
+copies what it receives to each of its tree ports: the group's job is the one whose hosts joined it, the flow's
+bytes count once for the switch and in full on each of its ports. Its counter survives the tree: the controller
+keeps the last count of every tree flow it deleted (Network.flow_bytes adds them). A group several destinations
+share (none of ours) splits only the switch's total. The check: every switch's flows forwarded what its ports received, and every split link's bytes by job
 add up to what its port sent (within 2%).
 """
 from __future__ import annotations
@@ -21,11 +24,17 @@ def _grown(before: dict, after: dict, key: str) -> int:
     return now - then if now >= then else now
 
 
-def attribute(fabric, jobs: dict[str, list[str]], flows: tuple[dict, dict], ports: tuple[dict, dict]) -> dict:
+def attribute(fabric, jobs: dict[str, list[str]], flows: tuple[dict, dict], ports: tuple[dict, dict],
+              groups: dict[str, list[str]] | None = None) -> dict:
     """jobs: name -> hosts; flows: Network.flow_bytes() before and after; ports: Network.counters() before and
-    after. Returns bytes by job per switch and per link (SWITCH:PORT, what it sent),
+    after; groups: multicast group -> the hosts that joined it (Network.multicast_group_hosts()). Returns bytes by
+    job per switch and per link (SWITCH:PORT, what it sent),
     and how far each switch's flow bytes are from its ports' received bytes."""
-    ip_job = {fabric.hosts[h].ip: name for name, hosts in jobs.items() for h in hosts}
+    host_job = {h: name for name, hosts in jobs.items() for h in hosts}
+    ip_job = {fabric.hosts[h].ip: name for h, name in host_job.items()}
+    for group, members in (groups or {}).items():
+        owners = {host_job.get(h, "other") for h in members}
+        ip_job[group] = owners.pop() if len(owners) == 1 else "other"
     switches: dict[str, dict[str, int]] = {}
     links: dict[str, dict[str, int]] = {}
     shared: set[str] = set()          # switches whose traffic went through groups several destinations share
@@ -39,10 +48,12 @@ def attribute(fabric, jobs: dict[str, list[str]], flows: tuple[dict, dict], port
             dst, actions = key.split(">", 1)
             job = ip_job.get(dst, "other")
             per_job[job] = per_job.get(job, 0) + grown
-            if actions.startswith("output:") and actions[7:].isdigit():
-                link = links.setdefault(f"{sw}:{actions[7:]}", {})
+            outs = actions[7:].split(",") if actions.startswith("output:") else \
+                actions[4:].split(",") if actions.startswith("all:") else []     # all: a copy out of each
+            for port in filter(str.isdigit, outs):
+                link = links.setdefault(f"{sw}:{port}", {})
                 link[job] = link.get(job, 0) + grown
-            elif actions.startswith("group:"):
+            if actions.startswith("group:"):
                 shared.add(sw)
     deviation = {}
     for sw, per_job in switches.items():

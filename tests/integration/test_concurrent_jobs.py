@@ -300,3 +300,29 @@ def test_two_jobs_that_lose_gpus_of_one_server_take_different_spares(tmp_path):
         taken[view["job"]] = fault["replaced_by"][fault["target"]]
     assert sorted(taken) == ["a", "b"] and len(set(taken.values())) == 2, taken
     assert all(fabric_spare.startswith("s1spare") for fabric_spare in taken.values()), taken
+
+
+def test_a_multicast_jobs_bytes_are_attributed_though_its_trees_are_gone():
+    """A multicast AllGather beside a ring, across the spines: the trees' flows go when the ranks leave their groups,
+    but the controller keeps their last byte counts (FLOW_REMOVED), so the multicast job's bytes split by switch
+    and link too, and every switch and link adds up to its port counters within 2%. Three ranks, two on rail 0:
+    rail 0's tree rules change ports as the third joins and leaves, each change a flow of its own."""
+    fabric = build("rail-optimized", 3, 2, spines=2, oversubscription=1, nic_mbps=NIC_MBPS)
+    spec = {"type": "concurrent", "alone": False, "jobs": [
+        {"type": "collective", "name": "gather", "op": "allgather", "algo": "multicast", "sizes": ["256KiB"],
+         "iterations": 2, "placement": {"hosts": ["s0g0", "s1g0", "s2g1"]}},
+        {**ring("ring", ["s2g0", "s0g1"]), "sizes": ["256KiB"]}]}
+    result = run_jobs(fabric, spec, "ecmp")
+    assert result["ok"], [c for c in result["checks"] if not c["ok"]]
+    assert_exact(result, parts=("together",))
+    print(result["job_bytes_deviation"], result["uplink_bytes_by_job"])
+    assert result["job_bytes_deviation"] <= 0.02
+    assert any(c["name"] == "job bytes" and c["ok"] for c in result["checks"])
+    # the gather's tree crosses a spine: its shards (2 iterations of about 85 KiB from each rank, plus a warm-up)
+    # are on the uplinks, and every rank's port sent it the other ranks' shards
+    gather_up = sum(by.get("gather", 0) for by in result["uplink_bytes_by_job"].values())
+    assert gather_up >= 2 * 2 * 85 * 1024, result["uplink_bytes_by_job"]
+    host_ports = {f"{l.b}:{l.b_port}": l.a for l in fabric.links
+                  if l.a in ("s0g0", "s1g0", "s2g1") and l.b.startswith("rail")}
+    got = {host: result["link_bytes_by_job"].get(port, {}).get("gather", 0) for port, host in host_ports.items()}
+    assert len(got) == 3 and all(n >= 2 * 2 * 85 * 1024 for n in got.values()), (got, result["link_bytes_by_job"])

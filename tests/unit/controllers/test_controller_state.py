@@ -24,6 +24,7 @@ def test_readers_tolerate_a_missing_or_partial_file(tmp_path):
     path = str(tmp_path / "controller-state.json")
     assert state.read_routing(path) == {}
     assert state.multicast_groups(path) == {} and state.multicast_installed(path) is False
+    assert state.multicast_removed(path) == {"bytes": {}, "pending": 0, "group_hosts": {}}
     for p in (path, path + ".mcast"):
         with open(p, "w") as f:
             f.write('{"groups": {"239.')                             # a writer that bypassed write()
@@ -42,8 +43,12 @@ def test_both_apps_save_through_it(tmp_path):
     assert state.read_routing(path) == {"mode": "ecmp", "failover": True, "switches": {"leaf0": {"n": 3}},
                                         "down": [["spine1", 2]], "port_events": [], "errors": []}
     mcast = SimpleNamespace(state_path=state.multicast_path(path), members={}, awaiting={}, installed={"leaf0": [1]},
-                            history=[{"at": 1}], errors=[], topo=None, ignored={})
+                            history=[{"at": 1}], errors=[], topo=None, ignored={},
+                            removed={"rail0": {"239.1.2.3>all:1,3": 4000}}, removing={("rail1", "239.1.2.3", 2, 200): (1,)},
+                            removed_dropped=0, group_hosts={"239.1.2.3": {"s1g0", "s0g0"}})
     MulticastTrees.save_state(mcast)
     assert state.multicast_groups(path) == {} and state.multicast_installed(path) is True
+    assert state.multicast_removed(path) == {"bytes": {"rail0": {"239.1.2.3>all:1,3": 4000}}, "pending": 1,
+                                             "group_hosts": {"239.1.2.3": ["s0g0", "s1g0"]}}
     assert state.read_routing(path)["mode"] == "ecmp"                 # the two files are separate
     assert sorted(os.listdir(tmp_path)) == ["controller-state.json", "controller-state.json.mcast"]

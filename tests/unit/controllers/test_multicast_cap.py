@@ -22,7 +22,7 @@ def app():
     a = object.__new__(MulticastTrees)
     a.topo = types.SimpleNamespace(by_dpid=lambda dpid: "rail0",
                                    host_port={"s0g0": ("rail0", 1), "s1g0": ("rail0", 2)})
-    a.members, a.history, a.errors, a.ignored, a.unsaved = {}, [], [], {}, False
+    a.members, a.history, a.errors, a.ignored, a.unsaved, a.group_hosts = {}, [], [], {}, False, {}
     a.sync = a.save_state = lambda: None
     return a
 

@@ -1,5 +1,6 @@
 """Reading what each route forwarded from `ovs-ofctl dump-flows`: a route's own group split by its buckets' counters
-(`dump-group-stats`), a fast-failover group without them read as its first port."""
+(`dump-group-stats`), a fast-failover group without them read as its first port, a multicast tree flow's `all` group
+as the ports it copies to."""
 import subprocess
 
 from testbed.fabric import ovs
@@ -52,3 +53,19 @@ def test_a_group_two_routes_share_is_not_split():
         argv, 0, {"dump-groups": GROUPS, "dump-group-stats": STATS}.get(argv[3], shared), "")
     got = ovs.dump_flow_bytes("tb-rrail0", run=run)
     assert got["10.11.0.2>group:2"] == 500 and got["10.11.1.2>group:2"] == 400
+
+
+def test_a_multicast_tree_flow_is_keyed_by_its_group_and_the_ports_it_copies_to():
+    """What the flow received, each of its `all` group's ports sent in full; two in-ports of one group, two keys."""
+    flows = FLOWS + (" cookie=0x4d43000000000000, duration=0.7s, table=0, n_packets=7, n_bytes=7000, priority=200,ip,"
+                     "in_port=1,nw_dst=239.1.2.3 actions=group:100000\n"
+                     " cookie=0x4d43000000000000, duration=0.7s, table=0, n_packets=2, n_bytes=2000, priority=200,ip,"
+                     "in_port=10,nw_dst=239.1.2.3 actions=group:100001\n")
+    groups = GROUPS + (" group_id=100000,type=all,bucket=bucket_id:0,actions=output:2,bucket=bucket_id:1,"
+                       "actions=output:10\n group_id=100001,type=all,bucket=bucket_id:0,actions=output:1,"
+                       "bucket=bucket_id:1,actions=output:2\n")
+    run = lambda argv, check=True: subprocess.CompletedProcess(    # noqa: E731
+        argv, 0, {"dump-groups": groups, "dump-group-stats": STATS}.get(argv[3], flows), "")
+    got = ovs.dump_flow_bytes("tb-rrail0", run=run)
+    assert got["239.1.2.3>all:2,10"] == 7000 and got["239.1.2.3>all:1,2"] == 2000
+    assert not any(k.startswith("239.1.2.3>group") for k in got)

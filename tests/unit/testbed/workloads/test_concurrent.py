@@ -193,11 +193,30 @@ def test_bytes_by_job_from_the_routes_counters():
     assert not concurrent_bytes.check(got)["ok"]          # 3500 forwarded against 3000 received
 
 
-def test_a_multicast_job_is_warned_about_its_unsplit_bytes(fabric):
+def test_a_multicast_job_is_not_warned_about_its_bytes(fabric):
     mc = {"type": "collective", "name": "mc", "op": "allgather", "algo": "multicast", "placement": {"rails": [0]}}
-    said = concurrent.warnings(fabric, {"type": "concurrent", "jobs": [mc]})
-    assert any("multicast" in w and "not checked" in w for w in said), said
-    assert not concurrent.warnings(fabric, {"type": "concurrent", "jobs": [{**mc, "algo": "ring"}]})
+    assert not [w for w in concurrent.warnings(fabric, {"type": "concurrent", "jobs": [mc]}) if "bytes" in w]
+
+
+def test_a_multicast_tree_flows_bytes_go_to_the_job_that_joined_its_group():
+    """A tree flow's bytes: once for the switch (what it received), in full on each port its group copies to; the
+    group's job is the one whose hosts joined it (a group joined across jobs is "other")."""
+    from testbed.workloads import concurrent_bytes
+    fabric = build("rail-optimized", 2, 2, spines=2, oversubscription=1, nic_mbps=5)
+    jobs, groups = {"a": ["s0g0", "s1g0"], "b": ["s0g1", "s1g1"]}, {"239.1.2.3": ["s0g0", "s1g0"],
+                                                                     "239.4.5.6": ["s0g0", "s1g1"]}
+    flows0 = {"rail0": {}}
+    flows1 = {"rail0": {"239.1.2.3>all:2,5": 4000, "239.1.2.3>all:1,2": 1000, "239.4.5.6>all:5": 10}}
+    ports0 = {f"rail0:{p}": {"rx_bytes": 0, "tx_bytes": 0} for p in (1, 2, 5)}
+    ports1 = {"rail0:1": {"rx_bytes": 4010, "tx_bytes": 1000}, "rail0:2": {"rx_bytes": 0, "tx_bytes": 5000},
+              "rail0:5": {"rx_bytes": 1000, "tx_bytes": 4010}}
+    got = concurrent_bytes.attribute(fabric, jobs, (flows0, flows1), (ports0, ports1), groups)
+    assert got["switches"] == {"rail0": {"a": 5000, "other": 10}}
+    assert got["links"] == {"rail0:1": {"a": 1000}, "rail0:2": {"a": 5000}, "rail0:5": {"a": 4000, "other": 10}}
+    assert max(got["deviation"].values()) == 0.0 and concurrent_bytes.check(got)["ok"]
+    # without the record of who joined, the bytes are still counted, as nobody's
+    assert concurrent_bytes.attribute(fabric, jobs, (flows0, flows1), (ports0, ports1))["switches"] == \
+        {"rail0": {"other": 5010}}
 
 
 def test_the_job_links_heatmap_is_drawn_where_bytes_were_split(tmp_path):
