@@ -8,22 +8,14 @@ import sys
 import pytest
 
 from testbed.cli import plan
+from testbed.papers import rail_only
 from testbed.planning import calibration as calib
 from testbed.planning.costs import UnitCosts, percent, savings
 from testbed.planning.counts import PlanError, count
 from testbed.planning.miniature import check_miniature
 from testbed.planning.prediction import FABRICS, Hardware, group_shape, predict, preset
 
-# Table II of Wang et al., "Rail-only" (GH200 HB domains of 256 GPUs): #GPUs, radix,
-# switches SOTA / rail-only, transceivers SOTA / rail-only, cost and power savings in percent.
-TABLE_II = [
-    (32768, 64, 2560, 1536, 196608, 131072, 38, 37),
-    (32768, 128, 1280, 256, 196608, 65536, 77, 75),
-    (32768, 256, 384, 128, 131072, 65536, 62, 60),
-    (65536, 64, 5120, 3072, 393216, 262144, 38, 37),
-    (65536, 128, 2560, 1536, 393216, 262144, 38, 37),
-    (65536, 256, 1280, 256, 393216, 131072, 77, 75),
-]
+TABLE_II = list(rail_only.TABLE_II)     # the paper's table, kept where `testbed paper rail-only` sets ours beside it
 
 
 @pytest.mark.parametrize("gpus,radix,sw_sota,sw_ro,tr_sota,tr_ro,cost,power", TABLE_II)
