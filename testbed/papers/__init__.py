@@ -17,6 +17,15 @@ PAPERS = {"rail-only": "testbed.papers.rail_only", "spcl-multicast": "testbed.pa
 REPRODUCED, PARTLY, DIFFERS, NOT_RUN = "reproduced", "partly", "differs", "not run"
 
 
+def short_of_cpu(least_idle_pct: float | None) -> str:
+    """Why a figure may not be the fabric's: its runs went under the fidelity guard's CPU idle ('' if not)."""
+    from testbed.monitor.fidelity import CPU_BOUND_IDLE_PCT
+    if least_idle_pct is None or least_idle_pct >= CPU_BOUND_IDLE_PCT:
+        return ""
+    return (f"the machine was short of CPU in its runs (down to {least_idle_pct:.0f}% idle): the figure may measure "
+            "the machine, not the fabric")
+
+
 class PaperError(Exception):
     """Bad input to `testbed paper` (an unknown paper): one line."""
 

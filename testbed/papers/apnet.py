@@ -15,8 +15,7 @@ import os
 from typing import Callable
 
 from testbed.fabric.kinds import RAIL_OPTIMIZED
-from testbed.monitor.fidelity import CPU_BOUND_IDLE_PCT
-from testbed.papers import REPRODUCED, Claim
+from testbed.papers import REPRODUCED, Claim, short_of_cpu
 
 NAME = "apnet"
 TITLE = "The communication patterns of distributed training: matrix, volume and iteration model (APNet)"
@@ -59,9 +58,8 @@ def _claims_of(m: int, runs: list[dict], repeats: int) -> list[Claim]:
     least = min(r["cpu_idle_mean_pct"] for r in runs if r.get("cpu_idle_mean_pct") is not None) \
         if any(r.get("cpu_idle_mean_pct") is not None for r in runs) else None
     for claim in out:
-        if claim.verdict != REPRODUCED and least is not None and least < CPU_BOUND_IDLE_PCT:
-            claim.why = (f"the machine was short of CPU in its runs (down to {least:.0f}% idle): the figure may "
-                         "measure the machine, not the fabric")
+        if claim.verdict != REPRODUCED:
+            claim.why = short_of_cpu(least)
     return out
 
 

@@ -15,8 +15,7 @@ import os
 from typing import Callable
 
 from testbed.fabric.kinds import RAIL_ONLY, RAIL_OPTIMIZED
-from testbed.monitor.fidelity import CPU_BOUND_IDLE_PCT
-from testbed.papers import REPRODUCED, Claim
+from testbed.papers import REPRODUCED, Claim, short_of_cpu
 
 NAME = "rail-only"
 TITLE = 'Wang et al., "Rail-only: A Low-Cost High-Performance Network for Training LLMs with Trillion Parameters"'
@@ -97,9 +96,8 @@ def measured(s: dict, out_dir: str, echo: Callable[[str], None]) -> list[Claim]:
                "dense-iteration": ("iteration",)}
     for claim in out:
         least = min((p for name in runs_of[claim.key] for p in idle.get(name, [])), default=None)
-        if claim.verdict != REPRODUCED and least is not None and least < CPU_BOUND_IDLE_PCT:
-            claim.why = (f"the machine was short of CPU in its runs (down to {least:.0f}% idle): the figure may "
-                         "measure the machine, not the fabric")
+        if claim.verdict != REPRODUCED:
+            claim.why = short_of_cpu(least)
     return out
 
 

@@ -15,8 +15,7 @@ import os
 from typing import Callable
 
 from testbed.fabric.kinds import RAIL_OPTIMIZED
-from testbed.monitor.fidelity import CPU_BOUND_IDLE_PCT
-from testbed.papers import REPRODUCED, Claim
+from testbed.papers import REPRODUCED, Claim, short_of_cpu
 
 NAME = "spraying"
 TITLE = 'Addanki et al., "Challenging the Need for Packet Spraying in Large-Scale Distributed Training"'
@@ -58,9 +57,9 @@ def claims(quick: bool, out_dir: str, echo: Callable[[str], None]) -> list[Claim
 
 def _why(claim: Claim, rounds: list[dict], least_idle: float) -> str:
     """What the runs show of why splitting and spraying differ here."""
-    if least_idle < CPU_BOUND_IDLE_PCT:
-        return (f"the machine was short of CPU in its runs (down to {least_idle:.0f}% idle): the figure may "
-                "measure the machine, not the fabric")
+    why = short_of_cpu(least_idle)
+    if why:
+        return why
     split, name = claim.what.split(" over ")[0].split(", ")[-1], claim.what.split(":")[0]
     timeouts = {m: sum(r[m][name]["transport"].get("timeouts", 0) for r in rounds) for m in ("spray", split)}
     if claim.median < claim.paper:
