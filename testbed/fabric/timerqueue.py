@@ -1,8 +1,10 @@
 """The delay line's timer queue: frames of many links, each held until its own deadline.
 
 Pure (no sockets, no clock): the delay process feeds it arrival times and asks for what is due.
-Every frame gets its link's fixed delay, so deadlines within one link never decrease; ties are broken by
-arrival order, so a link's frames always leave in the order they came.
+Every frame gets its link's fixed delay. Arrival times can step back a little (a receive timestamp converted
+between clocks, or a frame with none that gets its read time), so a link's deadline never goes below its last
+one: a wire does not reorder. Ties are broken by arrival order, so a link's frames always leave in the order
+they came.
 """
 from __future__ import annotations
 
@@ -20,13 +22,16 @@ class TimerQueue:
         self._order = itertools.count()
         self.held: dict[object, int] = {}       # link -> frames held
         self.dropped: dict[object, int] = {}
+        self.last: dict[object, int] = {}       # link -> its latest deadline
 
     def push(self, link, frame: bytes, arrival_ns: int, delay_ns: int) -> bool:
         """Hold frame until arrival + delay; False (and counted) if the link already holds `limit` frames."""
         if self.held.get(link, 0) >= self.limit:
             self.dropped[link] = self.dropped.get(link, 0) + 1
             return False
-        heapq.heappush(self._heap, (arrival_ns + delay_ns, next(self._order), link, frame))
+        deadline = max(arrival_ns + delay_ns, self.last.get(link, arrival_ns + delay_ns))
+        self.last[link] = deadline
+        heapq.heappush(self._heap, (deadline, next(self._order), link, frame))
         self.held[link] = self.held.get(link, 0) + 1
         return True
 
@@ -47,6 +52,7 @@ class TimerQueue:
         heapq.heapify(self._heap)
         self.held.pop(link, None)
         self.dropped.pop(link, None)
+        self.last.pop(link, None)
         return [frame for *_, frame in mine]
 
     def __len__(self) -> int:

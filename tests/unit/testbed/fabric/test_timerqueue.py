@@ -48,3 +48,13 @@ def test_release_gives_one_links_frames_in_order_and_keeps_the_rest():
     q.push("a", b"a1", 10, 100)
     assert q.release("a") == [b"a0", b"a1"]
     assert [(link, f) for link, f in q.due(1000)] == [("b", b"b0")]
+
+
+def test_an_arrival_time_that_steps_back_never_lets_a_frame_overtake_its_link():
+    q = TimerQueue()
+    q.push("x", b"0", 1000, 500)
+    q.push("x", b"1", 990, 500)         # its timestamp came out a little earlier than the frame before it
+    q.push("y", b"y", 900, 500)         # another link is not held back
+    q.push("x", b"2", 1200, 500)
+    assert [(link, f) for link, f in q.due(1500)] == [("y", b"y"), ("x", b"0"), ("x", b"1")]
+    assert [f for _, f in q.due(1700)] == [b"2"]
