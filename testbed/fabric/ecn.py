@@ -28,6 +28,7 @@ SECTION = "tc"
 CONFIG = struct.Struct("<QQQQQQII")     # struct config: rate, burst, limit, kmin, kmax, pmax (x 2^32), skip_mark
 COUNTERS = struct.Struct("<QQQQ")       # struct counters: packets, ect, marked, queue
 STATE = struct.Struct("<IIQQ")          # struct state: lock (and padding), backlog, last_ns
+PAUSE = struct.Struct("<QQ")            # struct pause: since, total (CLOCK_MONOTONIC ns)
 P_ONE = 1 << 32
 
 
@@ -45,6 +46,29 @@ class Thresholds:
     def of(cls, given: dict) -> "Thresholds":
         """From fabric.ecn's {kmin_kb, kmax_kb, pmax}."""
         return cls(int(given["kmin_kb"] * 1024), int(given["kmax_kb"] * 1024), given["pmax"])
+
+
+class PauseClock:
+    """A port's pauses as its marking program reads them (its pause map): while PFC pauses the port, the program's
+    virtual queue does not drain, as the real queue behind the closed gate does not."""
+
+    def __init__(self):
+        self.since = 0          # when the current pause began (ns); 0: not paused
+        self.total = 0          # ns of the pauses that have ended
+
+    def pause(self, now_ns: int) -> bytes:
+        if not self.since:
+            self.since = max(now_ns, 1)
+        return self.value()
+
+    def resume(self, now_ns: int) -> bytes:
+        if self.since:
+            self.total += max(now_ns - self.since, 0)
+            self.since = 0
+        return self.value()
+
+    def value(self) -> bytes:
+        return PAUSE.pack(self.since, self.total)
 
 
 def mark_probability(queue_bytes: int, t: Thresholds) -> float:

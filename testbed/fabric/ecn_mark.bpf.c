@@ -7,7 +7,9 @@
 // redirects or reclassifies a packet (TC_ACT_OK always), so the qdiscs below see every packet as before.
 //
 // Each attached copy has maps of its own: config (written by testbed/fabric/ecn.py after attaching; all zero:
-// pass everything untouched), state (the virtual queue) and counters.
+// pass everything untouched), state (the virtual queue), counters and pause (written by the PFC pause process,
+// testbed/fabric/pfcd.py, when it pauses and resumes this port: a paused port sends nothing, so its virtual
+// queue must not drain meanwhile).
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
 #include <linux/ip.h>
@@ -33,6 +35,13 @@ struct state {
     struct bpf_spin_lock lock;
     __u64 backlog;      // the virtual queue, bytes, the tbf's bucket included
     __u64 last_ns;      // when it was last updated
+};
+
+// The port's paused time, on the program's clock (CLOCK_MONOTONIC ns): the virtual queue runs on a clock that
+// stops while the port is paused.
+struct pause {
+    __u64 since;        // when the current pause began; 0: not paused
+    __u64 total;        // the length of every pause that has ended
 };
 
 struct counters {
@@ -62,6 +71,20 @@ struct {
     __type(key, __u32);
     __type(value, struct counters);
 } ecn_counters SEC(".maps");
+
+struct {
+    __uint(type, BPF_MAP_TYPE_ARRAY);
+    __uint(max_entries, 1);
+    __type(key, __u32);
+    __type(value, struct pause);
+} ecn_pause SEC(".maps");
+
+// The time the port has been free to send: now, less its pauses.
+static __always_inline __u64 sending_time(const struct pause *p, __u64 now)
+{
+    __u64 paused = p->total + (p->since && p->since < now ? now - p->since : 0);
+    return now > paused ? now - paused : 0;
+}
 
 // The RED probability of queue q (bytes), scaled by 2^32.
 static __always_inline __u64 mark_threshold(const struct config *c, __u64 q)
@@ -103,15 +126,16 @@ int ecn_mark(struct __sk_buff *skb)
     struct config *c = bpf_map_lookup_elem(&ecn_config, &zero);
     struct state *s = bpf_map_lookup_elem(&ecn_state, &zero);
     struct counters *n = bpf_map_lookup_elem(&ecn_counters, &zero);
+    struct pause *p = bpf_map_lookup_elem(&ecn_pause, &zero);
     __u64 q, now, len = skb->len;
 
-    if (!c || !s || !n || !c->rate)
+    if (!c || !s || !n || !p || !c->rate)
         return TC_ACT_OK;
     if (c->skip_mark && skb->mark == c->skip_mark)
         return TC_ACT_OK;
     __sync_fetch_and_add(&n->packets, 1);
 
-    now = bpf_ktime_get_ns();       // no call while the lock is held
+    now = sending_time(p, bpf_ktime_get_ns());     // no call while the lock is held
     bpf_spin_lock(&s->lock);
     q = enqueue(c, s, now, len);
     bpf_spin_unlock(&s->lock);

@@ -1,5 +1,6 @@
-"""The Linux system calls the testbed needs that Python 3.11's os module lacks: setns, timerfd and loading a BPF
-program (the delay line), and the parent-death signal (the fabric process of `testbed up`).
+"""The Linux system calls the testbed needs that Python 3.11's os module lacks: setns, timerfd, loading a BPF
+program (the delay line) and writing a BPF map (the pause process), and the parent-death signal (the fabric
+process of `testbed up`).
 
 Through ctypes on the C library, so that nothing has to be compiled.
 """
@@ -15,7 +16,9 @@ TFD_NONBLOCK = os.O_NONBLOCK
 TFD_CLOEXEC = os.O_CLOEXEC
 TFD_TIMER_ABSTIME = 1
 SYS_BPF = 321               # x86-64
+BPF_MAP_UPDATE_ELEM = 2
 BPF_PROG_LOAD = 5
+BPF_MAP_GET_FD_BY_ID = 14
 BPF_PROG_TYPE_SCHED_CLS = 3
 PR_SET_PDEATHSIG = 1
 
@@ -109,3 +112,28 @@ def bpf_load(insns: bytes, prog_type: int = BPF_PROG_TYPE_SCHED_CLS, name: bytes
         err = ctypes.get_errno()
         raise OSError(err, f"{os.strerror(err)}: {log.value.decode(errors='replace').strip()}")
     return fd
+
+
+def _bpf(cmd: int, attr) -> int:
+    result = _libc.syscall(SYS_BPF, cmd, attr, len(attr))
+    if result < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+    return result
+
+
+def bpf_map_fd(map_id: int) -> int:
+    """An fd of the BPF map with this id (a tc program's map, found by its id)."""
+    attr = ctypes.create_string_buffer(16)          # map_id, next_id, open_flags
+    ctypes.memmove(attr, (ctypes.c_uint32 * 1)(map_id), 4)
+    return _bpf(BPF_MAP_GET_FD_BY_ID, attr)
+
+
+def bpf_map_write(fd: int, key: int, value: bytes) -> None:
+    """One element of an array map written (a 4-byte key)."""
+    k = (ctypes.c_uint32 * 1)(key)
+    v = ctypes.create_string_buffer(value, len(value))
+    attr = ctypes.create_string_buffer(32)          # map_fd, (pad), key, value, flags
+    ctypes.memmove(attr, (ctypes.c_uint32 * 1)(fd), 4)
+    ctypes.memmove(ctypes.byref(attr, 8), (ctypes.c_uint64 * 2)(ctypes.addressof(k), ctypes.addressof(v)), 16)
+    _bpf(BPF_MAP_UPDATE_ELEM, attr)

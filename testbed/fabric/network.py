@@ -21,6 +21,7 @@ is on this machine, as always.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import subprocess
@@ -370,6 +371,12 @@ class Network:
     def _start_pauses(self) -> None:
         """The pause process (fabric.pfc), once every gate exists."""
         plan = pfc.Plan.of(self.fabric, lambda host: f"/proc/{self.mn.get(host).pid}/ns/net")
+        if self.ecn_object is not None:     # a paused port that marks: its program's queue pauses with it
+            marking = {switch_port(node, port) for node, port, _ in ecn.port_ends(self.fabric)}
+            names = ecn.map_names()
+            plan = dataclasses.replace(plan, gates={
+                name: dataclasses.replace(g, ecn_pause=ecn.maps(g.dev, names=names)["ecn_pause"])
+                if g.netns is None and g.dev in marking else g for name, g in plan.gates.items()})
         self.pauses = pfc.Pauses(plan)
         self._record(pfc_pids=[self.pauses.pid])
 

@@ -42,6 +42,7 @@ class Gate:
     netns: str | None       # /proc/PID/ns/net of a host, None: the root namespace
     mtu: int
     limit: int              # the end's queue (the gate's FIFO), bytes
+    ecn_pause: int | None = None    # the pause map of the port's ECN program (fabric.ecn), by id; None: none
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,8 @@ from pyroute2.netlink.rtnl import RTM_GETLINK, RTM_GETQDISC
 from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg
 from pyroute2.netlink.rtnl.tcmsg import tcmsg
 
-from testbed.fabric.linuxcalls import bpf_load, netns
+from testbed.fabric.ecn import PauseClock
+from testbed.fabric.linuxcalls import bpf_load, bpf_map_fd, bpf_map_write, netns
 from testbed.fabric.links import GATE_BURST, GATE_OPEN
 from testbed.fabric.pfc import PAUSED_FRAME_S, Gate, Pausing, Plan
 from testbed.fabric.rtnl import RTM_NEWQDISC, TC_H_ROOT, TCA_STATS2, TCA_STATS_QUEUE, TCMSG, attributes, devices, dump, \
@@ -75,6 +76,7 @@ class Namespace:
             self.ipr = IPRoute()
         self.index: dict[str, int] = {}
         self.kick: dict[str, socket.socket] = {}
+        self.marking: dict[str, tuple[int, PauseClock]] = {}    # dev -> its ECN program's pause map (fd), clock
 
     def add_gate(self, gate: Gate) -> None:
         found = devices(dump(self.ipr, ifinfmsg(), RTM_GETLINK))
@@ -89,17 +91,25 @@ class Namespace:
                         name="tb-pfc-kick", direct_action=True)
         finally:
             os.close(fd)
+        if gate.ecn_pause is not None:
+            self.marking[gate.dev] = (bpf_map_fd(gate.ecn_pause), PauseClock())
 
     def set_gate(self, gate: Gate, paused: bool) -> None:
         rate, burst = paused_gate(gate.mtu) if paused else (GATE_OPEN, GATE_BURST)
         self.ipr.tc("change", "tbf", self.index[gate.dev], handle=GATE, parent=GATE_PARENT, rate=rate, burst=burst,
                     limit=gate.limit)
+        if gate.dev in self.marking:        # its marking program's virtual queue stops and starts with it
+            fd, clock = self.marking[gate.dev]
+            now = time.monotonic_ns()
+            bpf_map_write(fd, 0, clock.pause(now) if paused else clock.resume(now))
         if not paused:
             self.kick[gate.dev].send(KICK_FRAME)
 
     def close(self) -> None:
         for sock in self.kick.values():
             sock.close()
+        for fd, _ in self.marking.values():
+            os.close(fd)
         self.ipr.close()
 
 

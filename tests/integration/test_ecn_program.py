@@ -1,6 +1,7 @@
 """The ECN marking program itself (testbed/fabric/ecn_mark.bpf.c), compiled and attached on a veth of a namespace of
 its own, run on frames scapy builds (BPF_PROG_TEST_RUN, through bpftool) at virtual queues the test writes into
-its state map: CE on ECN-capable packets only, a valid header checksum, RED's curve, and the queue's drain."""
+its state map: CE on ECN-capable packets only, a valid header checksum, RED's curve, and the queue's drain, which
+stops while PFC pauses the port."""
 import os
 import subprocess
 import time
@@ -38,6 +39,7 @@ def configure(port, t: ecn.Thresholds) -> None:
     ns, maps, _ = port
     ecn.write_map(maps["ecn_config"], ecn.config(MBPS, MTU, LIMIT, t))
     ecn.write_map(maps["ecn_counters"], bytes(ecn.COUNTERS.size))
+    ecn.write_map(maps["ecn_pause"], bytes(ecn.PAUSE.size))          # not paused
 
 
 def counted(port) -> dict:
@@ -113,3 +115,19 @@ def test_the_virtual_queue_drains_at_the_links_rate(port, tmp_path):
     elapsed = (time.monotonic_ns() - before) / 1e9 + 0.02
     drained = 100_000 - counted(port)["virtual_queue_bytes"]
     assert 0.02 * rate <= drained <= elapsed * rate + 1, (drained, elapsed)
+
+
+def test_a_paused_ports_virtual_queue_drains_only_while_it_may_send(port, tmp_path):
+    ns, maps, _ = port
+    configure(port, ecn.Thresholds(10_000, 20_000, 0.1))
+    rate = MBPS * 1e6 / 8
+    before = time.monotonic_ns()
+    ecn.write_map(maps["ecn_pause"], ecn.PAUSE.pack(before - 20_000_000, 0))       # paused for the last 20 ms
+    run_at(port, 100_000, frame(0), tmp_path, last_ns=before - 20_000_000)
+    assert counted(port)["virtual_queue_bytes"] == 100_000                         # nothing drained
+    before = time.monotonic_ns()
+    ecn.write_map(maps["ecn_pause"], ecn.PAUSE.pack(0, 10_000_000))                # resumed: 10 ms were paused
+    run_at(port, 100_000, frame(0), tmp_path, last_ns=before - 20_000_000 - 10_000_000)
+    elapsed = (time.monotonic_ns() - before) / 1e9 + 0.02
+    drained = 100_000 - counted(port)["virtual_queue_bytes"]
+    assert 0.02 * rate <= drained <= elapsed * rate + 1, (drained, elapsed)      # the 20 ms it could send, not 30

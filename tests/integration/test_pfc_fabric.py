@@ -17,6 +17,7 @@ import time
 
 import pytest
 
+from testbed.fabric import ecn
 from testbed.fabric.links import switch_port
 from testbed.fabric.network import Network
 from testbed.fabric.topo import build
@@ -26,6 +27,7 @@ pytestmark = [pytest.mark.root, pytest.mark.alone, pytest.mark.slow]   # paced s
 HELPER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pfc_udp.py")
 PORT, SIZE = 5999, 1400
 PFC = {"xoff_kb": 64, "xon_kb": 32}
+ECN = {"kmin_kb": 16, "kmax_kb": 48, "pmax": 0.2}
 INCAST = (("s0g0", "s1g0"), ("s0g1", "s1g0"))
 VICTIM = ("s1g1", "s0g0")
 MBPS, SECONDS = 9.0, 4.0
@@ -47,7 +49,8 @@ def queue_drops(net) -> dict[str, int]:
 
 
 def run_incast(pfc):
-    fabric = build("rail-optimized", 2, 2, spines=1, nic_mbps=10, queue_kb={"nic": 256}, pfc=pfc)
+    fabric = build("rail-optimized", 2, 2, spines=1, nic_mbps=10, queue_kb={"nic": 256}, pfc=pfc,
+                   ecn=ECN if ecn.missing() is None else None)
     with Network(fabric) as net:
         receivers = {h: net.host(h).popen([sys.executable, HELPER, "receive", str(PORT), str(4 * SECONDS + 6)],
                                           stdout=subprocess.PIPE, text=True) for h in ("s1g0", "s0g0")}
@@ -58,7 +61,18 @@ def run_incast(pfc):
             s.wait(timeout=60)
         got = {h: json.loads(r.communicate(timeout=60)[0]) for h, r in receivers.items()}
         flows = {(src, dst): got[dst].get(net.host(src).IP(), {"datagrams": 0}) for src, dst in (*INCAST, VICTIM)}
-        return {"flows": flows, "drops": queue_drops(net), "pfc": net.pfc_stats()}
+        return {"flows": flows, "drops": queue_drops(net), "pfc": net.pfc_stats(),
+                "spine_paused_s": marking_pause_s(net, "spine0", "rail0")}
+
+
+def marking_pause_s(net, node: str, peer: str) -> float | None:
+    """Seconds node's port to peer was paused, as its ECN program was told (None where nothing marks)."""
+    if net.ecn_object is None:
+        return None
+    l = next(l for l in net.fabric.links if {l.a, l.b} == {node, peer})
+    since, total = ecn.PAUSE.unpack(ecn.read_map(ecn.maps(switch_port(node, l.a_port if l.a == node else l.b_port))
+                                                 ["ecn_pause"]))
+    return (total + (time.monotonic_ns() - since if since else 0)) / 1e9
 
 
 @pytest.fixture(scope="module")
@@ -96,3 +110,12 @@ def test_the_victim_sharing_a_paused_port_is_slowed(runs):
     alone, blocked = mbps(runs["lossy"]["flows"][VICTIM]), mbps(runs["lossless"]["flows"][VICTIM])
     assert alone > 0.8 * MBPS, alone
     assert blocked < 0.75 * alone, (blocked, alone)
+
+
+def test_a_paused_switch_port_that_marks_has_its_programs_queue_paused_as_long(runs):
+    if ecn.missing():
+        pytest.skip(f"cannot mark ECN here: {ecn.missing()}")
+    paused = runs["lossless"]["pfc"]["gates"]["spine0>rail0"]["paused_s"]
+    told = runs["lossless"]["spine_paused_s"]
+    assert paused > 0.5 and abs(told - paused) <= 0.05 * paused + 0.05, (told, paused)
+    assert runs["lossy"]["spine_paused_s"] == 0

@@ -13,6 +13,7 @@ import pytest
 
 from hosts.recovery.beats import PORT as BEAT_PORT
 from testbed import PREFIX
+from testbed.fabric import ecn
 from testbed.fabric.linuxcalls import netns
 from testbed.fabric.links import Link, fabric_tag, shape
 from testbed.fabric.pfc import Gate
@@ -113,5 +114,27 @@ def test_a_closed_gate_holds_in_order_drops_nothing_and_opens_at_once(pair):
         stats = {q["kind"]: q for q in tc_json(a, "qdisc", "show", "dev", "tb-pg0")}
         assert all(q.get("drops", 0) == 0 for q in stats.values()), stats
         assert received(b) - before == sent - len(early)        # the held data, and no kick frame
+    finally:
+        port.close()
+
+
+def test_pausing_a_port_that_marks_stops_its_marking_programs_queue_clock(pair):
+    lacking = ecn.missing()
+    if lacking:
+        pytest.skip(f"cannot mark ECN here: {lacking}")
+    a, _, mtu = pair
+    ecn.attach("tb-pg0", ecn.compiled(), a)
+    pause_map = ecn.maps("tb-pg0", a)["ecn_pause"]
+    gate = Gate("a>b", "tb-pg0", f"/run/netns/{a}", mtu, 1 << 20, ecn_pause=pause_map)
+    port = Namespace(gate.netns)
+    try:
+        port.add_gate(gate)
+        port.set_gate(gate, True)
+        since, total = ecn.PAUSE.unpack(ecn.read_map(pause_map))
+        assert 0 < since <= time.monotonic_ns() and total == 0
+        time.sleep(0.05)
+        port.set_gate(gate, False)
+        since, total = ecn.PAUSE.unpack(ecn.read_map(pause_map))
+        assert since == 0 and 50_000_000 <= total < 5_000_000_000, total
     finally:
         port.close()

@@ -71,3 +71,14 @@ def test_the_curve_is_reds():
     assert ecn.mark_probability(19_999, t) == pytest.approx(0.2, abs=1e-4)
     step = ecn.Thresholds(8_000, 8_000, 0.5)                  # kmin = kmax: a step, DCTCP's
     assert (ecn.mark_probability(7_999, step), ecn.mark_probability(8_000, step)) == (0, 1)
+
+
+def test_a_ports_pause_clock_counts_only_ended_pauses_and_the_one_in_progress_from_its_start():
+    clock = ecn.PauseClock()
+    assert ecn.PAUSE.unpack(clock.value()) == (0, 0)
+    assert ecn.PAUSE.unpack(clock.pause(1000)) == (1000, 0)
+    assert ecn.PAUSE.unpack(clock.pause(1500)) == (1000, 0)     # already paused: the pause began at 1000
+    assert ecn.PAUSE.unpack(clock.resume(4000)) == (0, 3000)
+    assert ecn.PAUSE.unpack(clock.resume(5000)) == (0, 3000)    # not paused: nothing to add
+    clock.pause(6000)
+    assert ecn.PAUSE.unpack(clock.resume(6500)) == (0, 3500)
