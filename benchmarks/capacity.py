@@ -9,11 +9,15 @@ For each rail-optimized grid (2 spines) and NIC MTU (1500: RoCE MTU 1024; 9000: 
 4096), NIC rates are tried in increasing order, one bring-up each: a rank-order ring AllReduce (its ring
 crosses the spines) sized to take about --seconds of link time per operation, 1 warm-up and 2 timed
 iterations, checked against numpy. A rate passes when busbw / bound >= --floor and the fidelity guard stays
-quiet (mean CPU idle above its threshold); the capacity is the highest rate that passed (the search stops at
-the first failure). Printed per run: busbw / bound, CPU idle, capacity_used (1 = the guard's limit), and the
+quiet (mean CPU idle above its threshold, over the timed operations: the ranks' start-up and tear-down are left
+out, as `testbed run` does); the capacity is the highest rate that passed (the search stops at the first
+failure). Printed per run: busbw / bound, CPU idle, capacity_used (1 = the guard's limit), and the
 packets per second the switches forwarded (every SDN port's transmitted packets over the operations' time), and
 ovs-vswitchd's and the kernel's (system, irq, softirq: veths, tbf, sockets, ovs-vswitchd's own system calls)
-shares of the machine's busy CPU time during the job, start-up of the ranks included.
+shares of the machine's busy CPU time during the job, start-up of the ranks included; and the CPU budget per
+packet over the timed operations: microseconds of CPU per packet delivered to a host, split into the ranks'
+user space (their transport, from their own CPU time), the kernel (system, irq, softirq, less ovs-vswitchd's
+system calls; machine-wide, so measure on a quiet machine) and ovs-vswitchd, with the switch hops per packet.
 
 Then the machine's limit for this design: what Open vSwitch alone forwards here, two hosts on one switch
 with unshaped links, iperf3 UDP as fast as it can send at the frame size of a full RoCE packet of each MTU,
@@ -29,6 +33,7 @@ import re
 import statistics
 import subprocess
 import sys
+import threading
 import time
 
 from testbed.fabric.links import roce_mtus
@@ -63,6 +68,70 @@ def switch_packets(net) -> int:
     return sum(c["tx_packets"] for c in net.counters().values())
 
 
+def delivered_packets(net) -> int:
+    """Packets the switches handed to hosts: each packet once, at its last hop."""
+    hosts = net.fabric.hosts
+    last_hops = {f"{sw}:{port}" for l in net.fabric.links
+                 for sw, port, peer in ((l.a, l.a_port, l.b), (l.b, l.b_port, l.a)) if peer in hosts and sw not in hosts}
+    return sum(c["tx_packets"] for key, c in net.counters().items() if key in last_hops)
+
+
+class KernelBudget(threading.Thread):
+    """The kernel's CPU (system, irq, softirq) and ovs-vswitchd's (user, system), sampled every `period` s (wall
+    clock); spent() sums the intervals that end inside the timed operations' windows. Machine-wide: other work on
+    the machine counts in the kernel's part."""
+
+    def __init__(self, period: float = 0.25):
+        super().__init__(daemon=True)
+        self.period, self.samples, self.done = period, [], threading.Event()
+
+    @staticmethod
+    def now() -> tuple:
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:]]
+        with open(VSWITCHD_PID) as f:
+            pid = f.read().strip()
+        with open(f"/proc/{pid}/stat") as f:
+            o = f.read().rsplit(")", 1)[1].split()
+        return time.time(), v[2] + v[5] + v[6], int(o[11]), int(o[12])
+
+    def run(self):
+        while not self.done.wait(self.period):
+            self.samples.append(self.now())
+
+    def __enter__(self):
+        self.samples.append(self.now())
+        self.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.done.set()
+        self.join()
+
+    def spent(self, windows: list) -> tuple[float, float, float]:
+        """Seconds of kernel (all of it), ovs-vswitchd user and ovs-vswitchd system over the windows, and the
+        windows' sampled length."""
+        tick, kernel, ovs_user, ovs_sys, seconds = os.sysconf("SC_CLK_TCK"), 0, 0, 0, 0.0
+        for a, b in zip(self.samples, self.samples[1:]):
+            if any(lo <= b[0] <= hi for lo, hi in windows):
+                kernel, ovs_user, ovs_sys = kernel + b[1] - a[1], ovs_user + b[2] - a[2], ovs_sys + b[3] - a[3]
+                seconds += b[0] - a[0]
+        return kernel / tick, ovs_user / tick, ovs_sys / tick, seconds
+
+
+def cpu_budget(rank_cpu: dict | None, kernel: tuple, packets_per_s: float) -> dict:
+    """Microseconds of CPU per packet delivered to a host, by part: the ranks' user space (their transport, from
+    their own CPU time), the kernel (system calls, softirq: veths, tbf, sockets; ovs-vswitchd's system calls
+    left out) and ovs-vswitchd."""
+    kernel_s, ovs_user, ovs_sys, seconds = kernel
+    if not rank_cpu or not seconds or not packets_per_s:
+        return {}
+    packets = packets_per_s * seconds
+    parts = {"ranks": rank_cpu["user_per_s"] * seconds, "kernel": kernel_s - ovs_sys, "ovs": ovs_user + ovs_sys}
+    us = {part: round(1e6 * v / packets, 1) for part, v in parts.items()}
+    return {**us, "total": round(sum(us.values()), 1)}
+
+
 def sized(rate_mbps: float, ranks: int, seconds: float) -> int:
     """An AllReduce size whose ring takes about `seconds` of link time (2(n-1)/n of it crosses every NIC), and
     at least 64 KiB per rank, so that each of the ring's 2(n-1) steps moves more than a few packets."""
@@ -78,20 +147,27 @@ def one_run(servers: int, per: int, mtu: int, rate: float, args, uplinks: str = 
     size = sized(rate, n, args.seconds)
     with Network(fabric) as net:
         before, ovs0, busy0 = switch_packets(net), cpu_seconds(VSWITCHD_PID), busy_seconds()
-        with CpuSampler() as cpu:
+        delivered0 = delivered_packets(net)
+        with CpuSampler() as cpu, KernelBudget() as budget:
             res = collective.run(net, {"type": "collective", "op": "allreduce", "algo": "ring", "ring": "rank",
                                        "sizes": [size], "iterations": 2, "warmup": 1, "timeout_s": 120})
-        packets = switch_packets(net) - before
+        packets, delivered = switch_packets(net) - before, delivered_packets(net) - delivered0
         busy1 = busy_seconds()
         busy = max(1e-9, busy1[0] - busy0[0])
         ovs_share, kernel_share = (cpu_seconds(VSWITCHD_PID) - ovs0) / busy, (busy1[1] - busy0[1]) / busy
-    guard = {**cpu.report(), "ovs_share": round(ovs_share, 2), "kernel_share": round(kernel_share, 2)}
+    windows = res.get("timed_windows") or []
+    # the fidelity guard and the CPU budget over the timed operations only (start-up and tear-down left out)
+    guard = {**cpu.report(windows), "ovs_share": round(ovs_share, 2), "kernel_share": round(kernel_share, 2),
+             "hops_per_packet": round(packets / max(delivered, 1), 2)}
     if not res["rows"]:
         return {"grid": f"{servers}x{per}", "uplinks": uplinks, "gpus": n, "mtu": mtu, "rate": rate, "bytes": size,
-                "ok": False,
+                "ok": False, "us_per_packet": {},
                 "failed": "; ".join(c["detail"] for c in res["checks"] if not c["ok"])[:200], **guard}
     row = res["rows"][0]
     op_s = row["seconds"] * 3                  # warm-up + 2 iterations: the counters saw all three
+    ranks = row.get("rank_cpu_s")
+    guard["us_per_packet"] = cpu_budget(ranks and {"user_per_s": ranks["user"] / row["seconds"]},
+                                        budget.spent(windows), delivered / op_s)
     return {"grid": f"{servers}x{per}", "uplinks": uplinks, "gpus": n, "mtu": mtu, "roce_mtu": roce_mtus(fabric)["nic"], "rate": rate,
             "bytes": size, "ratio": row["bus_ratio"], "pps": round(packets / op_s), **guard,
             "ok": row["bus_ratio"] >= args.floor and not guard["cpu_bound"]}
@@ -125,7 +201,8 @@ def capacity_of(servers: int, per: int, mtu: int, rates: list[float], args, upli
         runs.append(r)
         print(f"{uplinks:>7} {r['grid']:>5} {r['gpus']:>4} {mtu:>5} {rate:>6g} {r['bytes'] / 2**20:>6.2f} "
               f"{r.get('ratio', float('nan')):>6.2f} {r['cpu_idle_mean_pct']:>6} {r['capacity_used']:>5} "
-              f"{r.get('pps', 0):>10} {r['ovs_share']:>5} {r['kernel_share']:>5}  "
+              f"{r.get('pps', 0):>10} {r['ovs_share']:>5} {r['kernel_share']:>5} "
+              + "".join(f"{r['us_per_packet'].get(k, '-'):>7}" for k in ("total", "ranks", "kernel", "ovs")) + "  "
               f"{'yes' if r['ok'] else 'no ' + r.get('failed', '')}", flush=True)
         if not r["ok"]:
             break
@@ -156,7 +233,7 @@ def main() -> None:
     rates = [float(r) for r in args.rates.split(",")]
     runs, capacity = [], {}
     print(f"{'uplinks':>7} {'grid':>5} {'GPUs':>4} {'MTU':>5} {'Mbit/s':>6} {'MiB':>6} {'ratio':>6} {'idle%':>6} {'used':>5} "
-          f"{'switch pps':>10} {'ovs':>5} {'kern':>5}  pass")
+          f"{'switch pps':>10} {'ovs':>5} {'kern':>5} {'us/pkt':>6} {'ranks':>6} {'kernel':>6} {'ovs':>6}  pass")
     ways = args.uplinks.split(",")
     for servers, per in grids:
         for mtu, uplinks in [(m, u) for m in mtus for u in ways]:

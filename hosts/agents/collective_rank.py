@@ -7,7 +7,8 @@ the job's store, the operation, algorithm and size, the transport (pacing, spray
 recovery policy and heartbeats, and, for a rank the job manager starts later, whom it replaces (join) or that it
 came back (rejoin).
 Inputs are integer-valued, drawn from a seed per rank, so every rank can compute the exact expected
-result with numpy. Prints {"rank", "host", "times": [s per measured step], "phases": [per measured step
+result with numpy. Prints {"rank", "host", "times": [s per measured step], "windows": [[wall-clock start, end]
+per measured step], "cpu": [[CPU seconds in user space, in the kernel] per measured step], "phases": [per measured step
 [(phase, s), ...] of hierarchical algorithms, else None], "correct", "counters",
 "recoveries", "heartbeat"}, or {"rank", "host", "error"}, or {"rank", "host", "left"} (a rank moved away).
 
@@ -55,6 +56,12 @@ MAX_RETRIES = 2       # re-formations in a row with every rank alive
 
 SETTLE = 0.3          # seconds a peer known failed has to announce itself anyway (its path was cut, not the rank)
 
+
+
+def cpu_seconds() -> tuple[float, float]:
+    """This process's CPU time so far, its threads' included: user, system."""
+    t = os.times()
+    return t.user, t.system
 
 class Grow(Exception):
     """The leader's plan at this step boundary admits ranks that came back: the job re-forms with them."""
@@ -140,6 +147,8 @@ class CollectiveRank:
         self.steps = 10 ** 9 if spec.until is not None else self.warmup + measured
         self.times: list[float | None] = [None] * measured
         self.phases: list[list | None] = [None] * measured
+        self.windows: list[list | None] = [None] * measured     # wall clock: the fidelity guard's timed window
+        self.cpu: list[list | None] = [None] * measured         # this process's CPU seconds [user, system]
         self.admits = spec.admit
         self.state: SharedState | None = None
         self.result = {"rank": spec.rank, "host": self.me, "recoveries": [], "lost_steps": 0}
@@ -201,7 +210,7 @@ class CollectiveRank:
             if self.hb is not None:
                 self.hb.watch(())                 # done: peers that leave from now on have not failed
             self._progress(waiting=True)          # on the others, in the teardown's barrier: not stalled
-            self.result.update(count=count, times=self.times, phases=self.phases,
+            self.result.update(count=count, times=self.times, phases=self.phases, windows=self.windows, cpu=self.cpu,
                                correct=self.correct if want is not None else None,
                                counters=comm.counters(), world=world, epoch=self.epoch,
                                recovered_chunks=mcast_allgather.stats(comm).get("recovered_chunks", 0),
@@ -233,12 +242,14 @@ class CollectiveRank:
                 raise Grow(plan["grow"])
             self._progress(waiting=True)
             comm.phase_log = []                   # per-phase times of hierarchical algorithms (phases.py)
-            self.in_op, t0 = True, time.monotonic()
+            self.in_op, t0, wall0, cpu0 = True, time.monotonic(), time.time(), cpu_seconds()
             out = run_op(comm, self.spec, x)
             self.in_op = False
             self._progress(waiting=False)
             if self.warmup <= self.step < self.warmup + len(self.times):
                 self.times[self.step - self.warmup] = time.monotonic() - t0
+                self.windows[self.step - self.warmup] = [wall0, time.time()]
+                self.cpu[self.step - self.warmup] = [round(b - a, 6) for a, b in zip(cpu0, cpu_seconds())]
                 if comm.phase_log:
                     self.phases[self.step - self.warmup] = comm.phase_log
             if want is not None:

@@ -27,6 +27,8 @@ COLLECTIVE_RANK = obj({
     "joined": OBJ,                                   # a spare's or a returning rank's epoch, when it came in
     "count": INT, "times": {"type": "array", "items": NUM_OR_NULL},
     "phases": {"type": "array", "items": {"type": ["array", "null"]}},
+    "windows": {"type": "array", "items": {"type": ["array", "null"]}},     # wall-clock [start, end] per step
+    "cpu": {"type": "array", "items": {"type": ["array", "null"]}},         # [user, system] s per measured step
     "correct": {"type": ["boolean", "null"]}, "counters": OBJ, "world": INT, "epoch": INT,
     "recovered_chunks": INT, "steps": INT, "state": OBJ, "heartbeat": OBJ,
     "error": STR, "error_at": NUM, "detected_by": STR, "left": STR,

@@ -104,7 +104,12 @@ WORKLOAD_COMMON = {
     "name": d(STR, "The workload's name (TYPE#INDEX by default)."), "type": STR, "ok": BOOL,
     "started_s": rel("when the workload started."), "wall_s": dur("the workload's wall-clock time."),
     "cpu_idle_min_pct": d(nullable(NUM), "The fidelity guard: least CPU idle sampled, %."),
-    "cpu_idle_mean_pct": d(nullable(NUM), "Mean CPU idle during the workload, %."),
+    "cpu_idle_mean_pct": d(nullable(NUM), "Mean CPU idle during the workload (its timed operations where "
+                                          "cpu_window is timed), %."),
+    "cpu_window": d({"enum": ["timed", "whole"]}, "What the guard judged: the timed operations (the workload "
+                                                  "named them, start-up and tear-down left out) or the whole "
+                                                  "workload (none named, or too short to hold a sample)."),
+    "cpu_idle_whole_pct": d(NUM, "Mean CPU idle over the whole workload, start-up included, %."),
     "cpu_bound": d(BOOL, "Taken without CPU headroom: the figure measures the machine, not the links."),
     "capacity_used": d(nullable(NUM), "CPU busy time over the most a link-bound run may use (1 = the fidelity "
                                       "guard's threshold; above 1 the run is cpu_bound)."),

@@ -185,7 +185,7 @@ def _run(net, spec: dict, hosts: list) -> dict:
     fabric = net.fabric
     peers = rank_setup.peers(hosts)
     policy = spec.get("recovery", "abort")
-    rows, errors, error_times, recoveries, beats = [], [], [], [], []
+    rows, errors, error_times, recoveries, beats, timed = [], [], [], [], [], []
     sweep = _Sweep(fabric, spec, len(hosts))
     for size in sweep.sizes:
         sweep.starting(size)
@@ -230,12 +230,25 @@ def _run(net, spec: dict, hosts: list) -> dict:
             break
         rows.append(row(fabric, spec, size, done, before, after, hb_counters.growth(hb_before, hb_after),
                         pfc.growth(pfc_before, pfc_after)))
+        timed += timed_windows(done)
         if spec.get("state"):          # every rank's shared state, bit for bit against numpy's
             parity = rows[-1]["state"] = state_parity.check(done, done[0]["count"])
             rows[-1]["correct"] &= parity["ranks"] == len(done) and not parity["divergent"] \
                 and not parity["sync_mismatches"]
         sweep.measured(rows[-1])
-    return _summarize_run(spec, len(hosts), rows, errors, error_times, recoveries, beats)
+    return {**_summarize_run(spec, len(hosts), rows, errors, error_times, recoveries, beats), "timed_windows": timed}
+
+
+def timed_windows(outs: list[dict]) -> list[list[float]]:
+    """Each measured step's wall-clock window, from the first rank in to the last one out (the fidelity guard
+    judges these: the ranks' start-up and tear-down are not what the figures time)."""
+    steps = [o.get("windows") or [] for o in outs]
+    out = []
+    for i in range(min(map(len, steps), default=0)):
+        spans = [w[i] for w in steps if w[i] is not None]
+        if spans:
+            out.append([min(a for a, _ in spans), max(b for _, b in spans)])
+    return out
 
 
 class _Sweep:

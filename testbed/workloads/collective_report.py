@@ -25,6 +25,11 @@ ROW = obj({
     "pfc_pauses": d(INT, "Pauses of the fabric's upstream ports while the size ran (fabric.pfc; 0 without it)."),
     "pfc_paused_s": dur("the time the fabric's ports were paused, summed over the ports (fabric.pfc)."),
     "transport": d({"type": "object"}, "Non-zero transport counters."),
+    "rank_cpu_s": d(nullable({"type": "object", "properties": {"user": NUM, "system": NUM}}),
+                    "Seconds (a duration) of CPU the ranks' own processes used per measured operation, all ranks "
+                    "together: in user "
+                    "space (their transport) and in the kernel on their behalf (system calls; the kernel's softirq "
+                    "work and the switches' are not in it). null when a rank did not say (a spare that joined late)."),
     "hb_bytes": d(INT, "Bytes over the HB links, both ways (warm-up included, as every byte counter)."),
     "link_bytes": d(INT, "Bytes on all links (SPCL): NIC sends + switch egress + hb_bytes."),
     "tree_min_bytes": d(INT, "algo multicast: each shard once over each link of its minimal tree, per operation run."),

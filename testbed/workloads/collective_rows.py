@@ -42,8 +42,19 @@ def row(fabric, spec: dict, size: int, outs: list[dict], before: dict, after: di
             "recovered_chunks": sum(o.get("recovered_chunks", 0) for o in outs),
             "drops": sum(v for k, v in counters.items() if k.startswith("drop")),
             "transport": {k: v for k, v in sorted(counters.items()) if v and not k.endswith(("packets", "bytes"))},
+            "rank_cpu_s": rank_cpu(outs, iters),
             **collective_phases.extra_fields(spec["op"], spec["algo"], nbytes, cluster(fabric), outs),
             **link_traffic(fabric, spec, outs, before, after, hb_bytes)}
+
+
+def rank_cpu(outs: list[dict], iters: int) -> dict | None:
+    """The ranks' own CPU seconds per measured operation, every rank together: {user, system}; None if a rank
+    did not say (a spare that joined late)."""
+    steps = [o.get("cpu") or [] for o in outs]
+    if not iters or any(len(c) < iters or None in c[:iters] for c in steps):
+        return None
+    return {part: round(sum(c[i][k] for c in steps for i in range(iters)) / iters, 6)
+            for k, part in enumerate(("user", "system"))}
 
 
 def link_traffic(fabric, spec: dict, outs: list[dict], before: dict, after: dict, hb_bytes: int) -> dict:

@@ -35,3 +35,24 @@ def test_the_report_names_the_threshold_it_used():
                           "hb_mbps": 45, "routing": "ecmp", "datapath": "user"}, "checks": []}
     text = report.summary_markdown(results, "table")
     assert "w ran with under 20% CPU idle on average" in text
+
+
+def test_the_guard_judges_the_timed_operations_where_a_workload_names_them():
+    s = fidelity.CpuSampler(period=0.5)
+    # start-up saturates the machine (0% idle) for 2 s, then the timed operation runs with 60% idle
+    s.samples = [0.0, 0.0, 0.0, 0.0, 60.0, 60.0, 60.0, 60.0]
+    s.stamps = [100.5 + 0.5 * i for i in range(8)]
+    timed = s.report([[102.0, 104.0]])
+    assert (timed["cpu_window"], timed["cpu_idle_mean_pct"], timed["cpu_bound"]) == ("timed", 60.0, False)
+    assert timed["cpu_idle_whole_pct"] == 30.0
+    whole = s.report()
+    assert (whole["cpu_idle_mean_pct"], whole["cpu_bound"]) == (30.0, False) and "cpu_window" not in whole
+    # a sample half inside a window counts; one barely inside does not
+    assert s.within([[101.75, 102.6]]) == [0.0, 60.0]
+
+
+def test_a_timed_window_too_short_to_hold_a_sample_falls_back_to_the_whole_run():
+    s = fidelity.CpuSampler(period=0.5)
+    s.samples, s.stamps = [10.0, 50.0], [100.5, 101.0]
+    r = s.report([[100.6, 100.61]])
+    assert (r["cpu_window"], r["cpu_idle_mean_pct"]) == ("whole", 30.0)
