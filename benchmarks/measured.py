@@ -337,7 +337,7 @@ def pccl_wan() -> dict:
             "eight_of_rate": runs[8]["of_rate"]}
 
 
-DILOCO_RATES = (20, 2)          # Mbit/s across sites: DDP already bound by the link at the first, all but Streaming at the second
+DILOCO_RATES = (20, 2)          # Mbit/s across sites: DDP link-bound at the first, all but Streaming at the second
 
 
 def diloco_sites() -> dict:

@@ -70,7 +70,8 @@ def _claims_of(pipes: list[dict], churns: list[dict], churn_s: float) -> list[Cl
 def _pipe(out_dir: str) -> dict:
     from testbed import PROJECT_ROOT, runner
     from testbed.scenario import load
-    doc = load(os.path.join(PROJECT_ROOT, "scenarios", "pccl_wan.yaml"), [f"workloads.0.connections=[1, {CONNECTIONS}]"])
+    doc = load(os.path.join(PROJECT_ROOT, "scenarios", "pccl_wan.yaml"),
+               [f"workloads.0.connections=[1, {CONNECTIONS}]"])
     out = runner.run(doc, out_dir, echo=lambda *a: None)
     w = out["workloads"][0] if out["workloads"] else {}
     runs = {r["connections"]: r for r in w.get("runs", [])}

@@ -36,7 +36,9 @@ RESULT_SCHEMA = {
     "fragments": INT, "compute_s": dur("emulated compute per inner step."),
     "dilation": d(NUM, "Emulated / full-scale time of an exchange."),
     "sampled_ports": arr(STR, "The ports whose sampled counters measure what crosses sites: the WAN links' ends, "
-                              "or the leaders' NIC ports where each site is one server; absent otherwise."), "variants": arr(VARIANT, "One per run."),
+                              "or the leaders' NIC ports where each site is one server; absent otherwise."),
+    "sampled_ports_mbps": d(NUM, "Their links' rates, summed: a burst drains at most this fast."),
+    "variants": arr(VARIANT, "One per run."),
 }
 
 

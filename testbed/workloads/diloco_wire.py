@@ -3,6 +3,7 @@ accounting: the bytes the switch ends of the cross-site links sent (their device
 go on the wire, after a delayed link's delay), summed, every PERIOD_S.
 
     cross_ports(net, site_hosts)    the switch-side devices whose traffic is exactly what crosses sites, or None
+    fits(nbytes, mbps, window_s)    whether a burst of nbytes drains within the window at the ports' rate
     sampler(devs)                   a thread sampling their bytes over time (program_traffic's sampler)
     step_bounds(outs, leaders)      the inner steps' span: the leaders' first start to their last end
     figures(sent, bounds, window_s) bytes per inner step, and the most bytes within any window of window_s
@@ -27,8 +28,8 @@ from testbed.workloads.program_traffic import Sampler
 PERIOD_S = 0.02         # a tenth of a short inner step or less: a window's edges are placed within a sample
 
 
-def cross_ports(net, site_hosts: list[list]) -> list[str] | None:
-    """The switch ends of the fabric's WAN links, both ways; on a fabric partitioned by `sites:`, the switch ends
+def cross_ports(net, site_hosts: list[list]) -> list[tuple[str, float]] | None:
+    """(device, its link's Mbit/s) of the switch ends of the fabric's WAN links, both ways; on a fabric partitioned by `sites:`, the switch ends
     of the leaders' NIC links, provided every site is one server (its GPUs then talk over their HB domain, so a
     leader's NIC carries only what crosses sites). None where no such ports exist on this machine."""
     fabric = net.fabric
@@ -44,7 +45,13 @@ def cross_ports(net, site_hosts: list[list]) -> list[str] | None:
                 for leader, other, port in ((l.a, l.b, l.b_port), (l.b, l.a, l.a_port)) if leader in leaders]
     if not ends or any(net.machine_of(node) is not None or net.is_patch(l) for node, _, _, l in ends):
         return None         # a port on another machine, or a patch port (no device): not sampled here
-    return [switch_port(node, port) for node, port, _, _ in ends]
+    return [(switch_port(node, port), l.mbps) for node, port, _, l in ends]
+
+
+def fits(nbytes: float, mbps: float, window_s: float) -> bool:
+    """Whether a burst drains well within the window (80% of it) at the ports' summed rate: only then does the
+    window's peak measure the burst rather than the link."""
+    return nbytes * 8 <= 0.8 * mbps * 1e6 * window_s
 
 
 def sampler(devs: list[str]) -> Sampler:

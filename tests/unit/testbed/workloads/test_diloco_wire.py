@@ -20,7 +20,7 @@ def test_the_wan_links_both_ends_are_the_cross_site_ports():
                   wan=[{"a": "eu", "b": "us", "mbps": 5, "delay_us": 10000}])
     (link,) = sited.wan_links()
     got = diloco_wire.cross_ports(local_net(sited), sites_of(sited, {}))
-    assert got == [switch_port(link.a, link.a_port), switch_port(link.b, link.b_port)]
+    assert got == [(switch_port(link.a, link.a_port), 5), (switch_port(link.b, link.b_port), 5)]
 
 
 def test_a_partition_by_servers_samples_the_leaders_nic_ports_and_another_partition_nothing():
@@ -28,8 +28,8 @@ def test_a_partition_by_servers_samples_the_leaders_nic_ports_and_another_partit
     net = local_net(fabric)
     got = diloco_wire.cross_ports(net, sites_of(fabric, {"sites": [["s0g0", "s0g1"], ["s1g0", "s1g1"]]}))
     nics = [fabric.attachment(h, "nic") for h in ("s0g0", "s1g0")]
-    assert sorted(got) == sorted(switch_port(l.b, l.b_port) if l.a in fabric.hosts else switch_port(l.a, l.a_port)
-                                 for l in nics)
+    assert sorted(got) == sorted((switch_port(l.b, l.b_port) if l.a in fabric.hosts else switch_port(l.a, l.a_port),
+                                  20) for l in nics)
     # a site across servers: its GPUs' own ring crosses the NICs too, so no port carries only the WAN's bytes
     assert diloco_wire.cross_ports(net, sites_of(fabric, {"sites": [["s0g0", "s1g1"], ["s1g0", "s0g1"]]})) is None
     remote = SimpleNamespace(**{**vars(net), "machine_of": lambda node: "elsewhere"})
@@ -87,9 +87,14 @@ def test_the_streaming_peak_check_holds_the_sampled_ratio_too():
             "wan_wire_bytes_per_step": 1.0}
     di = {**base, "variant": "diloco", "peak_wan_wire_bytes": 200.0, "sampled_peak_wan_bytes": 210.0}
     st = {**base, "variant": "streaming", "peak_wan_wire_bytes": 100.0, "sampled_peak_wan_bytes": 105.0}
-    result = {"sites": s["sites"], "gpus": 2, "variants": [di, st]}
+    # 200 B drain in 8 us at the ports' 200 Mbit/s: well within the window of 0.4 s
+    result = {"sites": s["sites"], "gpus": 2, "variants": [di, st], "sampled_ports_mbps": 200.0, "compute_s": 0.4}
     check = next(c for c in diloco.checks(result, s) if c["name"] == "streaming peak")
-    assert check["ok"] and "0.500 by the cross-site ports' sampled counters" in check["detail"]
+    assert check["ok"] and "0.500 by the cross-site ports' sampled counters (1/P" in check["detail"]
     result["variants"][1] = {**st, "sampled_peak_wan_bytes": 190.0}      # on the wire, Streaming's burst as big
     check = next(c for c in diloco.checks(result, s) if c["name"] == "streaming peak")
-    assert not check["ok"] and "0.905 by the cross-site ports' sampled counters" in check["detail"]
+    assert not check["ok"] and "0.905 by the cross-site ports' sampled counters (1/P" in check["detail"]
+    # a link too slow to drain DiLoCo's sync within the window: both peaks fill it, and the ratio is not held
+    check = next(c for c in diloco.checks({**result, "sampled_ports_mbps": 4e-6}, s) if c["name"] == "streaming peak")
+    assert check["ok"] and "not held: DiLoCo's sync outlasts a step's compute" in check["detail"]
+    assert diloco_wire.fits(100_000, 20.0, 0.4) and not diloco_wire.fits(265_000, 4.0, 0.4)
