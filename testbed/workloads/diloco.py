@@ -274,8 +274,8 @@ def checks(result: dict, s: dict) -> list[dict]:
         held = sampled is not None and diloco_wire.fits(di["peak_wan_wire_bytes"], result["sampled_ports_mbps"],
                                                          result["compute_s"])
         text = "" if sampled is None else f", {sampled:.3f} by the cross-site ports' sampled counters" + (
-            "" if held else " (not held: DiLoCo's sync outlasts a step's compute at the ports' rate, so both peaks "
-                            "fill the window: the link sets the pace)")
+            "" if held else " (not held: DiLoCo's sync does not drain within 80% of a step's compute at the ports' "
+                            "rate, so the window may cut its peak: the link sets the pace)")
         out.append({"name": "streaming peak", "ok": 0.8 / p <= ratio <= 1.2 / p and
                     (not held or 0.75 / p <= sampled <= 1.25 / p),
                     "detail": f"Streaming / DiLoCo peak WAN bytes in a step {ratio:.3f} on the wire{text} (1/P = "
