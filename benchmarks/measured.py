@@ -337,6 +337,42 @@ def pccl_wan() -> dict:
             "eight_of_rate": runs[8]["of_rate"]}
 
 
+DILOCO_RATES = (20, 2)          # Mbit/s across sites: DDP link-bound at the first, all but Streaming at the second
+
+
+def diloco_sites() -> dict:
+    """benchmarks/diloco.py at 20 Mbit/s with 8-bit runs, then at 2 Mbit/s: the WAN bytes on the wire per inner
+    step against DDP's, Streaming's peak on the wire (sampled) against DiLoCo's, seconds per inner step."""
+    import diloco
+    numbers = {}
+    for mbps in DILOCO_RATES:
+        rows, bad = diloco.one(diloco.defaults(quantize=8 if mbps == DILOCO_RATES[0] else 0), mbps)
+        wanted = [("ddp", 0), ("diloco", 0), ("streaming", 0)] + ([("diloco", 8), ("streaming", 8)]
+                                                                   if mbps == DILOCO_RATES[0] else [])
+        wrong = [k for k in wanted if k not in rows or rows[k]["replicas"]["wrong"]]
+        if wrong:
+            raise RuntimeError(f"diloco at {mbps} Mbit/s: {wrong} incomplete or not exact: {bad}")
+        ddp, di, st = rows["ddp", 0], rows["diloco", 0], rows["streaming", 0]
+        if mbps == DILOCO_RATES[0]:
+            for variant, bits in wanted[1:]:
+                numbers[f"{variant}{bits or ''}_of_ddp"] = (rows[variant, bits]["wan_wire_bytes_per_step"]
+                                                           / ddp["wan_wire_bytes_per_step"])
+            numbers["sampled_peak_ratio"] = st["sampled_peak_wan_bytes"] / di["sampled_peak_wan_bytes"]
+        for variant in ("ddp", "diloco", "streaming"):
+            numbers[f"{variant}_{mbps}_s"] = rows[variant, 0]["step_s"]
+    return numbers
+
+
+def diloco_text(s) -> str:
+    fast, slow = DILOCO_RATES
+    return (f"WAN bytes per inner step / DDP's: DiLoCo {s['diloco_of_ddp'](3)} (1/H = 0.25), Streaming "
+            f"{s['streaming_of_ddp'](3)}, 8-bit {s['diloco8_of_ddp'](3)} / {s['streaming8_of_ddp'](3)}; Streaming's "
+            f"peak on the wire {s['sampled_peak_ratio'](3)} of DiLoCo's (1/P = 0.5); s per step (0.4 s of compute) "
+            f"at {fast} / {slow} Mbit/s: DDP {s[f'ddp_{fast}_s']()} / {s[f'ddp_{slow}_s']()}, DiLoCo "
+            f"{s[f'diloco_{fast}_s']()} / {s[f'diloco_{slow}_s']()}, Streaming {s[f'streaming_{fast}_s']()} / "
+            f"{s[f'streaming_{slow}_s']()}")
+
+
 PEER_RATES = (10, 50)
 PEER_NAMES = {"ours": "ours", "mpi-tuned": "Open MPI tuned", "mpi": "as installed", "gloo": "gloo", "tf": "TF"}
 
@@ -650,6 +686,15 @@ FIGURES = [
            lambda s: (f"one connection {s['one_of_window']()} of window / round trip ({s['one_of_rate']()} of the "
                       f"link); eight {s['eight_of_rate']()} of the link"),
            held={"eight_of_rate": "higher"}, quick=True),
+    Figure("diloco", "DDP / DiLoCo / Streaming DiLoCo across 2 sites of 2 GPUs (256 KiB, H = 4, P = 2)",
+           "[DiLoCo](docs/diloco.md#measured)",
+           "benchmarks/diloco.py: rail-optimized 2x2, each server a site, the leaders' NICs what crosses sites; 256 KiB "
+           "of float32, H = 4, P = 2, 8 inner steps of 0.4 s compute; at 20 Mbit/s with 8-bit runs, then at 2 Mbit/s; "
+           "bytes on the wire per inner step, the sampled peak over a window of one step's compute, every replica "
+           "bit-equal to the numpy reference",
+           diloco_sites, diloco_text,
+           held={"diloco_of_ddp": "lower", "streaming_of_ddp": "lower", "sampled_peak_ratio": "lower",
+                 "streaming_2_s": "lower"}),
     Figure("bring_up", "bring-up, 64 GPU hosts and 20 switches", "[Docker](docs/docker.md)",
            "rail-optimized 8x8, 4 spines, ECMP, namespaces (containers: benchmarks/bringup.py ... docker)",
            bring_up_64, lambda s: f"{s['netns_s'](1)} s on namespaces", held={"netns_s": "lower"}, quick=True),

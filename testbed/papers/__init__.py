@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 
 # name -> module; `testbed paper --list` shows them in this order
 PAPERS = {"rail-only": "testbed.papers.rail_only", "spcl-multicast": "testbed.papers.spcl_multicast",
-          "apnet": "testbed.papers.apnet", "spraying": "testbed.papers.spraying"}
+          "apnet": "testbed.papers.apnet", "spraying": "testbed.papers.spraying", "diloco": "testbed.papers.diloco",
+          "pccl": "testbed.papers.pccl"}
 
 REPRODUCED, PARTLY, DIFFERS, NOT_RUN = "reproduced", "partly", "differs", "not run"
 

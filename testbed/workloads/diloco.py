@@ -18,6 +18,7 @@ one, and the compute sleep is the full-scale step time x dilation (unless `compu
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import shutil
@@ -30,7 +31,7 @@ from hosts.spec.rank import DilocoRankSpec
 from testbed.fabric import ovs
 from testbed.runtime.launch import run_on_hosts
 from testbed.scenario.schema import NAME, POSITIVE_INT, RATE, SIZE, ScenarioError, parse_size
-from testbed.workloads import rank_setup
+from testbed.workloads import diloco_wire, rank_setup
 from testbed.workloads.diloco_report import (  # noqa: F401 (its part of the report)
     RESULT_SCHEMA, comparable, headline, label, report_plots, report_section, summary, tables)
 from testbed.workloads.diloco_sites import sites_of
@@ -158,6 +159,10 @@ def run(net, spec: dict) -> dict:
               "bytes": 4 * count_of(s), "steps": s["steps"], "sync_every": s["sync_every"],
               "fragments": s["fragments"], "compute_s": compute_s(fabric, s), "dilation": dilation(fabric, s),
               "variants": []}
+    ports = diloco_wire.cross_ports(net, site_hosts)
+    if ports is not None:
+        result["sampled_ports"] = [dev for dev, _ in ports]
+        result["sampled_ports_mbps"] = sum(mbps for _, mbps in ports)
     refs = {}
     for variant, bits in runs(s):
         store = os.path.join(net.run_dir, "store", f"diloco-{variant}-{bits}-{time.monotonic_ns()}")
@@ -171,7 +176,8 @@ def run(net, spec: dict) -> dict:
         budget = s["steps"] * (3 * common.compute_s + 10) + s["timeout_s"] + 30
         before = net.counters() if fabric.wan_links() else None
         try:
-            out, failed = run_on_hosts(net, commands, timeout=budget, partial=True)
+            with diloco_wire.sampler(result["sampled_ports"]) if ports is not None else contextlib.nullcontext() as wire:
+                out, failed = run_on_hosts(net, commands, timeout=budget, partial=True)
         finally:
             shutil.rmtree(store, ignore_errors=True)
         link_bytes = wan_link_bytes(fabric, before, net.counters()) if before is not None else None
@@ -182,6 +188,9 @@ def run(net, spec: dict) -> dict:
         row = measure(variant, bits, common.compute_s, sites, out, failed, refs[variant, bits], refs.get((variant, 0)))
         if link_bytes is not None and "replicas" in row:
             row["wan_link_bytes_per_step"] = link_bytes / s["steps"]
+        if wire is not None and "replicas" in row:
+            bounds = diloco_wire.step_bounds(list(out.values()), [site[0] for site in sites])
+            row.update(diloco_wire.figures(wire.samples, bounds, common.compute_s))
         result["variants"].append(row)
     result["checks"] = checks(result, s)
     result["ok"] = all(c["ok"] for c in result["checks"])
@@ -259,9 +268,18 @@ def checks(result: dict, s: dict) -> list[dict]:
                               + f"(1/H = {1 / h:.3f}; wire allowed 10% for headers and retransmissions)"})
     if di and st:
         ratio = st["peak_wan_wire_bytes"] / di["peak_wan_wire_bytes"]
-        out.append({"name": "streaming peak", "ok": 0.8 / p <= ratio <= 1.2 / p,
-                    "detail": f"Streaming / DiLoCo peak WAN bytes in a step {ratio:.3f} on the wire (1/P = "
-                              f"{1 / p:.3f}, within 20%)"})
+        sampled = (st["sampled_peak_wan_bytes"] / di["sampled_peak_wan_bytes"]
+                   if di.get("sampled_peak_wan_bytes") and "sampled_peak_wan_bytes" in st else None)
+        # the sampled peak tells the bursts apart only while DiLoCo's drains within the window
+        held = sampled is not None and diloco_wire.fits(di["peak_wan_wire_bytes"], result["sampled_ports_mbps"],
+                                                         result["compute_s"])
+        text = "" if sampled is None else f", {sampled:.3f} by the cross-site ports' sampled counters" + (
+            "" if held else " (not held: DiLoCo's sync does not drain within 80% of a step's compute at the ports' "
+                            "rate, so the window may cut its peak: the link sets the pace)")
+        out.append({"name": "streaming peak", "ok": 0.8 / p <= ratio <= 1.2 / p and
+                    (not held or 0.75 / p <= sampled <= 1.25 / p),
+                    "detail": f"Streaming / DiLoCo peak WAN bytes in a step {ratio:.3f} on the wire{text} (1/P = "
+                              f"{1 / p:.3f}, within 20%; sampled within 25%: a window's edges fall between samples)"})
     return out
 
 

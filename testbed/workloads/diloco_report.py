@@ -15,6 +15,15 @@ VARIANT = obj({
     "peak_wan_mbps": d(nullable(NUM), "That step's WAN bytes over the compute window: the rate that hides it."),
     "wan_link_bytes_per_step": d(NUM, "Bytes the fabric's WAN links carried per inner step, both ways, by their "
                                       "ports' own counters (fabric.sites only)."),
+    "sampled_wan_bytes_per_step": d(NUM, "Bytes the cross-site ports (sampled_ports) sent per inner step, by "
+                                         "their queues' own counters sampled over the run."),
+    "sampled_peak_wan_bytes": d(NUM, "The most bytes those ports sent within any window of one inner step's "
+                                     "compute (sampled_window_s), from the samples: what had to cross while a "
+                                     "step computed. Tops out at the link's rate x the window when a burst "
+                                     "outlasts it."),
+    "sampled_peak_wan_mbps": d(nullable(NUM), "That over the window: the peak rate seen on the wire."),
+    "sampled_window_s": dur("the window of the sampled peak: one inner step's compute."),
+    "sampled_period_s": dur("mean period between the samples of the cross-site ports."),
     "wan_achieved_mbps": d(nullable(NUM), "WAN payload over the time spent in the exchanges."),
     "step_s": dur("wall-clock per inner step."), "loss": d(NUM, "The reference's loss after the last step."),
     "replicas": {"type": "object"}, "quantization_max_dev": NUM,
@@ -25,7 +34,11 @@ RESULT_SCHEMA = {
     "sites": arr(arr(STR), "GPU host names per site."), "leaders": arr(STR, "The host crossing sites per site."),
     "gpus": INT, "count": d(INT, "float32 parameters."), "bytes": INT, "steps": INT, "sync_every": INT,
     "fragments": INT, "compute_s": dur("emulated compute per inner step."),
-    "dilation": d(NUM, "Emulated / full-scale time of an exchange."), "variants": arr(VARIANT, "One per run."),
+    "dilation": d(NUM, "Emulated / full-scale time of an exchange."),
+    "sampled_ports": arr(STR, "The ports whose sampled counters measure what crosses sites: the WAN links' ends, "
+                              "or the leaders' NIC ports where each site is one server; absent otherwise."),
+    "sampled_ports_mbps": d(NUM, "Their links' rates, summed: a burst drains at most this fast."),
+    "variants": arr(VARIANT, "One per run."),
 }
 
 
@@ -64,7 +77,7 @@ def table(result: dict) -> str:
              f"H={result['sync_every']}, P={result['fragments']}, {result['steps']} steps, compute "
              f"{result['compute_s']:.3f} s/step",
              f"# {'variant':<16} {'WAN B/step':>11} {'wire B/step':>12} {'/ddp':>6} {'peak B':>9} {'peak Mbit/s':>11} "
-             f"{'s/step':>7} {'loss':>8} {'replicas':>9}"]
+             f"{'sampled peak B':>14} {'s/step':>7} {'loss':>8} {'replicas':>9}"]
     ddp = _ddp(result)
     for r in result["variants"]:
         if "replicas" not in r:
@@ -73,9 +86,10 @@ def table(result: dict) -> str:
         rel = r["wan_bytes_per_step"] / ddp["wan_bytes_per_step"] if ddp else None
         ok = not r["replicas"]["wrong"] and r["replicas"]["outer_agree"]
         peak = "-" if r["peak_wan_mbps"] is None else f"{r['peak_wan_mbps']:.2f}"
+        sampled = f"{r['sampled_peak_wan_bytes']:.0f}" if "sampled_peak_wan_bytes" in r else "-"
         lines.append(f"  {label(r):<16} {r['wan_bytes_per_step']:>11.0f} {r['wan_wire_bytes_per_step']:>12.0f} "
                      f"{'-' if rel is None else f'{rel:.3f}':>6} {r['peak_wan_bytes']:>9.0f} {peak:>11} "
-                     f"{r['step_s']:>7.3f} {r['loss']:>8.4f} {'exact' if ok else 'DIFFER':>9}")
+                     f"{sampled:>14} {r['step_s']:>7.3f} {r['loss']:>8.4f} {'exact' if ok else 'DIFFER':>9}")
     return "\n".join(lines)
 
 
@@ -89,16 +103,17 @@ def report_section(workloads: list[dict]) -> list[str]:
         lines += [f"## DiLoCo {w.get('name', '')}: what crosses sites", "",
                   f"{len(w['sites'])} sites ({', '.join('+'.join(s) for s in w['sites'])}), leaders "
                   f"{', '.join(w['leaders'])}; H={w['sync_every']}, P={w['fragments']}.", "",
-                  "| variant | WAN bytes / step | wire bytes / step | peak step bytes | peak Mbit/s | s / step | "
-                  "replicas |", "|---|---|---|---|---|---|---|"]
+                  "| variant | WAN bytes / step | wire bytes / step | peak step bytes | peak Mbit/s | "
+                  "sampled peak step bytes | s / step | replicas |", "|---|---|---|---|---|---|---|---|"]
         for r in w["variants"]:
             if "replicas" not in r:
-                lines.append(f"| {label(r)} | did not complete | | | | | |")
+                lines.append(f"| {label(r)} | did not complete | | | | | | |")
                 continue
             ok = not r["replicas"]["wrong"] and r["replicas"]["outer_agree"]
             peak = "-" if r["peak_wan_mbps"] is None else f"{r['peak_wan_mbps']:.2f}"
+            sampled = f"{r['sampled_peak_wan_bytes']:.0f}" if "sampled_peak_wan_bytes" in r else "-"
             lines.append(f"| {label(r)} | {r['wan_bytes_per_step']:.0f} | {r['wan_wire_bytes_per_step']:.0f} | "
-                         f"{r['peak_wan_bytes']:.0f} | {peak} | {r['step_s']:.3f} | "
+                         f"{r['peak_wan_bytes']:.0f} | {peak} | {sampled} | {r['step_s']:.3f} | "
                          f"{'exact' if ok else 'differ'} |")
         lines.append("")
     return lines

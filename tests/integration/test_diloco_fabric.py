@@ -32,6 +32,12 @@ def test_ddp_diloco_and_streaming_across_two_sites(tmp_path):
     # Streaming's peak WAN step about 1/P of DiLoCo's
     assert st["peak_wan_wire_bytes"] / di["peak_wan_wire_bytes"] == pytest.approx(1 / P, rel=0.2)
     assert st["peak_wan_mbps"] / di["peak_wan_mbps"] == pytest.approx(1 / P, rel=0.2)
+    # ... and seen on the wire: the most bytes the leaders' NIC ports sent within any window of one step's
+    # compute, from their devices' sampled counters (a window's edges fall between samples: 25%)
+    assert w["sampled_ports"] and all(v["sampled_period_s"] < 0.15 for v in rows.values())
+    assert st["sampled_peak_wan_bytes"] / di["sampled_peak_wan_bytes"] == pytest.approx(1 / P, rel=0.25)
+    assert di["sampled_peak_wan_bytes"] == pytest.approx(di["peak_wan_wire_bytes"], rel=0.25)
+    assert di["sampled_wan_bytes_per_step"] <= 1.1 * ddp["sampled_wan_bytes_per_step"] / H
     # 8 bits instead of 32: about a quarter of the bytes, and the parameters moved only a little
     assert rows["diloco", 8]["wan_wire_bytes_per_step"] / di["wan_wire_bytes_per_step"] == pytest.approx(0.25, abs=0.05)
     assert 0 < rows["diloco", 8]["quantization_max_dev"] < 0.25
@@ -57,6 +63,10 @@ def test_diloco_takes_the_fabrics_own_sites_across_a_wan_link(tmp_path):
     print(f"WAN link bytes per inner step: {link}")
     assert link["ddp"] >= rows["ddp"]["wan_bytes_per_step"]      # every payload byte crossed it, and headers
     assert link["diloco"] <= 1.1 * link["ddp"] / H
+    # the WAN link's ends sampled over the run count the same bytes, and DiLoCo's sync is one burst of them
+    assert len(r["workloads"][0]["sampled_ports"]) == 2
+    for v in rows:
+        assert rows[v]["sampled_wan_bytes_per_step"] == pytest.approx(link[v], rel=0.1)
 
 
 def test_a_site_lost_and_back_during_diloco_leaves_every_replica_bit_equal(tmp_path):

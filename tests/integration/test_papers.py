@@ -21,6 +21,8 @@ EXPECTED = {
                   for m in ("congestion", "time")}, ()),
     "apnet": ({"m2-matrix", "m2-volume-tp", "m2-volume-pp", "m2-volume-dp", "m2-bubble", "m2-iteration"},
               ("m2-matrix", "m2-volume-")),
+    "diloco": ({"every-h", "peak-1-over-p", "quantised", "two-orders"}, ("every-h", "quantised")),
+    "pccl": ({"one-window-bound", "many-fill-the-pipe", "bit-parity"}, ("bit-parity",)),
 }
 
 

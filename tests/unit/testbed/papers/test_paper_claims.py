@@ -79,3 +79,39 @@ def test_the_command_lists_papers_and_refuses_unknown_ones():
     assert "Traceback" not in unknown.stderr
     nothing = cli()
     assert nothing.returncode == 2 and "name a paper, or --list" in nothing.stderr
+
+
+def diloco_rows(peak_ratio=0.5, ddp=2.0, streaming4=2.0 / 146):
+    """A `diloco` run's rows as the paper module keeps them: bytes per inner step and sampled peaks."""
+    def row(per_step, peak=0.0):
+        return {"wan_bytes_per_step": per_step, "sampled_peak_wan_bytes": peak}
+    return {("ddp", 0): row(ddp, ddp), ("diloco", 0): row(ddp / 4, 4 * ddp),
+            ("diloco", 8): row(ddp / 16 + 0.001, ddp), ("streaming", 0): row(0.1875 * ddp, 4 * ddp * peak_ratio),
+            ("streaming", 4): row(streaming4), "idle": 60.0}
+
+
+def test_diloco_claims_from_its_runs():
+    from testbed.papers import diloco
+    claims = {c.key: c for c in diloco._claims_of([diloco_rows()], [diloco_rows()])}
+    assert set(claims) == {"every-h", "peak-1-over-p", "quantised", "two-orders"}
+    assert all(c.verdict == REPRODUCED for c in claims.values()), {k: (c.ours, c.verdict) for k, c in claims.items()}
+    assert claims["two-orders"].ours == [pytest.approx(2.164, abs=1e-3)]      # log10(146)
+    # a peak as big as DiLoCo's on the wire differs; ten times too little saving differs and says why
+    claims = {c.key: c for c in diloco._claims_of([diloco_rows(peak_ratio=0.9)], [diloco_rows(streaming4=0.2)])}
+    assert claims["peak-1-over-p"].verdict == DIFFERS
+    assert claims["two-orders"].verdict == DIFFERS and "scales with H" in claims["two-orders"].why
+
+
+def test_pccl_claims_from_its_runs():
+    from testbed.papers import pccl
+    pipe = {"wan_mbps": 5.0, "wan_payload_mbps": 4.7, "delay_us": 20000.0, "bdp_bytes": 25000.0, "size": 524288,
+            "window": 6, "mtu": 1024, "idle": 50.0,
+            "runs": {1: {"mbps": 1.0, "window_mbps": 1.02, "of_rate": 0.2}, 8: {"mbps": 4.5, "of_rate": 0.9}}}
+    churn = {"failures": 4, "rejoins": 3, "steps_completed": 120, "divergence": {"divergent": 0}}
+    claims = {c.key: c for c in pccl._claims_of([pipe], [churn], 45)}
+    assert [claims[k].verdict for k in ("one-window-bound", "many-fill-the-pipe", "bit-parity")] == [REPRODUCED] * 3
+    assert "4 failures and 3 rejoins" in claims["bit-parity"].config
+    slow = {**pipe, "runs": {**pipe["runs"], 8: {"mbps": 3.0, "of_rate": 0.6}}}
+    claims = {c.key: c for c in pccl._claims_of([slow], [{**churn, "divergence": {"divergent": 2}}], 45)}
+    assert claims["many-fill-the-pipe"].verdict == DIFFERS and "0.94" in claims["many-fill-the-pipe"].why
+    assert claims["bit-parity"].verdict == DIFFERS
