@@ -4,9 +4,10 @@ GPUs (its `placement:`, testbed/workloads/concurrent_placement.py), and how much
 Each job first runs alone (`alone: true`, the default), one after the other, then all start together (one
 thread each). A job's figure is its measured time (a collective: the sum over its sizes of the mean iteration
 time its ranks measured; traffic: its slowest flow's transfer time; a training iteration: its mean measured
-iteration; a program: its completion time, start-up included); its slowdown
-is together / alone. Each job is its own launch: its own ranks, store (rendezvous) directory, results and host
-logs (RESULTS/jobs/NAME/hosts/). Counters a job's own result reads from the switches (fabric_bytes,
+iteration; a program: its completion time, start-up included; an offload job: FastFlow's epoch at its
+measured training rate, its profiling left out); its slowdown is together / alone. An offload job's placement
+is its trainer's GPU, and its tf.data.service CPU hosts (`cpu_hosts`) are its own too. Each job is its own
+launch: its own ranks, store (rendezvous) directory, results and host logs (RESULTS/jobs/NAME/hosts/). Counters a job's own result reads from the switches (fabric_bytes,
 uplink_bytes) are the whole fabric's: while the jobs run together they include the other jobs' bytes.
 
 Faults: a fault timed from this workload (`workload: NAME`) counts from the moment its jobs start together. What
@@ -168,7 +169,7 @@ def warnings(fabric, spec: dict) -> list[str]:
 
 
 def measured_seconds(result: dict) -> float | None:
-    """A job's figure: a collective's mean iteration times summed over its sizes; traffic's slowest flow."""
+    """A job's figure: a collective's mean iteration times summed over its sizes; traffic's slowest flow; ..."""
     if not result.get("ok"):
         return None
     if result["type"] == "collective":

@@ -13,7 +13,8 @@ from testbed.scenario.loader import host_limits
 from testbed.scenario.schema import ScenarioError
 from testbed.workloads import concurrent, concurrent_bytes, offload
 
-RING = {"type": "collective", "name": "ring", "op": "allreduce", "algo": "ring", "placement": {"hosts": ["s0g1", "s1g0"]}}
+RING = {"type": "collective", "name": "ring", "op": "allreduce", "algo": "ring",
+        "placement": {"hosts": ["s0g1", "s1g0"]}}
 
 
 def offload_job(name="input", **keys) -> dict:
