@@ -203,7 +203,8 @@ def host_limits(doc: dict) -> dict:
     limits = dict(doc.get("host_limits", {}))
     if "memory" in limits:
         limits["memory"] = parse_size(limits["memory"], MIN_HOST_MEMORY, MAX_HOST_MEMORY)
-    needed = [IMAGE_OF_WORKLOAD[w["type"]] for w in doc.get("workloads", []) if w.get("type") in IMAGE_OF_WORKLOAD]
+    items = [x for w in doc.get("workloads", []) for x in [w, *(w.get("jobs") or [])]]   # a concurrent one's jobs
+    needed = [IMAGE_OF_WORKLOAD[w["type"]] for w in items if isinstance(w, dict) and w.get("type") in IMAGE_OF_WORKLOAD]
     if doc.get("host_image", "default") != "default":
         limits["image"] = doc["host_image"]
     elif needed:

@@ -4,9 +4,10 @@ GPUs (its `placement:`, testbed/workloads/concurrent_placement.py), and how much
 Each job first runs alone (`alone: true`, the default), one after the other, then all start together (one
 thread each). A job's figure is its measured time (a collective: the sum over its sizes of the mean iteration
 time its ranks measured; traffic: its slowest flow's transfer time; a training iteration: its mean measured
-iteration; a program: its completion time, start-up included); its slowdown
-is together / alone. Each job is its own launch: its own ranks, store (rendezvous) directory, results and host
-logs (RESULTS/jobs/NAME/hosts/). Counters a job's own result reads from the switches (fabric_bytes,
+iteration; a program: its completion time, start-up included; an offload job: FastFlow's epoch at its
+measured training rate, its profiling left out); its slowdown is together / alone. An offload job's placement
+is its trainer's GPU, and its tf.data.service CPU hosts (`cpu_hosts`) are its own too. Each job is its own
+launch: its own ranks, store (rendezvous) directory, results and host logs (RESULTS/jobs/NAME/hosts/). Counters a job's own result reads from the switches (fabric_bytes,
 uplink_bytes) are the whole fabric's: while the jobs run together they include the other jobs' bytes.
 
 Faults: a fault timed from this workload (`workload: NAME`) counts from the moment its jobs start together. What
@@ -22,7 +23,7 @@ import time
 from testbed.runtime import progress
 from testbed.scenario.schema import NAME, ScenarioError
 from testbed.schema_words import BOOL, INT, NUM, STR, arr, at, d, dur, nullable, obj
-from testbed.workloads import collective, concurrent_bytes, concurrent_placement, program, traffic, training
+from testbed.workloads import collective, concurrent_bytes, concurrent_placement, offload, program, traffic, training
 from testbed.workloads.concurrent_faults import spares_suffice, struck_jobs  # noqa: F401 (what a fault did to each job)
 
 # Faults timed from this workload count from the moment its jobs start together (the runner leaves it the call).
@@ -31,7 +32,8 @@ times_its_faults = True
 splits_link_bytes = True
 
 # The types a job may be: their own SCHEMA plus name and placement.
-JOB_TYPES = {"collective": collective, "traffic": traffic, "training_iteration": training, "program": program}
+JOB_TYPES = {"collective": collective, "traffic": traffic, "training_iteration": training, "program": program,
+             "offload": offload}
 
 
 def _job_schema(kind) -> dict:
@@ -45,8 +47,8 @@ def _job_schema(kind) -> dict:
 
 SCHEMA = {
     "type": "object", "additionalProperties": False, "required": ["type", "jobs"],
-    "description": "Several jobs at once, each a workload (collective, traffic, training_iteration, program) on "
-                   "its own GPUs; each also runs "
+    "description": "Several jobs at once, each a workload (collective, traffic, training_iteration, program, "
+                   "offload) on its own GPUs (an offload job: its trainer's GPU and its own CPU hosts); each also runs "
                    "alone first, and the results give every job's slowdown.",
     "properties": {
         "type": {"const": "concurrent", "description": "Jobs running at the same time."}, "name": NAME,
@@ -68,6 +70,7 @@ SCHEMA = {
 JOB = obj({
     "job": d(STR, "The job's name."), "type": STR, "ok": BOOL,
     "hosts": arr(STR, "Its GPU hosts."),
+    "cpu_hosts": arr(STR, "An offload job's CPU hosts (its tf.data.service)."),
     "seconds_alone": d(nullable(NUM), "Seconds (a duration): its measured time alone (null: not run alone, or "
                                       "failed)."),
     "seconds_together": d(nullable(NUM), "Seconds (a duration): its measured time with the other jobs."),
@@ -109,8 +112,17 @@ def validate(fabric, spec: dict, scenario: dict | None = None) -> None:
         if job["type"] == "program" and "hosts" in job:
             raise ScenarioError(f"jobs.{i} ({job['name']}): a program job runs on its placement; drop its hosts")
     placed = concurrent_placement.place_jobs(fabric, spec["jobs"], spec.get("allow_overlap", False))
+    served: dict[str, str] = {}
+    for job in spec["jobs"]:
+        for h in job_cpu_hosts(fabric, job):
+            if h in served:
+                raise ScenarioError(f"jobs {served[h]!r} and {job['name']!r} both run tf.data.service on {h}: a CPU "
+                                    f"host serves one offload job (give each its own cpu_hosts)")
+            served[h] = job["name"]
     for i, (job, hosts) in enumerate(zip(spec["jobs"], placed)):
         try:
+            if job["type"] == "offload":
+                _offload_placement(job, hosts)
             JOB_TYPES[job["type"]].validate(concurrent_placement.JobFabric(fabric, hosts), _bare(job), scenario or {})
         except ScenarioError as exc:
             raise ScenarioError(f"jobs.{i} ({job['name']}): {exc}") from None
@@ -124,6 +136,22 @@ def validate(fabric, spec: dict, scenario: dict | None = None) -> None:
                                         f"GPU's NIC serves one RoCE job")
                 roce[h] = job["name"]
     spares_suffice(fabric, spec, placed, (scenario or {}).get("faults", []))
+
+
+def _offload_placement(job: dict, hosts: list[str]) -> None:
+    """An offload job's placement is its trainer's GPU: one GPU, the trainer's if it names one."""
+    if len(hosts) != 1:
+        raise ScenarioError(f"an offload job's placement is its trainer's one GPU, but it selects {len(hosts)} "
+                            f"({', '.join(hosts)})")
+    if job.get("trainer", hosts[0]) != hosts[0]:
+        raise ScenarioError(f"trainer {job['trainer']!r} is not the GPU of its placement ({hosts[0]})")
+
+
+def job_cpu_hosts(fabric, job: dict) -> list[str]:
+    """The CPU hosts a job holds: an offload job's tf.data.service hosts (all of the fabric's by default)."""
+    if job["type"] != "offload":
+        return []
+    return list(job.get("cpu_hosts") or offload.cpu_hosts(fabric))
 
 
 def _bare(job: dict) -> dict:
@@ -141,7 +169,7 @@ def warnings(fabric, spec: dict) -> list[str]:
 
 
 def measured_seconds(result: dict) -> float | None:
-    """A job's figure: a collective's mean iteration times summed over its sizes; traffic's slowest flow."""
+    """A job's figure: a collective's mean iteration times summed over its sizes; traffic's slowest flow; ..."""
     if not result.get("ok"):
         return None
     if result["type"] == "collective":
@@ -150,6 +178,9 @@ def measured_seconds(result: dict) -> float | None:
         return result.get("measured", {}).get("iteration")          # the mean iteration
     if result["type"] == "program":
         return result.get("seconds")                                   # the job's completion time
+    if result["type"] == "offload":        # FastFlow's epoch at its measured training rate, per pipeline, summed
+        rates = [p["steps_per_s"]["median"] for p in result.get("policies", []) if p["policy"] == "fastflow"]
+        return sum(result["epoch_steps"] / r for r in rates) if rates and all(rates) else None
     seconds = [f["seconds"] for f in result.get("per_flow", []) if f.get("seconds") is not None]
     return max(seconds) if seconds else None
 
@@ -170,14 +201,16 @@ def run(net, spec: dict) -> dict:
     ports.append(_settled(net))
     flows.append(net.flow_bytes())
     rerouted = _port_changes(net) - changes
-    attributed = concurrent_bytes.attribute(fabric, {job["name"]: hosts for job, hosts in jobs}, flows, ports,
+    attributed = concurrent_bytes.attribute(fabric, {job["name"]: hosts + job_cpu_hosts(fabric, job)
+                                                     for job, hosts in jobs}, flows, ports,
                                             net.multicast_group_hosts())
     records, checks = [], []
     for job, hosts in jobs:
         (a, a_at, a_wall), (t, t_at, t_wall) = alone.get(job["name"], (None, None, None)), together[job["name"]]
         sa, st = (measured_seconds(a) if a else None), measured_seconds(t)
         records.append({"job": job["name"], "type": job["type"], "ok": t["ok"] and (a is None or a["ok"]),
-                        "hosts": hosts, "seconds_alone": _round(sa), "seconds_together": _round(st),
+                        "hosts": hosts, **({"cpu_hosts": cpus} if (cpus := job_cpu_hosts(fabric, job)) else {}),
+                        "seconds_alone": _round(sa), "seconds_together": _round(st),
                         "slowdown": round(st / sa, 4) if sa and st else None, "alone": a, "together": t,
                         "alone_at": a_at, "alone_wall_s": a_wall, "together_at": t_at, "together_wall_s": t_wall})
         for when, result in (("alone", a), ("together", t)):

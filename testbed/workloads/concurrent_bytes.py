@@ -1,8 +1,10 @@
 """Which job's bytes each switch and link carried while jobs ran together, from the routes' own counters.
 
 The controller installs one route per destination address on every switch (controllers/fabric_app.py), and
-OpenFlow counts the bytes each route forwarded. Jobs hold disjoint GPUs, so a route's destination names its
-job: a switch's bytes split by job exactly. A route with one output port names the link too; a multi-path route
+OpenFlow counts the bytes each route forwarded. Jobs hold disjoint GPUs (and an offload job its own CPU hosts),
+so a route's destination names its job, whatever the protocol: RoCE, a traffic job's UDP or TCP, an offload job's
+tf.data.service gRPC over TCP (both ways: to its trainer and to its CPU hosts). A switch's bytes split by job
+exactly. A route with one output port names the link too; a multi-path route
 (ECMP, spraying, flow splitting, a fast-failover route) sends through a group of its own, whose buckets count
 what each port sent (testbed/fabric/ovs.py dump_flow_bytes): either way each port's transmitted bytes split by
 job, under every routing mode. A multicast tree flow (controllers/multicast_app.py) matches a group address and

@@ -4,9 +4,9 @@
 A fault timed from a concurrent workload (`workload: NAME`) counts from the moment its jobs start together.
 For every job running when it struck (together: all of them; in the alone part: the one running alone), the
 entry says whether the fault hit the job and how it took it:
-  - hit: a GPU fault struck one of the job's GPUs; a link fault cut a link the job's bytes crossed while the
-    jobs ran together (bytes by job, testbed/workloads/concurrent_bytes.py), or one of the job's flows fell
-    silent across it;
+  - hit: a GPU fault struck one of the job's GPUs (or an offload job's CPU hosts); a link fault cut a link the
+    job's bytes crossed while the jobs ran together (bytes by job, testbed/workloads/concurrent_bytes.py), or one
+    of the job's flows fell silent across it;
   - its own recoveries after the fault (detected, by what, re-formed, first collective after it, steps lost,
     the policy): a job the fault did not hit has none, and its ranks, heartbeats and store are its own;
   - whether it completed, whether its results were exact (a collective's every size equal to numpy's on every
@@ -44,6 +44,8 @@ def job_view(w: dict, j: dict, part: str, fault: dict, t0: float, fabric) -> dic
     why = []
     if hit_hosts & set(j["hosts"]):
         why.append(f"its GPU {', '.join(sorted(hit_hosts & set(j['hosts'])))}")
+    if hit_hosts & set(j.get("cpu_hosts", [])):                 # an offload job's tf.data.service hosts
+        why.append(f"its CPU host {', '.join(sorted(hit_hosts & set(j['cpu_hosts'])))}")
     crossed = _crossed(w, j["job"], hit_links) if part == "together" else 0
     if crossed:
         why.append(f"its bytes crossed {', '.join(sorted(_names(hit_links)))} ({crossed} B while together)")

@@ -44,7 +44,12 @@ SCHEMA = {
         "pipeline_cfg": {"type": "object", "default": {}, "description": "Per pipeline, settings over its defaults: "
                          "compute {batch: 16, image: 320, crop: 288, out: 64, pool: 16}, data {batch: 4, "
                          "element_kib: 128, pool: 8}."},
-        "trainer": {"type": "string", "default": "s0g0", "description": "The GPU host the trainer runs in."},
+        "trainer": {"type": "string", "description": "The GPU host the trainer runs in. Default: the first GPU host "
+                                                     "(s0g0; in a concurrent job, the GPU of its placement)."},
+        "cpu_hosts": {"type": "array", "minItems": 1, "items": {"type": "string", "pattern": "^cpu[0-9]+$"},
+                      "description": "The CPU hosts that run tf.data.service (the dispatcher on the first, a worker "
+                                     "on each). Default: all of the fabric's (fabric.cpu_hosts); two offload jobs "
+                                     "of a concurrent workload need their own."},
         "gpu_steps_per_s": {**RATE, "default": 25, "description": "The emulated GPU's training steps per second."},
         "local_cores": {**RATE, "default": 0.3, "description": "CPU cores of the trainer's own preprocessing."},
         "worker_cores": {**RATE, "default": 0.3, "description": "CPU cores of each tf.data.service worker."},
@@ -78,7 +83,7 @@ SCHEMA = {
 
 
 DISPATCHER_PORT, WORKER_PORT = 5050, 5051
-DEFAULTS = {"pipelines": ["compute"], "trainer": "s0g0", "gpu_steps_per_s": 25, "local_cores": 0.3,
+DEFAULTS = {"pipelines": ["compute"], "gpu_steps_per_s": 25, "local_cores": 0.3,
             "worker_cores": 0.3, "seconds": 6, "profile_s": 3, "warmup_s": 1.5, "threshold": 1.1,
             "ratios": [0.0, 0.25, 0.5, 0.75, 1.0], "candidates": ["p'2", "p'3"],
             "noise": 0.05, "ratio_tolerance": 0.25, "best_fraction": 0.9, "timeout_s": 180,
@@ -103,13 +108,25 @@ def validate(fabric, spec: dict, scenario: dict | None = None) -> dict:
     elif not tensorflow_installed():
         raise ScenarioError("offload needs TensorFlow, an optional extra: run `make setup EXTRAS=tf` "
                             "(scripts/setup --extras tf)")
-    s = {**DEFAULTS, **spec}
-    cpus = [h for h in fabric.hosts if h.startswith("cpu")]
+    cpus = cpu_hosts(fabric)
     if not cpus:
         raise ScenarioError("offload needs CPU hosts for tf.data.service: set fabric.cpu_hosts >= 1")
-    if s["trainer"] not in fabric.hosts or s["trainer"].startswith("cpu"):
+    gpus = sorted(fabric.gpus(), key=lambda h: (h.server, h.rank))     # a concurrent job's: its placement's
+    s = {**DEFAULTS, "trainer": gpus[0].name, "cpu_hosts": cpus, **spec}
+    if s["trainer"] not in {h.name for h in gpus}:
         raise ScenarioError(f"offload trainer {s['trainer']!r} is not a GPU host of this fabric")
+    unknown = [h for h in s["cpu_hosts"] if h not in cpus]
+    if unknown:
+        raise ScenarioError(f"offload cpu_hosts: {unknown[0]!r} is not a CPU host of this fabric "
+                            f"({', '.join(cpus)}; fabric.cpu_hosts sets how many)")
+    if len(set(s["cpu_hosts"])) != len(s["cpu_hosts"]):
+        raise ScenarioError("offload cpu_hosts: a host is listed twice")
     return s
+
+
+def cpu_hosts(fabric) -> list[str]:
+    """The fabric's CPU hosts, cpu0 first."""
+    return sorted((h.name for h in fabric.hosts.values() if h.kind == "cpu"), key=lambda h: int(h[3:]))
 
 
 def service_line_problem(line: bytes) -> str | None:
@@ -261,9 +278,8 @@ def run_trainer(net, host: str, spec: TrainerSpec, cores: float, timeout: float)
 
 def with_servers(net, s: dict, trainer: TrainerSpec) -> tuple[dict, dict]:
     """One trainer run against freshly started servers; returns its output and what was measured around it."""
-    cpus = sorted((h for h in net.fabric.hosts if h.startswith("cpu")), key=lambda h: int(h[3:]))
     # TensorFlow takes ~10 s to start here, minutes under software emulation: its start shares the run's budget
-    with Servers(net, cpus, s["worker_cores"], start_timeout=max(60.0, s["timeout_s"] / 3)) as servers:
+    with Servers(net, s["cpu_hosts"], s["worker_cores"], start_timeout=max(60.0, s["timeout_s"] / 3)) as servers:
         trainer = dataclasses.replace(trainer, service=servers.service)
         rx0, w0 = rx_bytes(net, s["trainer"]), servers.worker_cpu_s()
         with CpuSampler() as idle:        # the trainer's run, not the servers' start-up
@@ -347,7 +363,7 @@ def run(net, spec: dict) -> dict:
     bound = [r for r in rows if r["metrics"]["cpu_bound"]]     # a figure: the fidelity guard's count
     return {"type": "offload", "ok": all(c["ok"] for c in checks), "rows": rows, "policies": policies,
             "checks": checks, "cpu_bound_runs": len(bound), "candidates": s["candidates"],
-            "epoch_steps": s["epoch_steps"]}
+            "epoch_steps": s["epoch_steps"], "trainer": s["trainer"], "cpu_hosts": s["cpu_hosts"]}
 
 
 def summary(w: dict) -> str:

@@ -31,6 +31,8 @@ RESULT_SCHEMA = {
                          "speedup_vs_tf_no": NUM},
                         ["pipeline", "policy"], closed=False), "Medians and spreads per policy."),
     "cpu_bound_runs": INT, "candidates": arr(STR), "epoch_steps": INT,
+    "trainer": d(STR, "The GPU host the trainer ran in."),
+    "cpu_hosts": arr(STR, "The CPU hosts that ran tf.data.service (the dispatcher on the first)."),
 }
 
 def fixed_policy(ratio: float, candidate: str | None) -> str:
