@@ -2,7 +2,8 @@
 
 A paper module (one per paper) has NAME, TITLE, SOURCE (where the claims come from) and
 `claims(quick, out_dir, echo) -> list[Claim]`, which runs what it needs (computed claims run nothing) and returns
-one Claim per figure of the paper it reproduces. testbed/papers/report.py writes the report.
+one Claim per figure of the paper it reproduces; optionally `missing() -> str`, what the machine lacks to run it
+(an optional extra), which the command refuses with before bring-up. testbed/papers/report.py writes the report.
 """
 from __future__ import annotations
 

@@ -8,14 +8,15 @@ trainer's local preprocessing under a CPU budget; docs/offload.md), the compute-
   prep costs (elements per step, so that the GPU waits on preprocessing from none of the time to most of it);
 - Fig. 9(a), epoch duration against the off-ratio of a compute-intensive pipeline: a sweep of fixed ratios,
   lowest between the ends;
-- FastFlow's decision against the sweep's best fixed ratio, in steps/s and per epoch (its profiling included).
+- FastFlow's decision against the sweep's best fixed ratio, in steps/s and per epoch (its profiling included): as
+  good (at least 0.9 of it; above 1 when the sweep's coarse steps miss FastFlow's ratio).
 """
 from __future__ import annotations
 
 import statistics
 from typing import Callable
 
-from testbed.papers import REPRODUCED, Claim, short_of_cpu
+from testbed.papers import AT_LEAST, REPRODUCED, Claim, short_of_cpu
 
 NAME = "fastflow"
 TITLE = ('Um et al., "FastFlow: Accelerating Deep Learning Model Training with Smart Offloading of Input Data '
@@ -25,9 +26,9 @@ SOURCE = "the FastFlow slides among the seeds: Algorithm 1, the comparison with 
 # The prep cost is the batch (elements per step) of the compute pipeline: the emulated GPU takes 25 steps/s
 # whatever the batch, the trainer's 0.3 core preprocesses ~64 elements/s, so batch 2 leaves the GPU unstalled and
 # batch 16 stalls it ~85% of the time. The sweep (Fig. 9) runs at the costliest batch.
-# --quick: 9 trainer runs (~50 s each on a loaded 2-core machine, TensorFlow's start-ups included), the full
+# --quick: 12 trainer runs (30-50 s each on a loaded 2-core machine, TensorFlow's start-ups included), the full
 # version 3 rounds of 20.
-SETTINGS = {True: {"repeats": 1, "batches": (2, 16), "ratios": (0.0, 0.5, 0.75, 1.0), "candidates": ["p'3"],
+SETTINGS = {True: {"repeats": 1, "batches": (2, 4, 16), "ratios": (0.0, 0.5, 0.75, 1.0), "candidates": ["p'3"],
                    "seconds": 6},
             False: {"repeats": 3, "batches": (2, 4, 8, 16), "ratios": (0.0, 0.25, 0.5, 0.75, 1.0),
                     "candidates": ["p'2", "p'3"], "seconds": 8}}
@@ -47,6 +48,13 @@ def algorithm_1(gthp: float, lthp: float, pcycle: float, candidates: dict[str, t
     rthp, ocycle = candidates[best]
     upper, lower = rthp, (gthp - lthp) * (1 + ocycle / pcycle)
     return True, best, min(1.0, upper / gthp if lower < upper else rthp / (lthp + rthp))
+
+
+def missing() -> str:
+    """What this machine lacks to run the paper ('' if nothing): TensorFlow, an optional extra."""
+    from testbed.workloads.offload import tensorflow_installed
+    return "" if tensorflow_installed() else ("testbed paper fastflow runs TensorFlow, an optional extra: run "
+                                              "`make setup EXTRAS=tf`")
 
 
 def claims(quick: bool, out_dir: str, echo: Callable[[str], None]) -> list[Claim]:
@@ -177,17 +185,15 @@ def sweep_claims(rows: list[dict], batch: int, config: str) -> list[Claim]:
     out = [Claim("fig9-interior-best", "Fig. 9(a), compute-intensive: epoch duration against the off-ratio is lowest "
                  "between no offloading and full offloading (1 = so)", 1.0, 0.0, f"{cfg}; epoch s by ratio: {shape}",
                  interior),
-           Claim("ff-vs-best-steps", "FastFlow's decision against the best fixed ratio, training steps/s (FastFlow / "
-                 "best)", 1.0, 0.10, cfg, steps),
-           Claim("ff-vs-best-epoch", "FastFlow's decision against the best fixed ratio, per epoch with its profiling "
-                 "(best's epoch time / FastFlow's)", 1.0, 0.10, cfg, epoch)]
+           Claim("ff-vs-best-steps", "FastFlow's decision is as good as the best fixed ratio: training steps/s, "
+                 "FastFlow / the sweep's best", 1.0, 0.10, cfg, steps, bound=AT_LEAST),
+           Claim("ff-vs-best-epoch", "FastFlow's decision is as good as the best fixed ratio: per epoch with its "
+                 "profiling, the best's epoch time / FastFlow's", 1.0, 0.10, cfg, epoch, bound=AT_LEAST)]
     profile_s, ff_epoch, ff_ratio, best_ratio = (statistics.median(n[i] for n in notes) for i in range(4))
     if out[0].verdict != REPRODUCED:
         out[0].why = f"the sweep's lowest epoch time was at an end ({shape})"
     if out[1].verdict != REPRODUCED:
-        out[1].why = (f"FastFlow offloaded {ff_ratio:.2f} of the batches, the best fixed ratio was {best_ratio:g}"
-                      + (": FastFlow ran faster than every point of the sweep, whose step of 0.25 misses its ratio"
-                         if out[1].median > 1 else ""))
+        out[1].why = f"FastFlow offloaded {ff_ratio:.2f} of the batches, the best fixed ratio was {best_ratio:g}"
     if out[2].verdict != REPRODUCED:
         out[2].why = (f"FastFlow's epoch carries its {profile_s:.0f} s of profiling, {100 * profile_s / ff_epoch:.0f}% "
                       "of an epoch of 1000 steps here; the paper's epochs are long beside their 50-100 profiled "

@@ -107,3 +107,11 @@ def test_rank_correlation():
     assert fastflow.rank_correlation([0.1, 0.5, 0.9], [1.0, 1.5, 3.0]) == pytest.approx(1.0)
     assert fastflow.rank_correlation([0.1, 0.5, 0.9], [3.0, 1.5, 1.0]) == pytest.approx(-1.0)
     assert fastflow.rank_correlation([0.1, 0.5, 0.9], [1.0, 3.0, 2.0]) == pytest.approx(0.5)
+
+
+def test_fastflow_names_tensorflow_when_the_machine_lacks_it(monkeypatch):
+    from testbed.workloads import offload
+    monkeypatch.setattr(offload, "tensorflow_installed", lambda: False)
+    assert "make setup EXTRAS=tf" in fastflow.missing()
+    monkeypatch.setattr(offload, "tensorflow_installed", lambda: True)
+    assert fastflow.missing() == ""
