@@ -31,7 +31,7 @@ EXPECTED = {
 LONG = {"spraying", "fastflow"}
 
 
-# spraying's round runs three routing modes (90-100 s), fastflow's 9 TensorFlow trainer runs (5-8 min): with the
+# spraying's round runs three routing modes (90-100 s), fastflow's 12 TensorFlow trainer runs (5-7 min): with the
 # soaks (make test-long)
 @pytest.mark.parametrize("paper", [pytest.param(p, marks=pytest.mark.long) if p in LONG else p
                                    for p in sorted(EXPECTED)])
