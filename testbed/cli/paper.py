@@ -35,6 +35,8 @@ def cmd_paper(args) -> int:
         module = papers.module(args.name)
     except papers.PaperError as exc:
         raise UsageError(str(exc)) from None
+    if hasattr(module, "missing") and (problem := module.missing()):    # an optional extra the paper needs
+        raise UsageError(problem)
     if os.geteuid() != 0:
         raise UsageError("`testbed paper` brings fabrics up: it needs root (namespaces, Open vSwitch); try sudo")
     from testbed.fabric import ovs

@@ -2,7 +2,8 @@
 
 A paper module (one per paper) has NAME, TITLE, SOURCE (where the claims come from) and
 `claims(quick, out_dir, echo) -> list[Claim]`, which runs what it needs (computed claims run nothing) and returns
-one Claim per figure of the paper it reproduces. testbed/papers/report.py writes the report.
+one Claim per figure of the paper it reproduces; optionally `missing() -> str`, what the machine lacks to run it
+(an optional extra), which the command refuses with before bring-up. testbed/papers/report.py writes the report.
 """
 from __future__ import annotations
 
@@ -13,9 +14,11 @@ from dataclasses import dataclass, field
 # name -> module; `testbed paper --list` shows them in this order
 PAPERS = {"rail-only": "testbed.papers.rail_only", "spcl-multicast": "testbed.papers.spcl_multicast",
           "apnet": "testbed.papers.apnet", "spraying": "testbed.papers.spraying", "diloco": "testbed.papers.diloco",
-          "pccl": "testbed.papers.pccl"}
+          "pccl": "testbed.papers.pccl",
+          "fastflow": "testbed.papers.fastflow"}
 
 REPRODUCED, PARTLY, DIFFERS, NOT_RUN = "reproduced", "partly", "differs", "not run"
+AT_LEAST, AT_MOST = "at least", "at most"
 
 
 def short_of_cpu(least_idle_pct: float | None) -> str:
@@ -40,7 +43,8 @@ def module(name: str):
 @dataclass
 class Claim:
     """One figure of a paper beside ours. `paper` is the paper's value; `ours` our measurements (one per repeat;
-    empty when not run); `tolerance` how far (relative to the paper's value) ours may be and still reproduce it."""
+    empty when not run); `tolerance` how far (relative to the paper's value) ours may be and still reproduce it.
+    A `bound` claim ("over 75%": AT_LEAST, "under": AT_MOST) is off only by how far ours falls on the wrong side."""
     key: str
     what: str                   # the claim, in the paper's terms
     paper: float
@@ -50,6 +54,7 @@ class Claim:
     unit: str = ""
     computed: bool = False      # from the testbed's models (the planner), not from a run
     why: str = ""               # where ours differs, the reason (or why it was not run)
+    bound: str = ""             # "", AT_LEAST or AT_MOST
 
     @property
     def median(self) -> float | None:
@@ -60,6 +65,9 @@ class Claim:
         """How far our median is from the paper's value, relative to it."""
         if self.median is None:
             return None
+        holds = {AT_LEAST: self.median >= self.paper, AT_MOST: self.median <= self.paper}
+        if holds.get(self.bound):
+            return 0.0
         return abs(self.median - self.paper) / abs(self.paper) if self.paper else abs(self.median)
 
     @property

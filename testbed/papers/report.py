@@ -8,7 +8,7 @@ import json
 import os
 from dataclasses import asdict
 
-from testbed.papers import DIFFERS, NOT_RUN, PARTLY, REPRODUCED, Claim, number
+from testbed.papers import AT_LEAST, AT_MOST, DIFFERS, NOT_RUN, PARTLY, REPRODUCED, Claim, number
 from testbed.results.htmlreport import STYLE, table as html_table
 
 HEADERS = ["claim", "paper", "ours", "off", "verdict", "set-up", "where it differs"]
@@ -19,7 +19,7 @@ def counts(claims: list[Claim]) -> dict[str, int]:
 
 
 def _paper_text(c: Claim) -> str:
-    return f"{number(c.paper)}{c.unit}"
+    return {AT_LEAST: ">= ", AT_MOST: "<= "}.get(c.bound, "") + f"{number(c.paper)}{c.unit}"
 
 
 def _off_text(c: Claim) -> str:

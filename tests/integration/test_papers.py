@@ -9,13 +9,15 @@ import sys
 import pytest
 
 from testbed import PROJECT_ROOT
-from testbed.papers import DIFFERS, NOT_RUN, REPRODUCED
+from testbed.papers import AT_LEAST, DIFFERS, NOT_RUN, REPRODUCED
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
 # per paper: claims that must be there, and those that must be reproduced exactly (counted, not timed)
 EXPECTED = {
-    "rail-only": ({"alltoall-overhead", "hierarchical-allgather", "dense-iteration"}, "table2-"),
+    "rail-only": ({"alltoall-overhead", "hierarchical-allgather", "dense-iteration", "traffic-tp-share",
+                   "traffic-idle-pairs", "tiling-rail-aligned", "tiling-poor-refused"},
+                  ("table2-", "traffic-tp-share-gpt-1t", "traffic-idle-pairs-gpt-1t", "tiling-poor-refused")),
     "spcl-multicast": ({"2x4-time", "2x4-bytes-vs-rank-ring", "2x4-bytes-vs-rail-ring", "2x4-trees"}, ("2x4-trees",)),
     "spraying": ({f"split{k}-{w}-{m}" for k in (2, 4) for w in ("all-to-all", "ring-allreduce")
                   for m in ("congestion", "time")}, ()),
@@ -23,11 +25,15 @@ EXPECTED = {
               ("m2-matrix", "m2-volume-")),
     "diloco": ({"every-h", "peak-1-over-p", "quantised", "two-orders"}, ("every-h", "quantised")),
     "pccl": ({"one-window-bound", "many-fill-the-pipe", "bit-parity"}, ("bit-parity",)),
+    "fastflow": ({"rule-branch", "rule-off-ratio", "speedup-grows-with-stall", "speedup-low-stall",
+                  "fig9-interior-best", "ff-vs-best-steps", "ff-vs-best-epoch"}, ("rule-branch",)),
 }
+LONG = {"spraying", "fastflow"}
 
 
-# spraying's round runs three routing modes (90-100 s): with the soaks (make test-long)
-@pytest.mark.parametrize("paper", [pytest.param(p, marks=pytest.mark.long) if p == "spraying" else p
+# spraying's round runs three routing modes (90-100 s), fastflow's 12 TensorFlow trainer runs (5-7 min): with the
+# soaks (make test-long)
+@pytest.mark.parametrize("paper", [pytest.param(p, marks=pytest.mark.long) if p in LONG else p
                                    for p in sorted(EXPECTED)])
 def test_a_quick_paper_gives_a_complete_verdict_table(paper, tmp_path):
     env = dict(os.environ, TESTBED_FABRIC_TAG=os.environ.get("TESTBED_FABRIC_TAG") or "p")
@@ -41,7 +47,11 @@ def test_a_quick_paper_gives_a_complete_verdict_table(paper, tmp_path):
     for c in claims.values():
         assert c["verdict"] != NOT_RUN and c["ours"], c
         if c["verdict"] == REPRODUCED:
-            assert abs(c["median"] - c["paper"]) <= c["tolerance"] * abs(c["paper"] or 1) + 1e-9, c
+            if c["bound"]:              # "over 75%": on the bound's side, or within the tolerance of it
+                side = c["median"] >= c["paper"] if c["bound"] == AT_LEAST else c["median"] <= c["paper"]
+                assert side or abs(c["median"] - c["paper"]) <= c["tolerance"] * abs(c["paper"]) + 1e-9, c
+            else:
+                assert abs(c["median"] - c["paper"]) <= c["tolerance"] * abs(c["paper"] or 1) + 1e-9, c
         elif c["verdict"] == DIFFERS:
             assert c["why"], f"a claim differs with no reason given: {c}"
     exact_ones = [c for k, c in claims.items() if exact and k.startswith(exact)]

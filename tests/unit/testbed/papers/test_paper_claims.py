@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from testbed import PROJECT_ROOT, papers
-from testbed.papers import DIFFERS, NOT_RUN, PARTLY, REPRODUCED, Claim, rail_only, report
+from testbed.papers import AT_LEAST, AT_MOST, DIFFERS, NOT_RUN, PARTLY, REPRODUCED, Claim, rail_only, report
 
 
 def claim(ours, paper=1.0, tolerance=0.1, **kw):
@@ -115,3 +115,39 @@ def test_pccl_claims_from_its_runs():
     claims = {c.key: c for c in pccl._claims_of([slow], [{**churn, "divergence": {"divergent": 2}}], 45)}
     assert claims["many-fill-the-pipe"].verdict == DIFFERS and "0.94" in claims["many-fill-the-pipe"].why
     assert claims["bit-parity"].verdict == DIFFERS
+
+
+def test_a_bound_claim_is_off_only_on_the_wrong_side():
+    over = claim([0.9], paper=0.75, tolerance=0.0, bound=AT_LEAST)
+    assert over.off == 0 and over.verdict == REPRODUCED
+    assert claim([0.75], paper=0.75, tolerance=0.0, bound=AT_LEAST).verdict == REPRODUCED
+    assert claim([0.6], paper=0.75, tolerance=0.0, bound=AT_LEAST).off == pytest.approx(0.2)
+    assert claim([0.6], paper=0.75, tolerance=0.0, bound=AT_MOST).verdict == REPRODUCED
+    md = report.markdown(rail_only, [over], True)
+    assert "| >= 0.75 | 0.9 |" in md
+
+
+def matrices(tp, pp, dp):
+    """A training iteration's traffic: per phase, bytes sent a -> b, {(a, b): bytes} over 4 GPUs."""
+    def m(d):
+        return [[d.get((a, b), 0) for b in range(4)] for a in range(4)]
+    total = {k: tp.get(k, 0) + pp.get(k, 0) + dp.get(k, 0) for k in {*tp, *pp, *dp}}
+    return {"tp": m(tp), "pp": m(pp), "dp": m(dp), "bytes": m(total)}
+
+
+def test_traffic_shares_come_from_the_measured_matrix():
+    t = matrices({(0, 1): 300, (1, 0): 300}, {(1, 3): 100}, {(0, 2): 100})
+    assert rail_only.tp_share(t) == pytest.approx(0.75)
+    assert rail_only.idle_pairs(t) == pytest.approx(3 / 6)        # (0,1), (1,3), (0,2) busy of 6 pairs
+
+
+def test_the_traffic_claims_measure_small_and_compute_the_papers_scale():
+    tp_1t, idle_1t = rail_only.paper_scale()
+    assert 0.75 < tp_1t < 1 and idle_1t == pytest.approx(1 - 14 / 3071, abs=1e-4)    # 7 TP + 5 DP + 2 PP peers
+    t = matrices({(0, 1): 300, (1, 0): 300}, {(1, 3): 100}, {(0, 2): 600})
+    claims = {c.key: c for c in rail_only.traffic_shares([t], "4 GPUs")}
+    assert claims["traffic-tp-share-gpt-1t"].verdict == REPRODUCED and claims["traffic-tp-share-gpt-1t"].computed
+    assert claims["traffic-idle-pairs-gpt-1t"].verdict == REPRODUCED
+    assert claims["traffic-tp-share"].verdict == DIFFERS and "micro-batches" in claims["traffic-tp-share"].why
+    assert claims["traffic-idle-pairs"].verdict == DIFFERS and "4 GPUs leave 50% of pairs idle" in \
+        claims["traffic-idle-pairs"].why
