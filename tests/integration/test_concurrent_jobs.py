@@ -306,7 +306,8 @@ def test_two_jobs_that_lose_gpus_of_one_server_never_hold_one_spare_at_once(tmp_
         jobs = {j["job"]: j for j in out["workloads"][0]["jobs"]}
         assert None not in reformed.values(), reformed
         first, second = sorted(taken, key=reformed.get)
-        ended = jobs[first]["together_at"] + jobs[first]["together_wall_s"]
+        # the fault's times count from the workloads' start; the job's start is a Unix time
+        ended = jobs[first]["together_at"] - out["timings"]["workloads_start"] + jobs[first]["together_wall_s"]
         assert reformed[second] >= ended, (taken, reformed, ended)
 
 
