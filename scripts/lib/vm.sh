@@ -46,6 +46,7 @@ vm_env() {
     export TESTBED_LIBVIRT_NETWORK=$VM_NETWORK
     export TESTBED_LIBVIRT_NETWORK_ADDRESS=${TESTBED_LIBVIRT_NETWORK_ADDRESS:-192.168.123.0/24}
     export TESTBED_WHEELS=$PWD/build/wheels
+    [ -f build/vm-images/tb-host.tar ] && export TESTBED_IMAGES=$PWD/build/vm-images
     export TESTBED_VM_CPUS=${TESTBED_VM_CPUS:-2}
     export TESTBED_VM_MEMORY=${TESTBED_VM_MEMORY:-8192}
     mkdir -p build/vm
@@ -89,4 +90,23 @@ vm_wheels_complete() {
 vm_vagrant() {
     vagrant "$@" 2>&1 | stdbuf -oL tr '\r' '\n' | grep --line-buffered -v 'Progress: '
     return "${PIPESTATUS[0]}"
+}
+
+# The emulated hosts' image (tb-host), built here (scripts/docker-image, cached by its inputs) and saved to
+# build/vm-images for the VM to load: built inside a VM under software emulation it takes over 10 minutes.
+# Saved again only when the image's inputs changed. Starts a Docker engine for the while if none runs.
+vm_host_image() {
+    local dir=build/vm-images rc=0 digest
+    mkdir -p "$dir" || return 1
+    digest=$(.venv/bin/python -c 'from testbed.fabric.backends.image import inputs_digest; print(inputs_digest())') \
+        || return 1
+    if [ -f "$dir/tb-host.tar" ] && [ "$(cat "$dir/tb-host.inputs" 2>/dev/null)" = "$digest" ]; then
+        echo "vm: host image saved already (inputs $digest)"; return 0
+    fi
+    scripts/dockerd-start || return 1
+    { scripts/docker-image && rm -f "$dir/tb-host.inputs" && docker save -o "$dir/tb-host.tar" tb-host:latest \
+        && echo "$digest" > "$dir/tb-host.inputs"; } || rc=1
+    scripts/dockerd-stop >/dev/null
+    [ $rc = 0 ] && echo "vm: host image saved to $dir/tb-host.tar ($(du -h "$dir/tb-host.tar" | cut -f1))"
+    return $rc
 }

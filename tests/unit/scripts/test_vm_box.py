@@ -91,6 +91,16 @@ def test_vagrantfile_installs_wheels_offline_when_given():
     assert all(p["kw"]["env"] == {"TESTBED_EXTRAS": "tf"} for p in kvm)     # the VM runs offload too
 
 
+def test_vagrantfile_copies_the_saved_host_image_in_when_given():
+    folders = {f["args"][1]: f["args"][0] for f in vagrantfile(TESTBED_VM_ACCEL="tcg",
+                                                               TESTBED_IMAGES="/tmp/images")["vm"]["synced_folder"]}
+    assert folders["/var/cache/testbed/images"] == "/tmp/images"
+    with open(os.path.join(ROOT, "scripts", "provision-kernel")) as f:
+        assert "/var/cache/testbed/images/tb-host.tar" in f.read()        # what provisioning loads
+    plain = vagrantfile(TESTBED_VM_ACCEL="tcg")["vm"]["synced_folder"]
+    assert "/var/cache/testbed/images" not in {f["args"][1] for f in plain}
+
+
 def vm_box(option: str) -> str:
     proc = subprocess.run([os.path.join(ROOT, "scripts", "vm-box"), option], capture_output=True, text=True,
                           timeout=60)
@@ -126,6 +136,18 @@ def test_vm_smoke_scenario_has_what_vm_test_checks():
     assert ("collective", "allreduce", "ring") in kinds and ("collective", "allgather", "ring") in kinds
     assert {f["kind"] for f in doc["faults"]} >= {"link-down", "gpu-crash"}
     assert doc["capture"] and all(w.get("check", True) for w in doc["workloads"])
+
+
+def test_vm_check_runs_the_smoke_scenario_on_docker_hosts_too():
+    """`make vm-test` runs one check on Docker hosts (kernel rxe inside the containers): it is among the
+    default checks, and the scenario it runs is valid with hosts: docker."""
+    with open(os.path.join(ROOT, "scripts", "vm-check")) as f:
+        text = f.read()
+    default = re.search(r'VM_CHECKS:-([^}]*)\}', text).group(1).split()
+    assert "docker" in default and "vm_smoke" in default
+    assert re.search(r"^\s*docker\) check docker docker_hosts ;;", text, re.M)
+    doc = scenario.load(os.path.join(ROOT, "scenarios", "vm_smoke.yaml"), overrides=["hosts=docker"])
+    assert doc["hosts"] == "docker"
 
 
 def test_makefile_has_the_vm_targets():
