@@ -92,7 +92,7 @@ vm_vagrant() {
     return "${PIPESTATUS[0]}"
 }
 
-# The emulated hosts' image (tb-host), built here (scripts/docker-image, cached by its inputs) and saved to
+# The emulated hosts' image (tb-host, with its first stage tb-host-deps: a derived image builds on it), built here (scripts/docker-image, cached by its inputs) and saved to
 # build/vm-images for the VM to load: built inside a VM under software emulation it takes over 10 minutes.
 # Saved again only when the image's inputs changed. Starts a Docker engine for the while if none runs.
 vm_host_image() {
@@ -104,7 +104,7 @@ vm_host_image() {
         echo "vm: host image saved already (inputs $digest)"; return 0
     fi
     scripts/dockerd-start || return 1
-    { scripts/docker-image && rm -f "$dir/tb-host.inputs" && docker save -o "$dir/tb-host.tar" tb-host:latest \
+    { scripts/docker-image && rm -f "$dir/tb-host.inputs" && docker save -o "$dir/tb-host.tar" tb-host:latest tb-host-deps:latest \
         && echo "$digest" > "$dir/tb-host.inputs"; } || rc=1
     scripts/dockerd-stop >/dev/null
     [ $rc = 0 ] && echo "vm: host image saved to $dir/tb-host.tar ($(du -h "$dir/tb-host.tar" | cut -f1))"
