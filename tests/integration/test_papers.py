@@ -18,7 +18,9 @@ EXPECTED = {
     "rail-only": ({"alltoall-overhead", "hierarchical-allgather", "dense-iteration", "traffic-tp-share",
                    "traffic-idle-pairs", "tiling-rail-aligned", "tiling-poor-refused"},
                   ("table2-", "traffic-tp-share-gpt-1t", "traffic-idle-pairs-gpt-1t", "tiling-poor-refused")),
-    "spcl-multicast": ({"2x4-time", "2x4-bytes-vs-rank-ring", "2x4-bytes-vs-rail-ring", "2x4-trees"}, ("2x4-trees",)),
+    "spcl-multicast": ({"2x4-time", "2x4-bytes-vs-rank-ring", "2x4-bytes-vs-rail-ring", "2x4-trees", "2x4-loss-exact",
+                        "2x4-loss-recovered", "2x4-loss-time", "2x4-loss-bytes", "concurrent-gather",
+                        "concurrent-other", "concurrent-bytes", "concurrent-split"}, ("2x4-trees", "2x4-loss-exact")),
     "spraying": ({f"split{k}-{w}-{m}" for k in (2, 4) for w in ("all-to-all", "ring-allreduce")
                   for m in ("congestion", "time")}, ()),
     "apnet": ({"m2-matrix", "m2-volume-tp", "m2-volume-pp", "m2-volume-dp", "m2-bubble", "m2-iteration"},
