@@ -237,8 +237,9 @@ def _concurrent_claims(size: str, rounds: list[dict]) -> list[Claim]:
                           for r in rounds)
               + "; the multicast job's switch bytes alone / together: "
               + ", ".join(f"{a} / {t}" for a, t in zip(alone, together))
-              + "; spine uplinks carrying both jobs: "
-              + "; ".join(", ".join(shared_uplinks(r.get("uplinks", {}))) or "none" for r in rounds))
+              + "; spine links (either way) carrying both jobs' bytes: "
+              + ", ".join(f"{len(shared_uplinks(r.get('uplinks', {})))} of {len(r.get('uplinks', {}))}"
+                          for r in rounds))
     out = [
         Claim("concurrent-gather", "multicast to minimize inter-job traffic: the multicast AllGather's time beside "
               "another job / alone", 1.0, 0.10, config, [r["jobs"]["gather"]["slowdown"] for r in rounds]),

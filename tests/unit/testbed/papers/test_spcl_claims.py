@@ -60,7 +60,7 @@ def test_concurrent_claims_reproduce_when_neither_job_slows_and_the_bytes_stay()
     assert {c.verdict for c in claims.values()} == {REPRODUCED}
     assert spcl.job_switch_bytes(concurrent_round()["links"], "other") == 500
     assert spcl.shared_uplinks(concurrent_round()["uplinks"]) == ["rail1>spine0"]
-    assert "spine uplinks carrying both jobs: rail1>spine0" in claims["concurrent-gather"].config
+    assert "spine links (either way) carrying both jobs' bytes: 1 of 2, 1 of 2" in claims["concurrent-gather"].config
 
 
 def test_a_slowed_job_or_extra_bytes_differ_with_a_reason():
