@@ -60,8 +60,8 @@ def claims(quick: bool, out_dir: str, echo: Callable[[str], None]) -> list[Claim
             echo(f"spcl-multicast: {servers}x{per}, multicast and both rings, round {i + 1} of {s['repeats']}")
             rounds.append(_round(servers, per, s["size"], os.path.join(out_dir, f"{servers}x{per}-{i + 1}")))
             echo(f"spcl-multicast: {servers}x{per}, multicast and the ring at {LOSS:.0%} loss, round {i + 1}")
-            rounds[-1]["lossy"] = _round(servers, per, s["size"], os.path.join(out_dir, f"{servers}x{per}-loss-{i + 1}"),
-                                         loss=LOSS)
+            lossy_dir = os.path.join(out_dir, f"{servers}x{per}-loss-{i + 1}")
+            rounds[-1]["lossy"] = _round(servers, per, s["size"], lossy_dir, loss=LOSS)
         out += _claims_of(servers, per, s["size"], rounds)
         out += _loss_claims(servers, per, s["size"], rounds)
     together = []
