@@ -47,13 +47,14 @@ class Gate:
 
 @dataclass(frozen=True)
 class Point:
-    """A switch port's egress queue that sends pauses: above xoff bytes, every gate in `feeds` is paused, until
-    it falls below xon."""
+    """A switch port's egress queue that sends pauses: above xoff bytes, it pauses the gates in `feeds` whose
+    frames fill it (Pausing), until it falls below xon."""
     name: str               # "switch>peer"
     dev: str
     xoff: int
     xon: int
     feeds: tuple[str, ...]  # gate names
+    ingress: tuple[str, ...] = ()   # the switch's own port where each feed's frames arrive (its datapath port)
 
 
 @dataclass(frozen=True)
@@ -82,16 +83,17 @@ class Plan:
                 if node in fabric.hosts:
                     continue
                 feeds = []
-                for other, far, far_port, _ in at.get(node, []):
+                for other, far, far_port, own_port in at.get(node, []):
                     if other is l or (level[peer] > level[node] and level[far] >= level[node]):
                         continue
                     name = f"{far}>{node}"
                     gates[name] = Gate(name, interface(fabric, far, far_port),
                                        netns_of(far) if far in fabric.hosts else None, other.mtu,
                                        gate_limit(other, far in fabric.hosts))
-                    feeds.append(name)
+                    feeds.append((name, interface(fabric, node, own_port)))
+                feeds.sort()
                 points.append(Point(f"{node}>{peer}", interface(fabric, node, port), int(t["xoff_kb"] * 1024),
-                                    int(t["xon_kb"] * 1024), tuple(sorted(feeds))))
+                                    int(t["xon_kb"] * 1024), tuple(f for f, _ in feeds), tuple(i for _, i in feeds)))
         return cls(tuple(points), gates)
 
     def to_json(self) -> dict:
@@ -99,7 +101,8 @@ class Plan:
 
     @classmethod
     def from_json(cls, doc: dict) -> "Plan":
-        return cls(tuple(Point(**{**p, "feeds": tuple(p["feeds"])}) for p in doc["points"]),
+        return cls(tuple(Point(**{**p, "feeds": tuple(p["feeds"]), "ingress": tuple(p.get("ingress", ()))})
+                         for p in doc["points"]),
                    {n: Gate(**g) for n, g in doc["gates"].items()})
 
 
@@ -145,32 +148,94 @@ def problems(fabric) -> list[str]:
     return found[:1]
 
 
+class QueueParts:
+    """Which upstream ports a point's queue came from, as a switch accounts its buffer per ingress port. The
+    caller adds, per point, the bytes each feed sent into it since the last reading (from the switch's flow
+    counters); the queue, a FIFO, holds the last `backlog` bytes that arrived, so its parts are those bytes' feeds.
+    Drops and the heartbeats' own class make that approximate; a part read later than the backlog (the counters
+    are read less often than the queues) is spread over the feeds in the proportions of what was read."""
+
+    KEEP = 64 << 20         # arrivals remembered per point: more than any queue holds
+
+    def __init__(self):
+        self.arrivals: dict[str, deque[dict[str, int]]] = {}     # point -> batches of {gate: bytes}, newest last
+        self.kept: dict[str, int] = {}
+
+    def add(self, point: str, sent: dict[str, int]) -> None:
+        batch = {g: n for g, n in sent.items() if n > 0}
+        if not batch:
+            return
+        batches = self.arrivals.setdefault(point, deque())
+        batches.append(batch)
+        self.kept[point] = self.kept.get(point, 0) + sum(batch.values())
+        while len(batches) > 1 and self.kept[point] - sum(batches[0].values()) >= self.KEEP:
+            self.kept[point] -= sum(batches.popleft().values())
+
+    def parts(self, point: str, backlog: int) -> dict[str, int] | None:
+        """gate -> bytes of the point's queue that came from it (summing to the backlog); None: nothing known of
+        what feeds it."""
+        parts: dict[str, float] = {}
+        left = backlog
+        for batch in reversed(self.arrivals.get(point, ())):
+            size = sum(batch.values())
+            take = min(1.0, left / size)
+            for g, n in batch.items():
+                parts[g] = parts.get(g, 0.0) + n * take
+            left -= size * take
+            if left <= 0:
+                break
+        known = sum(parts.values())
+        if not known:
+            return None
+        return {g: round(n * backlog / known) for g, n in parts.items()}
+
+
 class Pausing:
-    """The Xoff/Xon logic, driven by the points' queues (bytes) at times the caller gives: a point passing Xoff
-    starts asserting pause, and stops below Xon; a gate is paused while any point it feeds asserts. Counts the
-    gates' pauses and paused time, and the points' Xoff crossings and asserted time."""
+    """The Xoff/Xon logic, driven by the points' queues (bytes) at times the caller gives, and what fills them.
+
+    A point passing Xoff starts asserting pause, and stops below Xon. While it asserts it pauses the gates
+    feeding it whose part of its queue is above their share of Xoff (xoff / the number of its feeds), and
+    resumes one whose part falls below its share of Xon: as a switch that accounts its buffer per ingress port
+    pauses only the ports whose frames fill it. The largest part is always above its share (the parts sum to a
+    queue above Xoff), so some feed is paused. Where nothing is known of the queue's parts (no flow counters),
+    every feed is paused. A gate is paused while any point pauses it. Counts the gates' pauses and paused time,
+    the points' Xoff crossings and asserted time, and the crossings whose queue could not be attributed."""
 
     def __init__(self, points: tuple[Point, ...] | list[Point]):
         self.points = {p.name: p for p in points}
         self.asserting: dict[str, float] = {}       # point -> since
+        self.holding: dict[str, set[str]] = {}      # point -> the gates it pauses
         self.paused: dict[str, float] = {}          # gate -> since
         self.pauses: dict[str, int] = {g: 0 for p in points for g in p.feeds}
         self.paused_s: dict[str, float] = {g: 0.0 for g in self.pauses}
         self.xoffs: dict[str, int] = {p: 0 for p in self.points}
         self.asserted_s: dict[str, float] = {p: 0.0 for p in self.points}
+        self.unattributed: dict[str, int] = {p: 0 for p in self.points}
 
-    def step(self, now: float, backlogs: dict[str, int]) -> tuple[list[str], list[str]]:
-        """The gates to pause and to resume now, given the points' queues (a point missing keeps its state)."""
+    def crossing(self, backlogs: dict[str, int]) -> bool:
+        """Whether a point not asserting is past Xoff in these queues (its parts are wanted now)."""
+        return any(q > self.points[n].xoff for n, q in backlogs.items() if n in self.points and n not in self.asserting)
+
+    def step(self, now: float, backlogs: dict[str, int],
+             parts: dict[str, dict[str, int] | None] | None = None) -> tuple[list[str], list[str]]:
+        """The gates to pause and to resume now, given the points' queues (a point missing keeps its state) and,
+        per point, its queue's parts by gate (QueueParts.parts; a point missing or None: not known)."""
+        parts = parts or {}
         for name, p in self.points.items():
             queue = backlogs.get(name)
             if queue is None:
                 continue
             if name in self.asserting and queue < p.xon:
                 self.asserted_s[name] += now - self.asserting.pop(name)
-            elif name not in self.asserting and queue > p.xoff:
+                self.holding.pop(name, None)
+                continue
+            if name not in self.asserting and queue > p.xoff:
                 self.asserting[name] = now
                 self.xoffs[name] += 1
-        wanted = {g for name in self.asserting for g in self.points[name].feeds}
+                self.unattributed[name] += not parts.get(name)
+            if name in self.asserting:
+                self.holding[name] = self.filling(p, parts.get(name), self.holding.get(name, set()))
+        wanted = {g for gates in self.holding.values() for g in gates}
         pause = sorted(wanted - set(self.paused))
         resume = sorted(set(self.paused) - wanted)
         for g in pause:
@@ -180,21 +245,32 @@ class Pausing:
             self.paused_s[g] += now - self.paused.pop(g)
         return pause, resume
 
+    @staticmethod
+    def filling(p: Point, parts: dict[str, int] | None, held: set[str]) -> set[str]:
+        """The feeds an asserting point pauses: those above their share of Xoff, and those it already pauses
+        that are still at their share of Xon or above; every feed where the parts are not known."""
+        if not parts:
+            return set(p.feeds)
+        n = len(p.feeds)
+        return {g for g in p.feeds if parts.get(g, 0) * n > p.xoff or (g in held and parts.get(g, 0) * n >= p.xon)}
+
     def release(self, now: float) -> list[str]:
         """Every pause ends (the watcher stops): the gates to resume."""
         for name, since in self.asserting.items():
             self.asserted_s[name] += now - since
         self.asserting.clear()
+        self.holding.clear()
         _, resume = self.step(now, {})
         return resume
 
     def counters(self, now: float) -> dict:
-        """{"gates": {gate: {pauses, paused_s}}, "points": {point: {xoffs, asserted_s}}}, ongoing ones counted to
-        now."""
+        """{"gates": {gate: {pauses, paused_s}}, "points": {point: {xoffs, asserted_s}}, "unattributed": {point:
+        Xoff crossings whose parts were not known} (those with any)}, ongoing ones counted to now."""
         return {"gates": {g: {"pauses": n, "paused_s": round(self.paused_s[g] + now - self.paused.get(g, now), 6)}
                           for g, n in self.pauses.items()},
                 "points": {p: {"xoffs": n, "asserted_s": round(self.asserted_s[p] + now - self.asserting.get(p, now),
-                                                               6)} for p, n in self.xoffs.items()}}
+                                                               6)} for p, n in self.xoffs.items()},
+                "unattributed": {p: n for p, n in self.unattributed.items() if n}}
 
 
 def totals(stats: dict) -> dict:

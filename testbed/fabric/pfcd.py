@@ -1,5 +1,6 @@
-"""The pause process of fabric.pfc (pfc.py): reads the congestion points' queues every period, and closes and
-opens the upstream ports' gates as pfc.Pausing says.
+"""The pause process of fabric.pfc (pfc.py): reads the congestion points' queues every period, and the switches'
+flow counters (what each upstream port sent into each queue, dpflows.py) as often as the queues need them, and
+closes and opens the upstream ports' gates as pfc.Pausing says.
 
     python -m testbed.fabric.pfcd --tag TAG       (the tag only names it for `testbed clean`)
 
@@ -25,10 +26,11 @@ from pyroute2.netlink.rtnl import RTM_GETLINK, RTM_GETQDISC
 from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg
 from pyroute2.netlink.rtnl.tcmsg import tcmsg
 
+from testbed.fabric.dpflows import DatapathError, PortToPort
 from testbed.fabric.ecn import PauseClock
 from testbed.fabric.linuxcalls import bpf_load, bpf_map_fd, bpf_map_write, netns
 from testbed.fabric.links import GATE_BURST, GATE_OPEN
-from testbed.fabric.pfc import PAUSED_FRAME_S, Gate, Pausing, Plan
+from testbed.fabric.pfc import PAUSED_FRAME_S, Gate, Pausing, Plan, QueueParts
 from testbed.fabric.rtnl import RTM_NEWQDISC, TC_H_ROOT, TCA_STATS2, TCA_STATS_QUEUE, TCMSG, attributes, devices, dump, \
     messages
 
@@ -41,6 +43,8 @@ SKB_PROTOCOL = 16           # offsetof(struct __sk_buff, protocol): the ethertyp
 TC_ACT_STOLEN, TC_ACT_UNSPEC = 4, -1
 # a PFC frame (802.1Qbb): to the MAC-control address, opcode 0x0101, no class paused: only its arrival matters
 KICK_FRAME = bytes.fromhex("0180c2000001" "020000000000" "8808" "0101" "0000") + bytes(46)
+FLOWS_BUSY_S = 0.01         # the flow counters are read this often while a queue is building (above half Xon)
+FLOWS_IDLE_S = 0.1          # and this often otherwise; at once when a queue passes Xoff
 
 
 def paused_gate(mtu: int) -> tuple[str, int]:
@@ -143,6 +147,18 @@ class Watcher:
         found = devices(dump(root.ipr, ifinfmsg(), RTM_GETLINK))
         self.wanted = {found[p.dev][0]: p.name for p in plan.points if p.dev in found}
         self.polls, self.errors, self.last_error = 0, 0, None
+        self.parts = QueueParts()
+        self.feeding = {(i, p.dev): (p.name, g) for p in plan.points for g, i in zip(p.feeds, p.ingress)}
+        self.flows: PortToPort | None = None
+        self.flow_reads, self.flows_at = 0, 0.0
+        if self.feeding:
+            try:
+                self.flows = PortToPort(set(self.feeding))
+                self.flows.read()           # the counters so far: only what comes after counts
+            except DatapathError as exc:    # no flow counters: every feed of a queue past Xoff is paused
+                self.errors += 1
+                self.last_error = f"reading the flow counters: {exc}"
+                self.flows = None
         self.cpu0 = time.process_time()
 
     def poll(self) -> None:
@@ -152,10 +168,36 @@ class Watcher:
             self.errors += 1
             self.last_error = f"reading the queues: {exc}"
             return
-        pause, resume = self.logic.step(time.monotonic(), queues)
+        now = time.monotonic()
+        self.read_flows(now, queues)
+        parts = {n: self.parts.parts(n, q) for n, q in queues.items()
+                 if n in self.logic.asserting or q > self.logic.points[n].xoff}
+        pause, resume = self.logic.step(now, queues, parts)
         self.polls += 1
         self.apply(pause, True)
         self.apply(resume, False)
+
+    def read_flows(self, now: float, queues: dict[str, int]) -> None:
+        """Adds what each feed sent into each point since the last reading, when one is due."""
+        if self.flows is None:
+            return
+        points = self.logic.points
+        building = any(2 * q > points[n].xon for n, q in queues.items())
+        if not (self.logic.crossing(queues) or now - self.flows_at >= (FLOWS_BUSY_S if building else FLOWS_IDLE_S)):
+            return
+        try:
+            sent = self.flows.read()
+        except DatapathError as exc:
+            self.errors += 1
+            self.last_error = f"reading the flow counters: {exc}"
+            return
+        self.flows_at, self.flow_reads = now, self.flow_reads + 1
+        into: dict[str, dict[str, int]] = {}
+        for pair, n in sent.items():
+            point, gate = self.feeding[pair]
+            into.setdefault(point, {})[gate] = n
+        for point, batch in into.items():
+            self.parts.add(point, batch)
 
     def apply(self, names: list[str], paused: bool) -> None:
         for name in names:
@@ -167,13 +209,16 @@ class Watcher:
                 self.last_error = f"{name}: {exc}"
 
     def stats(self) -> dict:
-        return {**self.logic.counters(time.monotonic()), "polls": self.polls, "errors": self.errors,
+        return {**self.logic.counters(time.monotonic()), "polls": self.polls, "flow_reads": self.flow_reads,
+                "errors": self.errors,
                 "last_error": self.last_error, "cpu_s": round(time.process_time() - self.cpu0, 3)}
 
     def close(self) -> None:
         self.apply(self.logic.release(time.monotonic()), False)
         for ns in self.namespaces.values():
             ns.close()
+        if self.flows:
+            self.flows.close()
 
 
 def reply(answer: dict) -> None:

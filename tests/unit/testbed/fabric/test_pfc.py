@@ -113,3 +113,35 @@ def test_growth_is_the_rows_pfc_fields():
     assert pfc.growth({"pauses": 3, "paused_s": 1.5}, {"pauses": 10, "paused_s": 4.25}) == \
         {"pfc_pauses": 7, "pfc_paused_s": 2.75}
     assert pfc.totals({}) == {"pauses": 0, "paused_s": 0}
+
+
+def test_the_queue_is_the_last_bytes_that_arrived_and_their_parts_are_their_feeds():
+    parts = pfc.QueueParts()
+    assert parts.parts("q", 1000) is None                                  # nothing known: None
+    parts.add("q", {"a": 600, "b": 0})
+    parts.add("q", {"b": 300, "c": 100})
+    assert parts.parts("q", 400) == {"b": 300, "c": 100}                    # the newest batch alone
+    assert parts.parts("q", 700) == {"b": 300, "c": 100, "a": 300}          # and half of the one before
+    assert parts.parts("q", 2000) == {"a": 1200, "b": 600, "c": 200}        # more than was read: in proportion
+
+
+def test_an_asserting_queue_pauses_only_the_feeds_above_their_share():
+    point = pfc.Point("leaf>h1", "d1", xoff=900, xon=300, feeds=("h0>leaf", "h2>leaf", "h3>leaf"))
+    logic = pfc.Pausing([point])
+    # shares: Xoff 300 and Xon 100 per feed; h3 sends elsewhere, none of its frames are in the queue
+    assert logic.step(0.0, {"leaf>h1": 1000}, {"leaf>h1": {"h0>leaf": 500, "h2>leaf": 500}}) == \
+        (["h0>leaf", "h2>leaf"], [])
+    assert logic.step(1.0, {"leaf>h1": 800}, {"leaf>h1": {"h0>leaf": 700, "h2>leaf": 100}}) == ([], [])   # Xon's share
+    assert logic.step(2.0, {"leaf>h1": 800}, {"leaf>h1": {"h0>leaf": 750, "h2>leaf": 50}}) == ([], ["h2>leaf"])
+    assert logic.step(3.0, {"leaf>h1": 200}, {"leaf>h1": {"h0>leaf": 200}}) == ([], ["h0>leaf"])       # below Xon
+    assert logic.counters(4.0)["gates"]["h3>leaf"] == {"pauses": 0, "paused_s": 0.0}
+    assert logic.counters(4.0)["unattributed"] == {}
+    assert logic.step(5.0, {"leaf>h1": 1000}) == (["h0>leaf", "h2>leaf", "h3>leaf"], [])   # parts unknown: all
+    assert logic.counters(5.0)["unattributed"] == {"leaf>h1": 1}
+
+
+def test_the_ingress_of_each_feed_is_the_switchs_own_port_on_its_link():
+    fabric = topo.build("rail-only", 4, 1, pfc=PFC)
+    point = next(p for p in pfc.Plan.of(fabric, lambda h: None).points if p.name == "rail0>s1g0")
+    assert point.feeds == ("s0g0>rail0", "s2g0>rail0", "s3g0>rail0")
+    assert [i.rsplit("-", 1)[1] for i in point.ingress] == ["p1", "p3", "p4"]
