@@ -14,7 +14,8 @@ residual. The pieces:
     fragments / launched        the P parameter fragments and which ones a step launches (Streaming DiLoCo)
     ring_sum                    the sum a ring AllReduce over sites 0..S-1 computes, in its exact order
     ordered_sum                 the sum of dequantised payloads in site order (the quantised exchange's)
-    reference                   the whole run simulated in numpy: every site's parameters after the last step
+    reference                   the whole run simulated in numpy: every site's parameters after the last step,
+                                with a membership history if sites left and rejoined (check_membership)
 
 The pseudo-gradients are floats, so their sum depends on the order of the additions: the cross-site ring's order
 (ring_sum) is the one the reference reproduces, which is what makes the check exact rather than approximate.
@@ -141,10 +142,51 @@ def loss(theta: np.ndarray, goal: np.ndarray) -> float:
     return float(np.mean((theta.astype(np.float64) - goal) ** 2) / 2)
 
 
+def check_membership(variant: str, sites: int, syncs: int, members: list[list[int]],
+                     resyncs: list[tuple[int, int]], every: int) -> None:
+    """A membership history the reference can model, or ValueError naming what is wrong: one list of sites per
+    outer synchronisation, each in site order and not empty; a site absent from a sync re-synchronises (takes the
+    global state) at a sync's boundary after it and before it takes part again."""
+    if variant != "diloco":
+        raise ValueError(f"membership history: DiLoCo only, not {variant}")
+    if len(members) != syncs:
+        raise ValueError(f"membership history: {len(members)} outer steps given, the run has {syncs}")
+    for k, m in enumerate(members):
+        if not m or list(m) != sorted(set(m)) or not all(0 <= i < sites for i in m):
+            raise ValueError(f"membership history: outer step {k}: {m} is not a non-empty list of sites in order")
+    for done, i in resyncs:
+        if not (every <= done and 0 <= i < sites):
+            raise ValueError(f"membership history: re-synchronisation {(done, i)} is not (inner steps done >= H, "
+                             f"a site)")
+    away: set[int] = set()
+    for k in range(syncs + 1):                  # the resyncs between outer step k-1 and outer step k
+        back = [i for done, i in resyncs if k * every <= done < (k + 1) * every or (k == syncs and done >= k * every)]
+        if len(back) != len(set(back)) or set(back) - away:
+            raise ValueError(f"membership history: sites {sorted(back)} re-synchronise before outer step {k} "
+                             f"without having left (or twice)")
+        away -= set(back)
+        if k == syncs:
+            break
+        if away & set(members[k]):
+            raise ValueError(f"membership history: sites {sorted(away & set(members[k]))} take part in outer step "
+                             f"{k} without re-synchronising first")
+        away |= set(range(sites)) - set(members[k])
+
+
 def reference(variant: str, sites: list[list[int]], count: int, steps: int, every: int, parts: int, seed: int,
-              inner_lr: float, outer_lr: float, momentum: float, mix: float, bits: int) -> dict:
+              inner_lr: float, outer_lr: float, momentum: float, mix: float, bits: int,
+              members: list[list[int]] | None = None, resyncs: list[tuple[int, int]] = ()) -> dict:
     """The run in numpy, sites in lockstep (a site's ranks hold the same parameters, so one copy per site):
-    {"theta": [per site], "outer": the outer parameters}."""
+    {"theta": [per site], "outer": the outer parameters}.
+
+    DiLoCo with a membership history (PCCL's peers leaving and joining): `members[k]` are the sites whose
+    pseudo-gradients outer step k averages (the ring runs over them alone, in site order); a site left out keeps
+    its own parameters and goes on with its inner steps. `resyncs` are (inner steps done, site): after that many
+    steps (and the outer step at that boundary) the site takes the global state, outer parameters and momentum,
+    its parameters set to the outer ones and its error-feedback residual cleared, and takes part again in the
+    next outer step. Without `members`, every site takes part in every outer step."""
+    if members is not None:
+        check_membership(variant, len(sites), steps // every, members, list(resyncs), every)
     s, goal = len(sites), target(count, seed)
     theta = [initial(count, seed) for _ in sites]
     outer, mom = initial(count, seed), np.zeros(count, F32)
@@ -153,14 +195,14 @@ def reference(variant: str, sites: list[list[int]], count: int, steps: int, ever
     world = sum(map(len, sites))
     pending: list[tuple[int, np.ndarray]] = []
 
-    def outer_step(p: int, deltas: list[np.ndarray]) -> np.ndarray:
+    def outer_step(p: int, deltas: list[np.ndarray], present: list[int]) -> np.ndarray:
         sl = frag[p]
         if bits:
-            total = ordered_sum([with_feedback(d, residual[i][sl], bits) for i, d in enumerate(deltas)],
+            total = ordered_sum([with_feedback(d, residual[i][sl], bits) for i, d in zip(present, deltas)],
                                 bits, sl.stop - sl.start)
         else:
             total = ring_sum(deltas)
-        avg = total / F32(s)
+        avg = total / F32(len(present))
         nesterov(outer[sl], mom[sl], avg, outer_lr, momentum)
         return avg
 
@@ -173,22 +215,28 @@ def reference(variant: str, sites: list[list[int]], count: int, steps: int, ever
         else:
             for i, ranks in enumerate(sites):
                 inner_update(theta[i], sums[i], inner_lr, len(ranks))
+        everyone = list(range(s))
         for p, deltas in pending:                       # exchanged during this step, applied after it
-            outer_step(p, deltas)
+            outer_step(p, deltas, everyone)
             for i in range(s):
                 merge(theta[i][frag[p]], outer[frag[p]], mix)
         pending = []
         for p in launched(variant, t + 1, every, parts, steps):
-            deltas = [outer[frag[p]] - theta[i][frag[p]] for i in range(s)]
+            present = everyone if members is None else list(members[(t + 1) // every - 1])
+            deltas = [outer[frag[p]] - theta[i][frag[p]] for i in present]
             if variant == "diloco":                     # blocking: applied at once
-                outer_step(p, deltas)
-                for i in range(s):
+                outer_step(p, deltas, present)
+                for i in present:
                     theta[i][:] = outer
             else:
                 pending.append((p, deltas))
+        for done, i in resyncs:                         # a site back: the global state, from a surviving site
+            if done == t + 1:
+                theta[i][:] = outer
+                residual[i][:] = 0
     if variant == "ddp":
         outer = theta[0].copy()
-    return {"theta": theta, "outer": outer, "loss": [loss(th, goal) for th in theta]}
+    return {"theta": theta, "outer": outer, "momentum": mom, "loss": [loss(th, goal) for th in theta]}
 
 
 def sum_grads(grads: list[np.ndarray]) -> np.ndarray:
