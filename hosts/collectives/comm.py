@@ -185,6 +185,7 @@ class Communicator:
         self._forwarders: list[threading.Thread] = []
         self.channels: dict[int, Channel] = {}
         self.by_qpn: dict[tuple[str, int], Channel] = {}
+        self.retired: set[tuple[str, int]] = set()
         self.completions: queue.Queue = queue.Queue()
         self.op = "setup"
         self._closing = False
@@ -218,6 +219,18 @@ class Communicator:
         if rank not in self.channels:
             self.channels[rank] = Channel(self, self.peers[rank])
         return self.channels[rank]
+
+    def replace_channel(self, rank: int) -> None:
+        """Forget the channel to `rank` (its queue pairs may have failed): the next channel(rank) opens new ones,
+        with the peer doing the same; the old ones are destroyed and their late completions ignored."""
+        old = self.channels.pop(rank, None)
+        if old is None:
+            return
+        for key in [k for k, ch in self.by_qpn.items() if ch is old]:
+            del self.by_qpn[key]
+            self.retired.add(key)
+        for qp in old.qps:
+            qp.destroy()
 
     def close(self, linger: float | None = None) -> None:
         """Close the devices; linger=0 skips waiting for peers' last retransmissions (after a failure)."""
@@ -373,6 +386,8 @@ class Communicator:
                 self.check_peers()
                 continue
             ch = self.by_qpn.get((path, wc.qp_num))
+            if ch is None and (path, wc.qp_num) in self.retired:
+                continue                  # a replaced channel's queue pair flushing its last work requests
             if ch is None:
                 raise self.fail(f"completion for unknown queue pair {wc.qp_num} on the {path} device")
             if not wc.ok:

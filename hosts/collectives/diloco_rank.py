@@ -15,8 +15,12 @@ One rank per site crosses sites: the site's first rank (its leader) AllReduces w
 the result through its site. Every rank of a site holds the same parameters, so one exchange per site is all
 the WAN needs; a site of any size takes part the same way.
 
+With `rejoin` (diloco), a site cut off for longer than the transport's retries leaves the outer steps and comes
+back with the global state (diloco_rejoin.py).
+
 Prints {"rank", "site", "steps": [{"start", "end", "compute_s", "site_s", "wan_s", "wan_bytes",
-"wan_wire_bytes"}], "theta", "outer" (digests), "loss", "counters"} or {"rank", "error", "error_at"}.
+"wan_wire_bytes"}], "theta", "outer" (digests), "loss", "counters", "membership" (with rejoin)} or {"rank",
+"error", "error_at"}.
 """
 from __future__ import annotations
 
@@ -26,6 +30,7 @@ import numpy as np
 
 from hosts.collectives import algorithms
 from hosts.collectives import diloco as dl
+from hosts.collectives.diloco_rejoin import Membership
 from hosts.collectives.store import FileStore
 from hosts.collectives.subcomm import SubComm
 from hosts.spec.rank import DilocoRankSpec
@@ -48,6 +53,7 @@ class DilocoRank:
         self.theta, self.outer = dl.initial(n, spec.seed), dl.initial(n, spec.seed)
         self.momentum, self.residual = np.zeros(n, dl.F32), np.zeros(n, dl.F32)
         self.frag = dl.fragments(n, spec.fragments if spec.variant == "streaming" else 1)
+        self.membership = Membership(self) if spec.rejoin else None
 
     def connect(self) -> None:
         """Open the queue pairs this rank uses before the clock starts, in ascending peer order on every rank."""
@@ -115,8 +121,11 @@ class DilocoRank:
         launch = dl.launched(s.variant, t + 1, s.sync_every, s.fragments, s.steps)
         if s.variant == "diloco" and launch:
             t0 = time.monotonic()
-            self.outer_step(0, self.exchange(0))
-            self.theta[:] = self.outer
+            if self.membership is not None:
+                self.membership.outer_sync((t + 1) // s.sync_every - 1, t + 1)
+            else:
+                self.outer_step(0, self.exchange(0))
+                self.theta[:] = self.outer
             wan_s += time.monotonic() - t0
             launch = []
         end = time.monotonic()
@@ -135,5 +144,8 @@ def run_rank(spec: DilocoRankSpec, comm, store: FileStore) -> dict:
         row, pending = rank.step(t, pending)
         steps.append(row)
     outer = rank.theta if spec.variant == "ddp" else rank.outer
-    return {"rank": comm.rank, "site": rank.site, "steps": steps, "theta": dl.digest(rank.theta),
-            "outer": dl.digest(outer), "loss": dl.loss(rank.theta, rank.goal), "counters": comm.counters()}
+    out = {"rank": comm.rank, "site": rank.site, "steps": steps, "theta": dl.digest(rank.theta),
+           "outer": dl.digest(outer), "loss": dl.loss(rank.theta, rank.goal), "counters": comm.counters()}
+    if rank.membership is not None:
+        out["membership"] = rank.membership.report()
+    return out

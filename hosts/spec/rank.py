@@ -149,6 +149,7 @@ class DilocoRankSpec(RankSpec):
     mix: float = 0.5                          # streaming: the local share of a synchronised fragment
     quantize: Literal[0, 4, 8] = 0            # bits of the exchanged pseudo-gradients (0: float32)
     compute_s: float = 0.0                    # emulated compute time of one inner step
+    rejoin: bool = False                      # diloco: a site cut off past the retries leaves and rejoins
 
 
 @dataclasses.dataclass(frozen=True)

@@ -65,7 +65,12 @@ TFDATA_TRAINER = {"anyOf": [
 
 DILOCO_RANK = {"anyOf": [
     obj({"rank": INT, "site": INT, "steps": {"type": "array", "items": OBJ}, "theta": STR, "outer": STR,
-         "loss": NUM, "counters": OBJ}, ("rank", "site", "steps", "theta", "outer", "loss", "counters")),
+         "loss": NUM, "counters": OBJ, "membership": obj({
+             "members": {"type": "array", "items": {"type": "array", "items": INT}},
+             "resyncs": {"type": "array", "items": {"type": "array", "items": INT}},
+             "events": {"type": "array", "items": OBJ}, "resync_bytes": INT},
+             ("members", "resyncs", "events", "resync_bytes"))},
+        ("rank", "site", "steps", "theta", "outer", "loss", "counters")),
     obj({"rank": INT, "error": STR, "error_at": NUM}, ("rank", "error", "error_at"))]}
 
 WAN_TRANSFER = obj({

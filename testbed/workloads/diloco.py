@@ -75,6 +75,10 @@ SCHEMA = {
                                       "step_s": {**RATE, "default": 1.0, "description": "Seconds per inner step."},
                                       "wan_gbps": {**RATE, "default": 100.0, "description": "Cross-site link, "
                                                    "Gbit/s."}}},
+        "rejoin": {"type": "boolean", "default": False,
+                   "description": "DiLoCo (float32): a site cut off for longer than the transport's retries leaves "
+                                  "the outer steps, trains alone, and rejoins with the global state from site 0; "
+                                  "the membership history is reported and the reference models it."},
         "timeout_s": {"type": "number", "minimum": 1, "maximum": 3600, "default": 60,
                       "description": "Seconds a rank waits on its peers before failing."},
     },
@@ -121,6 +125,11 @@ def validate(fabric, spec: dict, scenario: dict | None = None) -> None:
                                 key="fragments")
 
 
+    if s["rejoin"] and "diloco" not in s["variants"]:
+        raise ScenarioError(f"diloco rejoin: applies to the diloco variant, not in variants {s['variants']}",
+                            key="rejoin")
+
+
 def warnings(fabric, spec: dict) -> list[str]:
     s = settings(spec)
     out = []
@@ -142,7 +151,13 @@ def rank_spec(s: dict, fabric, routing: str, peers, sites: list[list[int]], stor
         rank=0, peers=tuple(peers), store=store, sites=tuple(map(tuple, sites)), variant=variant, steps=s["steps"],
         sync_every=s["sync_every"], fragments=s["fragments"], count=count_of(s), seed=s["seed"],
         inner_lr=s["inner_lr"], outer_lr=s["outer_lr"], momentum=s["momentum"], mix=s["mix"], quantize=bits,
-        compute_s=compute_s(fabric, s), timeout_s=s["timeout_s"], **rank_setup.transport(fabric, routing))
+        compute_s=compute_s(fabric, s), timeout_s=s["timeout_s"], rejoin=rejoins(s, variant, bits),
+        **rank_setup.transport(fabric, routing))
+
+
+def rejoins(s: dict, variant: str, bits: int) -> bool:
+    """Sites leave and rejoin in float32 DiLoCo (the quantised exchange is an AllGather: not built for it)."""
+    return s["rejoin"] and variant == "diloco" and not bits
 
 
 def run(net, spec: dict) -> dict:
@@ -182,10 +197,19 @@ def run(net, spec: dict) -> dict:
             shutil.rmtree(store, ignore_errors=True)
         link_bytes = wan_link_bytes(fabric, before, net.counters()) if before is not None else None
         failed += [f"{hosts[o['rank']].name}: {o['error']}" for o in out.values() if "error" in o]
-        refs[variant, bits] = dl.reference(variant, sites, common.count, s["steps"], s["sync_every"],
-                                           s["fragments"], s["seed"], s["inner_lr"], s["outer_lr"], s["momentum"],
-                                           s["mix"], bits)
+        history = membership(out, sites) if common.rejoin else None
+        try:
+            refs[variant, bits] = dl.reference(variant, sites, common.count, s["steps"], s["sync_every"],
+                                               s["fragments"], s["seed"], s["inner_lr"], s["outer_lr"],
+                                               s["momentum"], s["mix"], bits,
+                                               **({} if history is None else {"members": history["members"],
+                                                                             "resyncs": history["resyncs"]}))
+        except ValueError as exc:
+            failed.append(f"the ranks' {exc}")
+            refs[variant, bits] = None
         row = measure(variant, bits, common.compute_s, sites, out, failed, refs[variant, bits], refs.get((variant, 0)))
+        if history is not None:
+            row["membership"] = history
         if link_bytes is not None and "replicas" in row:
             row["wan_link_bytes_per_step"] = link_bytes / s["steps"]
         if wire is not None and "replicas" in row:
@@ -195,6 +219,20 @@ def run(net, spec: dict) -> dict:
     result["checks"] = checks(result, s)
     result["ok"] = all(c["ok"] for c in result["checks"])
     return result
+
+
+def membership(out: dict, sites: list[list[int]]) -> dict | None:
+    """The membership history as the anchor (site 0's leader) decided it, every leader's leaving and rejoining,
+    and the bytes of the state handed over; None without the anchor's output."""
+    anchor = next((o for o in out.values() if o.get("rank") == sites[0][0] and "membership" in o), None)
+    if anchor is None:
+        return None
+    m = anchor["membership"]
+    leaders = {ranks[0]: i for i, ranks in enumerate(sites)}
+    events = sorted(({**e, "site": leaders[o["rank"]]} for o in out.values() if o.get("rank") in leaders
+                     for e in o.get("membership", {}).get("events", [])), key=lambda e: e["event_at"])
+    return {"members": m["members"], "resyncs": [tuple(x) for x in m["resyncs"]], "events": events,
+            "resync_bytes": m["resync_bytes"]}
 
 
 def wan_link_bytes(fabric, before: dict, after: dict) -> int:
@@ -252,10 +290,13 @@ def checks(result: dict, s: dict) -> list[dict]:
              for r in done if r["replicas"]["wrong"] or not r["replicas"]["outer_agree"]]
     quant = [f"{r['quantize']}-bit {r['variant']} max |outer - float32 run's| {r['quantization_max_dev']:.2g}"
              for r in done if r.get("quantization_max_dev") is not None]
+    churn = [f"{label(r)} outer steps' sites {r['membership']['members']}, state handed over after "
+             f"{r['membership']['resyncs']} ([inner steps done, site])" for r in done if r.get("membership")]
     out.append({"name": "replicas exact", "ok": bool(done) and not wrong,
                 "detail": "; ".join(wrong) if wrong else
                 "every replica's parameters bit-equal to the numpy reference (float32 exchange exact; quantised "
-                "runs exact to a reference that quantises alike" + (f": {'; '.join(quant)}" if quant else "") + ")"})
+                "runs exact to a reference that quantises alike" + (f": {'; '.join(quant)}" if quant else "") + ")"
+                + (f"; the reference models the membership history: {'; '.join(churn)}" if churn else "")})
     ddp, di, st = pick(result, "ddp"), pick(result, "diloco"), pick(result, "streaming")
     if ddp and di:
         pay, wire = di["wan_bytes_per_step"] / ddp["wan_bytes_per_step"], \

@@ -2,7 +2,7 @@
 its table (one row per variant) and its section of summary.md."""
 from __future__ import annotations
 
-from testbed.schema_words import BOOL, INT, NUM, STR, arr, d, dur, nullable, obj
+from testbed.schema_words import BOOL, INT, NUM, STR, arr, at, d, dur, nullable, obj
 
 VARIANT = obj({
     "variant": STR, "quantize": d(INT, "Bits of the exchanged pseudo-gradients (0: float32)."),
@@ -27,6 +27,13 @@ VARIANT = obj({
     "wan_achieved_mbps": d(nullable(NUM), "WAN payload over the time spent in the exchanges."),
     "step_s": dur("wall-clock per inner step."), "loss": d(NUM, "The reference's loss after the last step."),
     "replicas": {"type": "object"}, "quantization_max_dev": NUM,
+    "membership": d(obj({
+        "members": arr(arr(INT), "The sites taking part in each outer step."),
+        "resyncs": arr(arr(INT), "[inner steps done, site]: a site back took the global state then."),
+        "events": arr(obj({"event": d(STR, "left or rejoined."), "site": INT, "outer_step": INT, "done": INT,
+                           "event_at": at("when the site's leader left or came back.")})),
+        "resync_bytes": d(INT, "Bytes of state (outer parameters and momentum) handed to sites coming back.")}),
+        "rejoin: which sites took part in which outer step, and when a site left and came back."),
 })
 
 # Its keys in results.json's workload record (the runner adds the common ones).

@@ -98,3 +98,24 @@ def test_membership_history_is_diloco_only():
     with pytest.raises(ValueError, match="DiLoCo only"):
         dl.reference("streaming", [[0], [1]], steps=8, bits=0, members=[[0, 1], [0, 1]],
                      **{**RUN, "parts": 2})
+
+
+def test_ranks_with_rejoin_on_and_no_outage_keep_every_site_in_every_outer_step():
+    """The ranks' membership protocol over the transport's in-memory fabric, no outage: every outer step has
+    every site, no handover, and every replica equals the plain reference."""
+    import dataclasses
+
+    from hosts.collectives.diloco_rank import run_rank
+    from hosts.spec.results import DILOCO_RANK
+    from tests.unit.hosts.collectives.test_algorithms import peers_grid, run_ranks
+    from tests.unit.hosts.collectives.test_diloco_rank import expected, spec
+    import jsonschema
+
+    peers = peers_grid(3, 2)
+    s = spec("diloco", [[0, 1], [2, 3], [4, 5]], rejoin=True, steps=8, sync_every=4)
+    out = run_ranks(peers, lambda c: run_rank(dataclasses.replace(s, rank=c.rank, peers=tuple(peers)), c, c.store))
+    want = expected(s)
+    for r, o in out.items():
+        jsonschema.validate(o, DILOCO_RANK)
+        assert o["membership"]["members"] == [[0, 1, 2], [0, 1, 2]] and o["membership"]["events"] == []
+        assert o["theta"] == dl.digest(want["theta"][o["site"]]) and o["outer"] == dl.digest(want["outer"]), r

@@ -1,0 +1,34 @@
+"""Integration (root): a site of a DiLoCo run cut off for longer than the transport's retries leaves the outer
+steps and comes back with the global state (docs/diloco.md, "A site lost and back"); every replica bit-equal to
+the numpy reference of the same membership history afterwards."""
+import pytest
+
+from testbed import runner
+
+pytestmark = [pytest.mark.root, pytest.mark.slow]
+
+
+def test_a_site_cut_past_the_retries_leaves_and_rejoins_with_every_replica_exact(tmp_path):
+    """Site us loses its WAN links from second 1 to second OUT (longer than its leaders' retries): the outer
+    steps in between have site eu alone, us trains on its own, asks to come back at each of its outer steps and
+    takes the outer parameters and momentum from eu once the WAN is back; the run completes."""
+    from testbed.scenario import load
+    from tests.paths import ROOT
+    out = 12.0
+    scenario = load(f"{ROOT}/scenarios/diloco_sites.yaml", ["workloads.0.variants=[diloco]", "workloads.0.steps=24",
+                                                            "workloads.0.rejoin=true", "workloads.0.timeout_s=40",
+                                                            "fabric.wan.0.queue_kb=64", "fabric.queue_kb=32"])
+    scenario["faults"] = [{"at": 1.0, "kind": "link-down", "target": "site:us", "duration": out - 1.0}]
+    r = runner.run(scenario, str(tmp_path / "run"), echo=lambda *a: None)
+    (row,) = r["workloads"][0]["variants"]
+    m = row.get("membership") or {}
+    print(f"errors {row.get('errors')}; membership {m}; replicas {row.get('replicas')}; faults {r['faults']}")
+    ev = {e["event"]: e["event_at"] for e in m.get("events", [])}
+    if len(ev) == 2:
+        print(f"outage {out - 1.0:.1f} s; site us away {ev['rejoined'] - ev['left']:.2f} s; resync "
+              f"{m['resync_bytes']} B")
+    assert r["ok"], [c for c in r["checks"] if not c["ok"]]
+    assert [0] in m["members"] and m["members"][-1] == [0, 1]            # us left, and was back at the end
+    assert [e["event"] for e in m["events"] if e["site"] == 1] == ["left", "rejoined"]
+    assert [s for _, s in m["resyncs"]] == [1] and m["resync_bytes"] == 2 * 4 * r["workloads"][0]["count"]
+    assert row["replicas"] == {"ranks": 8, "wrong": [], "outer_agree": True, "sites_agree": True}
