@@ -162,6 +162,7 @@ def rejoins(s: dict, variant: str, bits: int) -> bool:
 
 def run(net, spec: dict) -> dict:
     fabric, s = net.fabric, settings(spec)
+    began = time.time()
     validate(fabric, spec)
     site_hosts = sites_of(fabric, s)
     hosts = [h for site in site_hosts for h in site]
@@ -197,7 +198,7 @@ def run(net, spec: dict) -> dict:
             shutil.rmtree(store, ignore_errors=True)
         link_bytes = wan_link_bytes(fabric, before, net.counters()) if before is not None else None
         failed += [f"{hosts[o['rank']].name}: {o['error']}" for o in out.values() if "error" in o]
-        history = membership(out, sites) if common.rejoin else None
+        history = membership(out, sites, began) if common.rejoin else None
         try:
             refs[variant, bits] = dl.reference(variant, sites, common.count, s["steps"], s["sync_every"],
                                                s["fragments"], s["seed"], s["inner_lr"], s["outer_lr"],
@@ -221,15 +222,16 @@ def run(net, spec: dict) -> dict:
     return result
 
 
-def membership(out: dict, sites: list[list[int]]) -> dict | None:
-    """The membership history as the anchor (site 0's leader) decided it, every leader's leaving and rejoining,
+def membership(out: dict, sites: list[list[int]], began: float) -> dict | None:
+    """The membership history as the anchor (site 0's leader) decided it, every leader's leaving and rejoining
+    (event_s: seconds since the workload began, as the runner's started_s counts them on the faults' time base),
     and the bytes of the state handed over; None without the anchor's output."""
     anchor = next((o for o in out.values() if o.get("rank") == sites[0][0] and "membership" in o), None)
     if anchor is None:
         return None
     m = anchor["membership"]
     leaders = {ranks[0]: i for i, ranks in enumerate(sites)}
-    events = sorted(({**e, "site": leaders[o["rank"]]} for o in out.values() if o.get("rank") in leaders
+    events = sorted(({**e, "site": leaders[o["rank"]], "event_s": round(e["event_at"] - began, 3)} for o in out.values() if o.get("rank") in leaders
                      for e in o.get("membership", {}).get("events", [])), key=lambda e: e["event_at"])
     return {"members": m["members"], "resyncs": [tuple(x) for x in m["resyncs"]], "events": events,
             "resync_bytes": m["resync_bytes"]}

@@ -31,7 +31,9 @@ VARIANT = obj({
         "members": arr(arr(INT), "The sites taking part in each outer step."),
         "resyncs": arr(arr(INT), "[inner steps done, site]: a site back took the global state then."),
         "events": arr(obj({"event": d(STR, "left or rejoined."), "site": INT, "outer_step": INT, "done": INT,
-                           "event_at": at("when the site's leader left or came back.")})),
+                           "event_at": at("when the site's leader left or came back."),
+                           "event_s": dur("the same, since the workload began (add its started_s for the "
+                                          "faults' time base).")})),
         "resync_bytes": d(INT, "Bytes of state (outer parameters and momentum) handed to sites coming back.")}),
         "rejoin: which sites took part in which outer step, and when a site left and came back."),
 })

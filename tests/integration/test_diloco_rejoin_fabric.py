@@ -23,12 +23,18 @@ def test_a_site_cut_past_the_retries_leaves_and_rejoins_with_every_replica_exact
     (row,) = r["workloads"][0]["variants"]
     m = row.get("membership") or {}
     print(f"errors {row.get('errors')}; membership {m}; replicas {row.get('replicas')}; faults {r['faults']}")
-    ev = {e["event"]: e["event_at"] for e in m.get("events", [])}
+    base = r["workloads"][0]["started_s"]
+    ev = {e["event"]: base + e["event_s"] for e in m.get("events", [])}
     if len(ev) == 2:
-        print(f"outage {out - 1.0:.1f} s; site us away {ev['rejoined'] - ev['left']:.2f} s; resync "
+        fault, = r["faults"]
+        print(f"outage {fault['restored_s'] - fault['at_s']:.1f} s; us left {ev['left'] - fault['at_s']:.2f} s "
+              f"into it, rejoined {ev['rejoined'] - fault['restored_s']:.2f} s after it ended; resync "
               f"{m['resync_bytes']} B")
     assert r["ok"], [c for c in r["checks"] if not c["ok"]]
     assert [0] in m["members"] and m["members"][-1] == [0, 1]            # us left, and was back at the end
     assert [e["event"] for e in m["events"] if e["site"] == 1] == ["left", "rejoined"]
     assert [s for _, s in m["resyncs"]] == [1] and m["resync_bytes"] == 2 * 4 * r["workloads"][0]["count"]
     assert row["replicas"] == {"ranks": 8, "wrong": [], "outer_agree": True, "sites_agree": True}
+    # it left once its leader's retries had run out (the anchor's decision is written when both leaders'
+    # exchanges have given up, which may be just after the links are back), and came back after the outage
+    assert r["faults"][0]["at_s"] < ev["left"] < ev["rejoined"] and ev["rejoined"] > r["faults"][0]["restored_s"]
