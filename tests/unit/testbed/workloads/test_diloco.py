@@ -31,6 +31,8 @@ SITES = [["s0g0", "s0g1"], ["s1g0", "s1g1"]]
     ({"sync_every": 6, "fragments": 3, "size": 1000},
      "diloco fragments 3 do not divide the 250 parameters of size 1000"),
     ({"size": 1001}, "diloco size 1001: not a whole number of float32 parameters (4 bytes each)"),
+    ({"rejoin": True, "variants": ["ddp", "streaming"]},
+     "diloco rejoin: applies to the diloco variant, not in variants ['ddp', 'streaming']"),
 ])
 def test_what_cannot_run_is_refused_in_one_line(change, message):
     spec = {k: v for k, v in {"type": "diloco", "sites": SITES, **change}.items() if v is not None}
@@ -48,6 +50,9 @@ def test_fragments_need_not_divide_without_streaming():
     ("{type: diloco, sites: [[s0g0], [s1g0]], variants: [local-sgd]}", "workloads.0.variants.0: 'local-sgd' is not"),
     ("{type: diloco, sites: [[s0g0], [s9g0]]}", "diloco sites[1]: unknown GPU host 's9g0'"),
     ("{type: diloco, sites: [[s0g0], [s1g0]], quantize: 3}", "workloads.0.quantize"),
+    ("{type: diloco, sites: [[s0g0], [s1g0]], rejoin: sometimes}", "workloads.0.rejoin: 'sometimes' is not of type"),
+    ("{type: diloco, sites: [[s0g0], [s1g0]], rejoin: true, variants: [ddp]}", "diloco rejoin: applies to the "
+                                                                               "diloco variant"),
 ])
 def test_the_command_says_it_in_one_line_and_exits_2(capsys, tmp_path, workload, line):
     path = tmp_path / "s.yaml"
@@ -56,6 +61,12 @@ def test_the_command_says_it_in_one_line_and_exits_2(capsys, tmp_path, workload,
     assert main(["validate", str(path)]) == 2
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and line in err[0], err
+
+
+def test_rejoin_reaches_only_the_float32_diloco_ranks():
+    s = diloco.settings({"type": "diloco", "rejoin": True, "quantize": 8})
+    assert [diloco.rejoins(s, v, b) for v, b in diloco.runs(s)] == [False, True, False, False, False]
+    assert not diloco.rejoins(diloco.settings({"type": "diloco"}), "diloco", 0)
 
 
 def test_compute_is_the_full_scale_step_dilated():
