@@ -4,6 +4,7 @@ in-memory fabric)."""
 import dataclasses
 
 import jsonschema
+import numpy as np
 import pytest
 
 from hosts.collectives import diloco as dl
@@ -154,3 +155,20 @@ def test_wan_link_bytes_come_from_the_wan_links_counters_and_the_check_holds_the
     check = next(c for c in diloco.checks({"sites": SITES, "gpus": 4, "variants": [ddp, more]}, s)
                  if c["name"] == "diloco wan bytes")
     assert not check["ok"] and "0.500 by the WAN links' counters" in check["detail"]
+
+
+def test_the_membership_history_is_the_anchors_with_every_leaders_events():
+    sites = [[0, 1], [2, 3]]
+    hist = {"members": [[0], [0, 1]], "resyncs": [[4, 1]], "events": [], "resync_bytes": 64}
+    out = {"a": {"rank": 0, "membership": hist},
+           "b": {"rank": 2, "membership": {**hist, "resync_bytes": 64, "events": [
+               {"event": "rejoined", "outer_step": 0, "done": 4, "event_at": 105.5},
+               {"event": "left", "outer_step": 0, "done": 4, "event_at": 102.0}]}},
+           "c": {"rank": 3, "membership": {**hist, "events": [{"event": "left", "event_at": 102.0}]}}}
+    m = diloco.membership(out, sites, 100.0)
+    assert m["members"] == [[0], [0, 1]] and m["resyncs"] == [(4, 1)] and m["resync_bytes"] == 64
+    assert [(e["event"], e["site"], e["event_s"]) for e in m["events"]] == [("left", 1, 2.0), ("rejoined", 1, 5.5)]
+    assert diloco.membership({"b": out["b"]}, sites, 100.0) is None       # no anchor, no history
+    ref = dl.reference("diloco", sites, 16, 8, 4, 1, 0, 0.05, 0.7, 0.9, 0.5, 0, members=m["members"],
+                       resyncs=m["resyncs"])
+    assert np.array_equal(ref["theta"][0], ref["theta"][1])
