@@ -231,7 +231,8 @@ def membership(out: dict, sites: list[list[int]], began: float) -> dict | None:
         return None
     m = anchor["membership"]
     leaders = {ranks[0]: i for i, ranks in enumerate(sites)}
-    events = sorted(({**e, "site": leaders[o["rank"]], "event_s": round(e["event_at"] - began, 3)} for o in out.values() if o.get("rank") in leaders
+    events = sorted(({**e, "site": leaders[o["rank"]], "event_s": round(e["event_at"] - began, 3)}
+                     for o in out.values() if o.get("rank") in leaders
                      for e in o.get("membership", {}).get("events", [])), key=lambda e: e["event_at"])
     return {"members": m["members"], "resyncs": [tuple(x) for x in m["resyncs"]], "events": events,
             "resync_bytes": m["resync_bytes"]}
