@@ -136,7 +136,7 @@ class Heartbeat:
         with self._lock:
             f, written = self._failed.get(name), self._news_seen.get(name)
         return f is not None and f["by"] not in ("declared", "exit") and written is not None \
-            and written / 1e9 >= f["at"] - self.timeout
+            and written[1] / 1e9 >= f["at"] - self.timeout
 
     def why(self, name: str) -> str | None:
         with self._lock:

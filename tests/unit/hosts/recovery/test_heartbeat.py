@@ -358,6 +358,20 @@ def test_collective_waiting_on_a_silent_peer_fails_naming_it(members, tmp_path):
           f"(heartbeat timeout 0.5 s)")
 
 
+def test_a_silent_peer_that_writes_news_after_its_silence_is_alive_and_one_that_does_not_is_not(tmp_path, members):
+    """A peer found silent whose news file changes afterwards lives, cut off from us (a dead one writes nothing)."""
+    a, ghost = members(0, 0), members(1, 0)
+    watcher = beat(tmp_path, a, [ghost], join_grace=0.3)
+    try:
+        assert wait_for(lambda: "s1g0" in watcher.failed(), limit=5.0)
+        assert watcher.detected_by("s1g0") == "heartbeats" and not watcher.alive_since_failed("s1g0")
+        with open(os.path.join(tmp_path, "news-s1g0.json"), "w") as f:
+            json.dump({}, f)                               # written after its silence began: its process lives
+        assert wait_for(lambda: watcher.alive_since_failed("s1g0"), limit=5.0)
+    finally:
+        watcher.stop()
+
+
 def test_a_declared_failure_is_seen_at_once_and_named(tmp_path, members):
     """DECLARED needs no silence: the watcher fails the peer on its next beat, however long the timeout."""
     a, b = members(0, 0), members(1, 0)
