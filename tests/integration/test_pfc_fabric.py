@@ -52,17 +52,21 @@ def run_incast(pfc):
     fabric = build("rail-optimized", 2, 2, spines=1, nic_mbps=10, queue_kb={"nic": 256}, pfc=pfc,
                    ecn=ECN if ecn.missing() is None else None)
     with Network(fabric) as net:
-        receivers = {h: net.host(h).popen([sys.executable, HELPER, "receive", str(PORT), str(4 * SECONDS + 6)],
-                                          stdout=subprocess.PIPE, text=True) for h in ("s1g0", "s0g0")}
-        time.sleep(1.0)
-        senders = [net.host(src).popen([sys.executable, HELPER, "send", net.host(dst).IP(), str(PORT), str(MBPS),
-                                        str(COUNT)]) for src, dst in (*INCAST, VICTIM)]
-        for s in senders:
-            s.wait(timeout=60)
-        got = {h: json.loads(r.communicate(timeout=60)[0]) for h, r in receivers.items()}
-        flows = {(src, dst): got[dst].get(net.host(src).IP(), {"datagrams": 0}) for src, dst in (*INCAST, VICTIM)}
-        return {"flows": flows, "drops": queue_drops(net), "pfc": net.pfc_stats(),
+        return {"flows": paced_flows(net, (*INCAST, VICTIM)), "drops": queue_drops(net), "pfc": net.pfc_stats(),
                 "spine_paused_s": marking_pause_s(net, "spine0", "rail0")}
+
+
+def paced_flows(net, pairs) -> dict:
+    """UDP flows at MBPS for SECONDS between (source, destination) pairs: what each destination received of each."""
+    receivers = {h: net.host(h).popen([sys.executable, HELPER, "receive", str(PORT), str(4 * SECONDS + 6)],
+                                      stdout=subprocess.PIPE, text=True) for h in sorted({d for _, d in pairs})}
+    time.sleep(1.0)
+    senders = [net.host(src).popen([sys.executable, HELPER, "send", net.host(dst).IP(), str(PORT), str(MBPS),
+                                    str(COUNT)]) for src, dst in pairs]
+    for s in senders:
+        s.wait(timeout=60)
+    got = {h: json.loads(r.communicate(timeout=60)[0]) for h, r in receivers.items()}
+    return {(src, dst): got[dst].get(net.host(src).IP(), {"datagrams": 0}) for src, dst in pairs}
 
 
 def marking_pause_s(net, node: str, peer: str) -> float | None:

@@ -5,39 +5,23 @@ flows at 0.9 x NIC converge on s1g0 (from s0g0 and s2g0): rail0's port into s1g0
 A third flow, s3g0 -> s2g0 at 0.9 x NIC, crosses the same switch to another port. Routing lets s3g0's port feed
 the queue into s1g0, but none of its frames are there: the switch's flow counters say whose frames are, and
 only those ports are paused. Nothing is dropped, and the third flow keeps its rate."""
-import json
-import subprocess
-import sys
-import time
-
 import pytest
 
 from testbed.fabric.network import Network
 from testbed.fabric.topo import build
-from tests.integration.test_pfc_fabric import HELPER, PORT, SIZE, mbps, queue_drops
+from tests.integration.test_pfc_fabric import COUNT, MBPS, mbps, paced_flows, queue_drops
 
 pytestmark = [pytest.mark.root, pytest.mark.alone]   # paced senders need the CPU for their pace
 
 PFC = {"xoff_kb": 64, "xon_kb": 32}
 INCAST = (("s0g0", "s1g0"), ("s2g0", "s1g0"))
 THIRD = ("s3g0", "s2g0")
-MBPS, SECONDS = 9.0, 4.0
-COUNT = int(MBPS * 1e6 * SECONDS / 8 / SIZE)
 
 
 def run_incast_beside_a_third_flow() -> dict:
     fabric = build("rail-only", 4, 1, nic_mbps=10, queue_kb={"nic": 256}, pfc=PFC)
     with Network(fabric) as net:
-        receivers = {h: net.host(h).popen([sys.executable, HELPER, "receive", str(PORT), str(4 * SECONDS + 6)],
-                                          stdout=subprocess.PIPE, text=True) for h in ("s1g0", "s2g0")}
-        time.sleep(1.0)
-        senders = [net.host(src).popen([sys.executable, HELPER, "send", net.host(dst).IP(), str(PORT), str(MBPS),
-                                        str(COUNT)]) for src, dst in (*INCAST, THIRD)]
-        for s in senders:
-            s.wait(timeout=60)
-        got = {h: json.loads(r.communicate(timeout=60)[0]) for h, r in receivers.items()}
-        flows = {(src, dst): got[dst].get(net.host(src).IP(), {"datagrams": 0}) for src, dst in (*INCAST, THIRD)}
-        return {"flows": flows, "drops": queue_drops(net), "pfc": net.pfc_stats()}
+        return {"flows": paced_flows(net, (*INCAST, THIRD)), "drops": queue_drops(net), "pfc": net.pfc_stats()}
 
 
 @pytest.fixture(scope="module")
