@@ -21,12 +21,13 @@ never heard yet (a spare still starting) gets `join_grace` seconds. A rank that 
 sends LEFT, so its silence afterwards is no failure; a rank whose GPU is declared failed sends DECLARED,
 and is failed at once.
 
-A rank that dies before its beats reach a watcher (killed while starting or in rendezvous, before the
-communicator watched its peers, or just after its first beats left) would be given the join grace. Its
-launcher sees its process end without a result, as torchelastic's agent or a cluster scheduler sees a
-worker's exit, and says so in the job's news under its own name (LAUNCHER, report_exit): every watcher reads
-that file too, and fails within a beat a rank it has never heard. A rank it has heard is left to its
-silence, so detection stays the network's. The launcher takes its word back when it starts the rank again.
+A rank that dies before its beats reach anyone (killed while starting or in rendezvous, before the
+communicator watched its peers) would be given the join grace. Its launcher sees its process end without
+a result, as torchelastic's agent or a cluster scheduler sees a worker's exit, and says so in the job's
+news under its own name (LAUNCHER, report_exit): every watcher reads that file too, and fails within a
+beat a rank that never beat. A rank marks in the directory (BEATING) that its beats go out, once the first
+has left: from then on its silence tells, so detection stays the network's. The launcher takes its word back
+when it starts the rank again, and the rank its mark.
 """
 from __future__ import annotations
 
@@ -42,6 +43,7 @@ from hosts.recovery.watchdog import Watchdog
 
 NEWS = "news-{name}.json"
 LAUNCHER = "launcher"          # the news of the processes' launcher: ranks whose process ended (report_exit)
+BEATING = "beating-{name}"     # a rank's mark, once its beats go out: the launcher's word no longer applies
 
 
 class Heartbeat:
@@ -62,7 +64,7 @@ class Heartbeat:
         self._links: dict[tuple, dict] = {}        # (name, path) -> {addr, since (monotonic), heard}
         self._targets: list[tuple[str, str]] = []   # (path, address) our beats go to
         self._failed: dict[str, dict] = {}         # name -> {silence, at (wall), why, by, first_hand}
-        self._news_seen: dict[str, tuple] = {}     # reporter -> (inode, mtime, size) of its news file last read
+        self._news_seen: dict[str, float] = {}     # reporter -> mtime of its news file last read
         self.on_failure: Callable[[], None] | None = None       # called from the heartbeat thread
         self.max_silence = 0.0       # longest a live peer's path stood still (the margin to `timeout`)
         self.max_loop_gap = 0.0      # longest gap between two of our own beats (our own starvation)
@@ -73,8 +75,12 @@ class Heartbeat:
     # -- what the rank program and the communicator use ----------------------------------------
     def start(self) -> "Heartbeat":
         # a rank that comes back must not let its peers read the verdicts of its previous life (a cut-off
-        # rank found everyone failed): its news starts empty
+        # rank found everyone failed): its news starts empty, and it has not beaten in this life
         self._publish_news()
+        try:
+            os.remove(self._beating_path(self.name))
+        except FileNotFoundError:
+            pass
         self._beat()
         self._thread.start()
         return self
@@ -104,6 +110,9 @@ class Heartbeat:
             self.watchdog.forget(self._peers)
             self._news_seen.pop(LAUNCHER, None)      # read again for the peers now watched
             self._publish_news()
+        if names and not os.path.exists(self._beating_path(self.name)):
+            self._beat()              # the first beat out, then the mark that beats flow (the launcher's word)
+            open(self._beating_path(self.name), "w").close()
 
     def progress(self, waiting: bool) -> None:
         """This rank moved on (watchdog.py); `waiting`: it now waits on its peers."""
@@ -136,7 +145,7 @@ class Heartbeat:
         with self._lock:
             f, written = self._failed.get(name), self._news_seen.get(name)
         return f is not None and f["by"] not in ("declared", "exit") and written is not None \
-            and written[1] / 1e9 >= f["at"] - self.timeout
+            and written / 1e9 >= f["at"] - self.timeout
 
     def why(self, name: str) -> str | None:
         with self._lock:
@@ -282,8 +291,8 @@ class Heartbeat:
         return True
 
     # -- news: first-hand verdicts shared through the store directory --------------------------
-    def _heard(self, name: str) -> bool:
-        return any(link["heard"] for (n, _), link in self._links.items() if n == name)
+    def _beating_path(self, name: str) -> str:
+        return os.path.join(self.directory, BEATING.format(name=name))
 
     def _publish_news(self) -> None:
         news = {n: {k: f[k] for k in ("silence", "at", "why", "by")}
@@ -298,14 +307,12 @@ class Heartbeat:
         for reporter in [*self._peers, LAUNCHER]:
             path = os.path.join(self.directory, NEWS.format(name=reporter))
             try:
-                st = os.stat(path)
-                # two writes within one tick of the file system's clock share a mtime; each is a new file
-                version = (st.st_ino, st.st_mtime_ns, st.st_size)
-                if self._news_seen.get(reporter) == version:
+                mtime = os.stat(path).st_mtime_ns
+                if self._news_seen.get(reporter) == mtime:
                     continue
                 with open(path) as f:
                     news = json.load(f)
-                self._news_seen[reporter] = version
+                self._news_seen[reporter] = mtime
             except (OSError, ValueError):
                 continue
             for name, f in news.items():
@@ -313,8 +320,8 @@ class Heartbeat:
                 if peer is None or name in self._failed:
                     continue             # not ours to watch, or known already
                 if reporter == LAUNCHER:
-                    if self._heard(name):
-                        continue         # we heard it: its silence will tell (the launcher covers the time before)
+                    if os.path.exists(self._beating_path(name)):
+                        continue         # it beat: its silence will tell (the launcher covers the time before)
                 elif f["at"] < peer["readmitted"]:
                     continue             # older than its re-admission (the launcher's word is of the process now)
                 newly |= self._fail(name, f["silence"], f"{f['why']} (seen by {reporter})", f["by"], f["at"],

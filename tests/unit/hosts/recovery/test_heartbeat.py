@@ -193,27 +193,6 @@ def test_a_peer_whose_launcher_saw_it_end_before_it_ever_beat_is_failed_within_a
         peer.stop()
 
 
-def test_the_launchers_word_fails_a_peer_whose_beats_went_out_but_never_reached_this_watcher(tmp_path, members):
-    """A rank killed just after its first beats left, before they reached a watcher (concurrent jobs starting on
-    a loaded machine): that watcher takes the launcher's word within a beat instead of waiting out the join
-    grace, while a watcher that hears the rank leaves it to its heartbeats."""
-    a, b, c = members(0, 0), members(1, 0), members(2, 0)
-    beating = beat(tmp_path, c, [b])                     # c beats to b only: a never hears it
-    hearing = beat(tmp_path, b, [c], join_grace=30.0)
-    deaf = beat(tmp_path, a, [c], join_grace=30.0)
-    try:
-        assert wait_for(lambda: "s2g0" in hearing.hears(), limit=5.0)
-        t = time.monotonic()
-        report_exit(str(tmp_path), "s2g0", time.time(), "was killed: no output")
-        assert wait_for(lambda: "s2g0" in deaf.failed(), limit=5.0)
-        assert time.monotonic() - t < 1.0 and deaf.detected_by("s2g0") == "exit"
-        time.sleep(0.5)
-        assert hearing.failed() == {}                     # it hears c beat: the word is not news to it
-    finally:
-        for hb in (deaf, hearing, beating):
-            hb.stop()
-
-
 def test_a_timeout_of_two_periods_still_fails_a_silent_peer(tmp_path, members):
     """A loop a period apart is on time, not starved, however short the timeout."""
     a, ghost = members(0, 0), members(1, 0)
