@@ -26,7 +26,8 @@ communicator watched its peers) would be given the join grace. Its launcher sees
 a result, as torchelastic's agent or a cluster scheduler sees a worker's exit, and says so in the job's
 news under its own name (LAUNCHER, report_exit): every watcher reads that file too, and fails within a
 beat a rank that never beat. A rank marks in the directory (BEATING) that its beats go out, once the first
-has left: from then on its silence tells, so detection stays the network's. The launcher takes its word back
+has left: from then on its silence tells, so detection stays the network's; except to a watcher with direct
+paths to it that has heard it on none (its first beats left but never arrived), which takes the launcher's word. The launcher takes its word back
 when it starts the rank again, and the rank its mark.
 """
 from __future__ import annotations
@@ -64,7 +65,7 @@ class Heartbeat:
         self._links: dict[tuple, dict] = {}        # (name, path) -> {addr, since (monotonic), heard}
         self._targets: list[tuple[str, str]] = []   # (path, address) our beats go to
         self._failed: dict[str, dict] = {}         # name -> {silence, at (wall), why, by, first_hand}
-        self._news_seen: dict[str, float] = {}     # reporter -> mtime of its news file last read
+        self._news_seen: dict[str, tuple] = {}     # reporter -> (inode, mtime ns, size) of its news last read
         self.on_failure: Callable[[], None] | None = None       # called from the heartbeat thread
         self.max_silence = 0.0       # longest a live peer's path stood still (the margin to `timeout`)
         self.max_loop_gap = 0.0      # longest gap between two of our own beats (our own starvation)
@@ -145,7 +146,7 @@ class Heartbeat:
         with self._lock:
             f, written = self._failed.get(name), self._news_seen.get(name)
         return f is not None and f["by"] not in ("declared", "exit") and written is not None \
-            and written / 1e9 >= f["at"] - self.timeout
+            and written[1] / 1e9 >= f["at"] - self.timeout
 
     def why(self, name: str) -> str | None:
         with self._lock:
@@ -290,6 +291,13 @@ class Heartbeat:
                               "first_hand": first_hand}
         return True
 
+    def _never_heard(self, name: str) -> bool:
+        """This watcher has direct paths to the peer and heard it on none: its first beats, sent just before it
+        died, never arrived here, so only the join grace would find it (a peer watched only through others'
+        news has no paths here: their heartbeats tell of it)."""
+        links = [link for (n, _), link in self._links.items() if n == name]
+        return bool(links) and not any(link["heard"] for link in links)
+
     # -- news: first-hand verdicts shared through the store directory --------------------------
     def _beating_path(self, name: str) -> str:
         return os.path.join(self.directory, BEATING.format(name=name))
@@ -307,12 +315,13 @@ class Heartbeat:
         for reporter in [*self._peers, LAUNCHER]:
             path = os.path.join(self.directory, NEWS.format(name=reporter))
             try:
-                mtime = os.stat(path).st_mtime_ns
-                if self._news_seen.get(reporter) == mtime:
+                st = os.stat(path)
+                version = (st.st_ino, st.st_mtime_ns, st.st_size)   # two writes within a clock tick differ too
+                if self._news_seen.get(reporter) == version:
                     continue
                 with open(path) as f:
                     news = json.load(f)
-                self._news_seen[reporter] = mtime
+                self._news_seen[reporter] = version
             except (OSError, ValueError):
                 continue
             for name, f in news.items():
@@ -320,7 +329,7 @@ class Heartbeat:
                 if peer is None or name in self._failed:
                     continue             # not ours to watch, or known already
                 if reporter == LAUNCHER:
-                    if os.path.exists(self._beating_path(name)):
+                    if os.path.exists(self._beating_path(name)) and not self._never_heard(name):
                         continue         # it beat: its silence will tell (the launcher covers the time before)
                 elif f["at"] < peer["readmitted"]:
                     continue             # older than its re-admission (the launcher's word is of the process now)

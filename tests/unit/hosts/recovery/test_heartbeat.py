@@ -193,6 +193,26 @@ def test_a_peer_whose_launcher_saw_it_end_before_it_ever_beat_is_failed_within_a
         peer.stop()
 
 
+def test_the_launchers_word_holds_for_a_rank_whose_beats_never_reached_a_watcher_with_paths_to_it(tmp_path, members):
+    """A rank killed just after its first beats left, before any reached this watcher: its mark says it beats,
+    but this watcher has paths to it and heard it on none, so the launcher's word fails it within a beat rather
+    than after the join grace. A rank this watcher has no path to is left to the heartbeats of those that do."""
+    a, same_rail, other_rail = members(0, 0), members(2, 0), members(1, 1)
+    assert paths_to(a, same_rail) and not paths_to(a, other_rail)
+    for name in ("s2g0", "s1g1"):
+        open(tmp_path / f"beating-{name}", "w").close()
+        report_exit(str(tmp_path), name, time.time(), "was killed: no output")
+    t = time.monotonic()
+    me = beat(tmp_path, a, [same_rail, other_rail], join_grace=30.0)
+    try:
+        assert wait_for(lambda: "s2g0" in me.failed(), limit=5.0)
+        assert time.monotonic() - t < 1.0 and me.detected_by("s2g0") == "exit"
+        time.sleep(0.5)
+        assert set(me.failed()) == {"s2g0"}          # s1g1: no path here, the launcher does not overtake its watchers
+    finally:
+        me.stop()
+
+
 def test_a_timeout_of_two_periods_still_fails_a_silent_peer(tmp_path, members):
     """A loop a period apart is on time, not starved, however short the timeout."""
     a, ghost = members(0, 0), members(1, 0)
