@@ -533,7 +533,8 @@ def vm_test() -> dict:
 
 
 def vm_text(s) -> str:
-    steps = ", ".join(f"{key} {s[f'{key}_min'](1)}" for key in VM_STEPS if f"{key}_min" in s)
+    steps = ", ".join("box cached" if key == "box" and max(s["box_min"].values) < 0.5 else f"{key} {s[f'{key}_min'](1)}"
+                      for key in VM_STEPS if f"{key}_min" in s)
     return (f"PASS in {s['total_min'](0)} min ({steps} min); {s['checks_passed'](0)} checks inside passed: kernel OVS "
             "and kernel rxe in every host, connectivity, collectives under a link cut and the GPU crash's spare "
             "recovery equal to numpy, the same on Docker hosts with kernel rxe inside every container, captures "
