@@ -82,6 +82,8 @@ def container_fault(container, sig) -> int:
     try:
         container.reload()
         hit = started_processes(container) if container.status in ("running", "paused") else 0
+        if not hit and sig in (signal.SIGKILL, signal.SIGSTOP):
+            return 0      # no rank in it yet: as on a namespace host, the fault waits for one (faults/schedule.py)
         if sig == signal.SIGKILL and container.status in ("running", "paused"):
             container.kill()
         elif sig == signal.SIGSTOP and container.status == "running":
