@@ -22,7 +22,10 @@ class GpuFault(JobFault):
     def inject(self, net, fault: dict, up: bool) -> dict:
         hosts = self.hosts(net.fabric, fault)
         rec = log_entry(fault, up)        # the time it struck: before the signals go out
-        return {**rec, "processes": signal_gpus(net, hosts, signal.SIGCONT if up else self.sig)}
+        # timed from a workload's start, it waits for the workload's rank (faults/schedule.py retries a fault that
+        # hit nothing); a Docker host's container struck before would keep its rank from starting at all
+        idle = up or not fault.get("workload")
+        return {**rec, "processes": signal_gpus(net, hosts, signal.SIGCONT if up else self.sig, idle)}
 
     def restore(self, net, fault: dict) -> None:
         if self.resume:

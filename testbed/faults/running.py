@@ -26,7 +26,7 @@ class _MachineHost:
     def cmd(self, command: str) -> str:
         return self.machine.run(["mnexec", "-a", str(self.pid), "sh", "-c", command], check=False).stdout
 
-    def fail(self, sig) -> int | None:
+    def fail(self, sig, idle: bool = True) -> int | None:
         return None
 
     def processes(self) -> dict[int, str]:

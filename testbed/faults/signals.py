@@ -19,17 +19,18 @@ def rank_processes(net, host: str) -> list[int]:
     return [pid for pid, cmdline in net.host(host).processes().items() if RANK_PROGRAM in cmdline]
 
 
-def signal_gpus(net, hosts: list[str], sig) -> int:
+def signal_gpus(net, hosts: list[str], sig, idle: bool = True) -> int:
     """A GPU failure: the rank processes of these hosts crash (SIGKILL), hang (SIGSTOP) or resume; the rank
     programs alone get SIGUSR1 (declared failed) and SIGUSR2 (a stalled GPU: its main loop blocks, the process
-    lives on). A Docker host crashes and hangs as a whole: its container is killed, paused or unpaused."""
+    lives on). A Docker host crashes and hangs as a whole: its container is killed, paused or unpaused; with
+    idle=False only once a process of the testbed runs in it, as a namespace host's failure hits its processes."""
     hit = 0
     for host in hosts:
         node = net.host(host)
         if sig in RANK_SIGNALS:
             pids = rank_processes(net, host)
         else:
-            failed = node.fail(sig)          # the backend's own way (a container), if it has one
+            failed = node.fail(sig, idle)    # the backend's own way (a container), if it has one
             if failed is not None:
                 hit += failed
                 continue

@@ -56,7 +56,7 @@ def test_a_short_churn_run_recovers_every_failure_and_keeps_the_state_exact(tmp_
     r = run(tmp_path, doc)
     assert r["fabric"]["host_backend"] == hosts
     w = r["workloads"][0]
-    assert r["ok"], (w["checks"], w["events"])
+    assert r["ok"], ([c for c in r["checks"] if not c["ok"]], w.get("events"))
     kinds = [e["kind"] for e in w["events"]]
     assert {"gpu-crash", "gpu-hang", "gpu-stall", "nic-down", "gpu-restart", "nic-up"} == set(kinds)
     assert w["failures"] == 5 and w["rejoins"] == 5 and w["final_world"] == 4

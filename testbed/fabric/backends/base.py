@@ -44,7 +44,7 @@ class HostNode(Protocol):
     def cmd(self, *args, **kwargs) -> str: ...
     def popen(self, *args, **kwargs): ...
     def tool_popen(self, *args, **kwargs): ...
-    def fail(self, sig) -> int | None: ...
+    def fail(self, sig, idle: bool = True) -> int | None: ...
     def processes(self) -> dict[int, str]: ...
     def signal(self, pids, sig) -> int: ...
 
@@ -123,7 +123,7 @@ class NamespaceHost(LocalProcesses, Host):
         self.tool_pids = self.tool_pids | {proc.pid}
         return proc
 
-    def fail(self, sig) -> int | None:
+    def fail(self, sig, idle: bool = True) -> int | None:
         return None
 
 
@@ -138,7 +138,7 @@ class AttachedHost(LocalProcesses):
         return subprocess.run(["nsenter", "-t", str(self.pid), "-n", "sh", "-c", command],
                               capture_output=True, text=True).stdout
 
-    def fail(self, sig) -> int | None:
+    def fail(self, sig, idle: bool = True) -> int | None:
         return None
 
 

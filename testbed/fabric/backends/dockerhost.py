@@ -75,15 +75,16 @@ def started_processes(container) -> int:
     return sum(1 for _, ppid, _ in rows.values() if ppid in rows and rows[ppid][2].startswith("nsenter"))
 
 
-def container_fault(container, sig) -> int:
+def container_fault(container, sig, idle: bool = True) -> int:
     """A GPU failure on a Docker host: SIGKILL kills the container, SIGSTOP pauses it, SIGCONT resumes it.
-    Returns how many of the processes the testbed started in it were hit."""
+    Returns how many of the processes the testbed started in it were hit. idle=False: a container where none
+    runs yet is left alone (a fault timed from a workload's start waits for its rank, as on a namespace host)."""
     import docker
     try:
         container.reload()
         hit = started_processes(container) if container.status in ("running", "paused") else 0
-        if not hit and sig in (signal.SIGKILL, signal.SIGSTOP):
-            return 0      # no rank in it yet: as on a namespace host, the fault waits for one (faults/schedule.py)
+        if not hit and not idle and sig in (signal.SIGKILL, signal.SIGSTOP):
+            return 0      # struck now, the rank could not start, and the fault would never be recorded
         if sig == signal.SIGKILL and container.status in ("running", "paused"):
             container.kill()
         elif sig == signal.SIGSTOP and container.status == "running":
@@ -220,10 +221,10 @@ class AttachedContainer(AttachedHost):
         super().__init__(pid)
         self.container = container
 
-    def fail(self, sig) -> int | None:
+    def fail(self, sig, idle: bool = True) -> int | None:
         if sig == signal.SIGUSR1:
             return None
-        return container_fault(engine().containers.get(self.container), sig)
+        return container_fault(engine().containers.get(self.container), sig, idle)
 
 
 class DockerHost(LocalProcesses, Host):
@@ -281,9 +282,10 @@ class DockerHost(LocalProcesses, Host):
         self.tool_pids = self.tool_pids | {proc.pid}
         return proc
 
-    def fail(self, sig) -> int | None:
-        """A Docker host fails as a whole (kill, pause, unpause); a declared failure (SIGUSR1) is the rank's."""
-        return None if sig == signal.SIGUSR1 else container_fault(self.container, sig)
+    def fail(self, sig, idle: bool = True) -> int | None:
+        """A Docker host fails as a whole (kill, pause, unpause); a declared failure (SIGUSR1) is the rank's.
+        idle=False: not while none of the testbed's processes runs in it (container_fault)."""
+        return None if sig == signal.SIGUSR1 else container_fault(self.container, sig, idle)
 
     def terminate(self):
         super().terminate()

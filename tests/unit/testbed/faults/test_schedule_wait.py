@@ -15,7 +15,7 @@ class SlowHost:
     def __init__(self, empty: int):
         self.empty, self.looks, self.signals = empty, 0, []
 
-    def fail(self, sig):
+    def fail(self, sig, idle=True):
         return None                                  # a namespace host: its processes are signalled one by one
 
     def processes(self) -> dict:

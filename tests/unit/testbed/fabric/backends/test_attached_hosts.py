@@ -40,7 +40,7 @@ def test_a_docker_host_is_attached_to_its_container_which_takes_its_gpu_failures
 
     monkeypatch.setattr("testbed.fabric.backends.dockerhost.engine",
                         lambda: type("E", (), {"containers": Containers()})())
-    monkeypatch.setattr("testbed.fabric.backends.dockerhost.container_fault", lambda container, sig: 3)
+    monkeypatch.setattr("testbed.fabric.backends.dockerhost.container_fault", lambda container, sig, idle=True: 3)
     assert host.fail(signal.SIGKILL) == 3 and hit == [container_name("s1g0")]
 
 
