@@ -32,7 +32,7 @@ class FakeNet:
     def host(self, name):
         net = self
         return SimpleNamespace(processes=lambda: {7: "python -m hosts.agents.collective_rank", 8: "sleep 9"},
-                               fail=lambda sig: None,
+                               fail=lambda sig, idle=True: None,
                                signal=lambda pids, sig: net.did.append((name, sorted(pids), sig)) or len(pids))
 
 
