@@ -74,8 +74,11 @@ class RunningFabric:
 
 
 def running_fabric() -> RunningFabric:
-    live = [(d, st) for d, st in runstate.all_runs().items() if runstate.alive(st) and "fabric" in st]
-    if not live:
-        raise HandFaultError("no testbed run has a fabric up on this machine")
-    run_dir, state = live[0]
+    """The fabric up under this process's fabric tag: another tag's fabric is another user's, never struck."""
+    mine = runstate.live_fabric()
+    if mine is None:
+        others = sorted(tag or "(none)" for tag in runstate.live_fabrics())
+        also = f" (fabrics up under other tags: {', '.join(others)}; TESTBED_FABRIC_TAG picks one)" if others else ""
+        raise HandFaultError(f"no testbed run has a fabric up on this machine under this fabric tag{also}")
+    run_dir, state = mine
     return RunningFabric(state, run_dir)
