@@ -1,11 +1,11 @@
-"""Benchmark: DDP, DiLoCo and Streaming DiLoCo across two sites of one fabric (each server a site; the leaders'
-NIC links are what crosses sites) as the cross-site rate falls: WAN bytes per inner step against DDP's, the
+"""Benchmark: DDP, DiLoCo and Streaming DiLoCo across two sites of one fabric (each server a site, 4 GPUs each
+by default; the leaders' NIC links are what crosses sites) as the cross-site rate falls: WAN bytes per inner step against DDP's, the
 peak step against DiLoCo's (by the ranks' accounting, and by the leaders' NIC ports' counters sampled over the
 run: the most bytes within a window of one step's compute, docs/diloco.md), wall-clock per step, with their
 spread over repeats (printed, not asserted; benchmarks/measured.py's `diloco` figure publishes them).
 
     .venv/bin/python benchmarks/diloco.py [--nic-mbps 40,20,10,5] [--repeats 3] [--quantize 8]
-                                          [--servers 2 --gpus 2] [--size 256KiB] [--steps 8 --h 4 --p 2]
+                                          [--servers 2 --gpus 4] [--size 256KiB] [--steps 8 --h 4 --p 2]
                                           [--compute-s 0.4]
 
 The papers' factors to hold the figures against: DiLoCo sends 1/H of DDP's bytes (its paper's H = 500 gives
@@ -46,7 +46,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--nic-mbps", default="40,20,10,5")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--servers", type=int, default=2)
-    ap.add_argument("--gpus", type=int, default=2)
+    ap.add_argument("--gpus", type=int, default=4)
     ap.add_argument("--size", default="256KiB")
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--h", type=int, default=4)

@@ -338,15 +338,17 @@ def pccl_wan() -> dict:
 
 
 DILOCO_RATES = (20, 2)          # Mbit/s across sites: DDP link-bound at the first, all but Streaming at the second
+DILOCO_GPUS = 4                 # per site: the issue's figures are at 2 sites of 4-8 GPUs
 
 
 def diloco_sites() -> dict:
-    """benchmarks/diloco.py at 20 Mbit/s with 8-bit runs, then at 2 Mbit/s: the WAN bytes on the wire per inner
+    """benchmarks/diloco.py (2 sites of DILOCO_GPUS) at 20 Mbit/s with 8-bit runs, then at 2 Mbit/s: the WAN bytes on the wire per inner
     step against DDP's, Streaming's peak on the wire (sampled) against DiLoCo's, seconds per inner step."""
     import diloco
     numbers = {}
     for mbps in DILOCO_RATES:
-        rows, bad = diloco.one(diloco.defaults(quantize=8 if mbps == DILOCO_RATES[0] else 0), mbps)
+        rows, bad = diloco.one(diloco.defaults(servers=2, gpus=DILOCO_GPUS,
+                                                quantize=8 if mbps == DILOCO_RATES[0] else 0), mbps)
         wanted = [("ddp", 0), ("diloco", 0), ("streaming", 0)] + ([("diloco", 8), ("streaming", 8)]
                                                                    if mbps == DILOCO_RATES[0] else [])
         wrong = [k for k in wanted if k not in rows or rows[k]["replicas"]["wrong"]]
@@ -688,10 +690,11 @@ FIGURES = [
            lambda s: (f"one connection {s['one_of_window']()} of window / round trip ({s['one_of_rate']()} of the "
                       f"link); eight {s['eight_of_rate']()} of the link"),
            held={"eight_of_rate": "higher"}, quick=True),
-    Figure("diloco", "DDP / DiLoCo / Streaming DiLoCo across 2 sites of 2 GPUs (256 KiB, H = 4, P = 2)",
+    Figure("diloco", f"DDP / DiLoCo / Streaming DiLoCo across 2 sites of {DILOCO_GPUS} GPUs (256 KiB, H = 4, P = 2)",
            "[DiLoCo](docs/diloco.md#measured)",
-           "benchmarks/diloco.py: rail-optimized 2x2, each server a site, the leaders' NICs what crosses sites; 256 KiB "
-           "of float32, H = 4, P = 2, 8 inner steps of 0.4 s compute; at 20 Mbit/s with 8-bit runs, then at 2 Mbit/s; "
+           f"benchmarks/diloco.py --gpus {DILOCO_GPUS}: rail-optimized 2x{DILOCO_GPUS}, each server a site, the leaders' "
+           "NICs what crosses sites; 256 KiB of float32, H = 4, P = 2, 8 inner steps of 0.4 s compute; at 20 Mbit/s "
+           "with 8-bit runs (--nic-mbps 20 --quantize 8), then at 2 Mbit/s (--quantize 0), about a minute a repeat; "
            "bytes on the wire per inner step, the sampled peak over a window of one step's compute, every replica "
            "bit-equal to the numpy reference",
            diloco_sites, diloco_text,
