@@ -19,14 +19,18 @@ import tempfile
 from testbed import runner
 
 
-def one(args, mbps):
+def scenario_of(args, mbps) -> dict:
+    """One run's scenario: rail-optimized servers x gpus, each server a site, its first GPU the leader."""
     sites = [[f"s{s}g{g}" for g in range(args.gpus)] for s in range(args.servers)]
     spec = {"type": "diloco", "sites": sites, "steps": args.steps, "sync_every": args.h, "fragments": args.p,
             "size": args.size, "quantize": args.quantize, "compute_s": args.compute_s}
-    scenario = {"name": "bench-diloco", "fabric": {"kind": "rail-optimized", "servers": args.servers,
-                                                   "gpus_per_server": args.gpus, "nic_mbps": mbps},
-                "workloads": [spec]}
-    out = runner.run(scenario, tempfile.mkdtemp(prefix="tb-bench-"), echo=lambda *a: None)
+    return {"name": "bench-diloco", "fabric": {"kind": "rail-optimized", "servers": args.servers,
+                                               "gpus_per_server": args.gpus, "nic_mbps": mbps},
+            "workloads": [spec]}
+
+
+def one(args, mbps):
+    out = runner.run(scenario_of(args, mbps), tempfile.mkdtemp(prefix="tb-bench-"), echo=lambda *a: None)
     w = out["workloads"][0]
     bad = [c["detail"] for c in out["checks"] if not c["ok"]]
     return {(v["variant"], v["quantize"]): v for v in w["variants"] if "replicas" in v}, bad

@@ -365,6 +365,39 @@ def diloco_sites() -> dict:
     return numbers
 
 
+REJOIN_OUTAGE_S = 11.0          # site us's WAN links down from second 1: past its leaders' retries
+
+
+def diloco_rejoin() -> dict:
+    """tests/integration/test_diloco_rejoin_fabric.py's run: DiLoCo with `rejoin: true` on scenarios/diloco_sites.yaml,
+    site us cut off past the retries; when it left and came back against the outage, the outer steps without it,
+    whether every replica is bit-equal to the numpy reference of that history (fails otherwise)."""
+    from testbed.scenario import load
+    doc = load(os.path.join(ROOT, "scenarios", "diloco_sites.yaml"),
+               ["workloads.0.variants=[diloco]", "workloads.0.steps=24", "workloads.0.rejoin=true",
+                "workloads.0.timeout_s=40", "fabric.wan.0.queue_kb=64", "fabric.queue_kb=32"])
+    doc["faults"] = [{"at": 1.0, "kind": "link-down", "target": "site:us", "duration": REJOIN_OUTAGE_S}]
+    out = _run(doc)
+    w = out["workloads"][0]
+    (row,), (fault,) = w["variants"], out["faults"]
+    m = row.get("membership") or {}
+    ev = {e["event"]: w["started_s"] + e["event_s"] for e in m.get("events", []) if e["site"] == 1}
+    exact = row["replicas"]["wrong"] == [] and row["replicas"]["outer_agree"]
+    if not out["ok"] or set(ev) != {"left", "rejoined"} or not exact:
+        raise RuntimeError(f"diloco rejoin: events {m.get('events')}, replicas {row['replicas']}: "
+                           f"{[c['detail'] for c in out['checks'] if not c['ok']]}")
+    return {"left_s": ev["left"] - fault["at_s"], "back_s": ev["rejoined"] - fault["restored_s"],
+            "alone_steps": sum(members == [0] for members in m["members"]), "outer_steps": len(m["members"]),
+            "bit_equal": float(exact), "resync_bytes": m["resync_bytes"]}
+
+
+def diloco_rejoin_text(s) -> str:
+    return (f"site us left {s['left_s'](1)} s into the {REJOIN_OUTAGE_S:g} s outage, back {s['back_s'](1)} s after it "
+            f"ended; {s['alone_steps'](0)} of {s['outer_steps'](0)} outer steps without it; one handover of "
+            f"{s['resync_bytes'](0)} B; every replica bit-equal to the reference of that history in "
+            + ("every run" if min(s["bit_equal"].values) == 1 else f"{s['bit_equal'](2)} of the runs"))
+
+
 def diloco_text(s) -> str:
     fast, slow = DILOCO_RATES
     return (f"WAN bytes per inner step / DDP's: DiLoCo {s['diloco_of_ddp'](3)} (1/H = 0.25), Streaming "
@@ -700,6 +733,13 @@ FIGURES = [
            diloco_sites, diloco_text,
            held={"diloco_of_ddp": "lower", "streaming_of_ddp": "lower", "sampled_peak_ratio": "lower",
                  "streaming_2_s": "lower"}),
+    Figure("diloco_rejoin", "a site lost past the retries during DiLoCo, and back (2 sites of 4 GPUs)",
+           "[DiLoCo](docs/diloco.md#a-site-lost-and-back)",
+           "scenarios/diloco_sites.yaml (two Clos 2x2 sites, WAN link 5 Mbit/s, 10 ms): DiLoCo alone, 24 inner steps, "
+           "rejoin: true, queues of 32 KB (64 KB on the WAN link); site us's WAN links down from second 1 for "
+           f"{REJOIN_OUTAGE_S:g} s; fails unless us left and rejoined once and every replica equals the numpy "
+           "reference of that membership history",
+           diloco_rejoin, diloco_rejoin_text),
     Figure("bring_up", "bring-up, 64 GPU hosts and 20 switches", "[Docker](docs/docker.md)",
            "rail-optimized 8x8, 4 spines, ECMP, namespaces (containers: benchmarks/bringup.py ... docker)",
            bring_up_64, lambda s: f"{s['netns_s'](1)} s on namespaces", held={"netns_s": "lower"}, quick=True),

@@ -147,7 +147,9 @@ def test_the_new_figures_render_every_number_they_measure():
                          ("liveness", stats(on_false_pairs=0, on_max_silence_s=0.61, on_detected_s=0.92,
                                             off_false_pairs=3, off_max_silence_s=1.9, off_detected_s=1.0)),
                          ("churn", stats(failures=31, rejoins=31, steps=5403, lost=22, recovery_s=60.2)),
-                         ("soak", stats(runs=100, ovs_vswitchd_rss_mib=0.0, ovs_vswitchd_fds=0))):
+                         ("soak", stats(runs=100, ovs_vswitchd_rss_mib=0.0, ovs_vswitchd_fds=0)),
+                         ("diloco_rejoin", stats(left_s=10.3, back_s=4.1, alone_steps=2, outer_steps=6, bit_equal=1,
+                                                 resync_bytes=524288))):
         fig = measured.BY_KEY[key]
         assert set(fig.held) <= set(numbers) and fig.render(numbers), key
 
