@@ -1,6 +1,6 @@
 """Benchmark: DDP, DiLoCo and Streaming DiLoCo across two sites of one fabric (each server a site, 4 GPUs each
-by default; the leaders' NIC links are what crosses sites) as the cross-site rate falls: WAN bytes per inner step against DDP's, the
-peak step against DiLoCo's (by the ranks' accounting, and by the leaders' NIC ports' counters sampled over the
+by default; the leaders' NIC links are what crosses sites) as the cross-site rate falls: WAN bytes per inner
+step against DDP's, the peak step against DiLoCo's (by the ranks' accounting, and by the leaders' NIC ports' counters sampled over the
 run: the most bytes within a window of one step's compute, docs/diloco.md), wall-clock per step, with their
 spread over repeats (printed, not asserted; benchmarks/measured.py's `diloco` figure publishes them).
 

@@ -27,8 +27,8 @@ a result, as torchelastic's agent or a cluster scheduler sees a worker's exit, a
 news under its own name (LAUNCHER, report_exit): every watcher reads that file too, and fails within a
 beat a rank that never beat. A rank marks in the directory (BEATING) that its beats go out, once the first
 has left: from then on its silence tells, so detection stays the network's; except to a watcher with direct
-paths to it that has heard it on none (its first beats left but never arrived), which takes the launcher's word. The launcher takes its word back
-when it starts the rank again, and the rank its mark.
+paths to it that has heard it on none (its first beats left but never arrived), which takes the launcher's
+word. The launcher takes its word back when it starts the rank again, and the rank its mark.
 """
 from __future__ import annotations
 
