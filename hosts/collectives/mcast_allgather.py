@@ -9,12 +9,15 @@ link, so each is paced at the NIC rate / min(R, ranks - 1). The AllGather uses o
 from start to end and the time is the ring's, (ranks - 1) shards over the NIC; with fewer chains the
 current senders' own links idle while they send, and the time grows by ranks / (ranks - 1) at best.
 Receivers keep a bitmap of chunks, no per-packet ACKs.
-Chunks still missing once their sender is done (its last chunk arrived, or a chunk of the next shard in
-its chain did), or after a deadline derived from size and link rate, are read from the right
-ring neighbour with one RDMA READ per contiguous gap, once that neighbour reports the shard complete
-(it publishes its buffer's address and rkey at set-up). A rank tells its right neighbour FIN when it
-needs nothing more from it, and returns once its left neighbour's FIN came: buffers stay valid while
-they are read. On a fabric where multicast reaches only the sender's rail (rail-only), the AllGather
+Chunks still missing once their sender is done are read from the right ring neighbour with one RDMA
+READ per contiguous gap, once that neighbour reports the shard complete (COMPLETE; it publishes its
+buffer's address and rkey at set-up). The sender is done when its last chunk arrived, a chunk of the
+next shard in its chain did, or a grace of a few chunks' time after the right neighbour's COMPLETE: a
+shard's owner reports it only once all its chunks are out, and a COMPLETE of a shard that was read
+or is the sender's own says its sender is done, so a lost last chunk costs a grace, not a wait for the
+deadline (derived from size and link rate), which remains the last resort. A rank tells its right
+neighbour FIN when it needs nothing more from it, and returns once its left neighbour's FIN came:
+buffers stay valid while they are read. On a fabric where multicast reaches only the sender's rail (rail-only), the AllGather
 is hierarchical: multicast within each rail, then a ring over the HB domain.
 
 Group address: 239.x.y.z from a hash of the communicator's store, the operation and the ranks, so
@@ -35,7 +38,9 @@ from hosts.rdma import GRH_LEN, Access, AddressHandle, QPInfo, QPType, RecvWR, S
 MCAST_QPN, QKEY = 0xFFFFFF, 0x4D434147
 RECV_SLOTS, SEND_DEPTH = 512, 64
 CHAINS = 2                   # Broadcast's (one sender: any); the AllGather runs one chain per rank
+GRACE_CHUNKS = 8             # how long after the right neighbour's COMPLETE a shard's chunks may still arrive
 ACTIVATE, COMPLETE, FIN = 1, 2, 3
+SENDER_DONE = 1 << 25        # a COMPLETE's flag: the shard's sender is known done (it was read, or it is ours)
 K_CTRL_RECV, K_CTRL_SEND, K_DATA, K_READ = 1, 2, 3, 4     # wr_id >> 61
 
 
@@ -112,7 +117,8 @@ class Multicast:
             time.sleep(0.3)          # no one reports the switches' rules (in-process runs): give them a moment
         self.epoch, self.buf, self.mr, self.peer_mr, self.gen = 0, None, None, None, 0
         self.stash: list[tuple[int, int]] = []                     # control messages of a later epoch
-        self.stats = {"recovered_chunks": 0, "reads": 0, "multicast_chunks": 0, "dropped_chunks": 0}
+        self.stats = {"recovered_chunks": 0, "reads": 0, "reads_at_deadline": 0, "multicast_chunks": 0,
+                      "dropped_chunks": 0}
 
     def _await_trees(self, hosts: list[str]) -> None:
         """Until the testbed reports every switch holds this group's tree with all `hosts` in it
@@ -191,9 +197,9 @@ class _Operation:
         self.fin_from_left, self.fin_sent = False, False
         started = time.monotonic()
         self.late = started + deadline_s(sum(hi - lo for _, lo, hi in shards), mc.rate)
+        # the chunks the other paths may still hold after the right neighbour's COMPLETE came
+        self.grace = 0.002 + GRACE_CHUNKS * mc.chunk * 8 / (mc.rate or 1e9)
         self.last_progress = started
-        for i in mine:
-            mc.ctrl(mc.to_left, COMPLETE, i)
         pending_ctrl, mc.stash = mc.stash, []
         for imm, from_left in pending_ctrl:
             self.on_ctrl(imm, from_left)
@@ -211,7 +217,9 @@ class _Operation:
             self.to_send = self._all_my_chunks()
             self.active = True
         elif kind == COMPLETE:
-            self.right_has.setdefault(value, time.monotonic())
+            i = value & (SENDER_DONE - 1)
+            self.right_has.setdefault(i, time.monotonic())
+            self.done_sending[i] |= bool(value & SENDER_DONE)
         elif kind == FIN:
             self.fin_from_left = True
 
@@ -227,6 +235,8 @@ class _Operation:
             self.sends_out += 1
         if self.active and not self.to_send and not self.sends_out:
             self.active = False
+            for i in self.mine:           # all out: the left neighbour may read them, and knows we are done
+                mc.ctrl(mc.to_left, COMPLETE, i | SENDER_DONE)
             if self.mine[-1] in self.chain_next:
                 mc.ctrl(mc.to_right, ACTIVATE)
 
@@ -235,7 +245,8 @@ class _Operation:
         mc = self.mc
         now = time.monotonic()
         for i in range(self.n):
-            if (self.done_sending[i] or now > self.late) and i in self.right_has and not self.have[i].all():
+            if i in self.right_has and not self.have[i].all() and (
+                    self.done_sending[i] or now > self.late or now - self.right_has[i] > self.grace):
                 for lo, hi in gaps(self.have[i] | self.requested[i]):
                     _, slo, shi = self.shards[i]
                     off = slo + lo * mc.chunk
@@ -246,6 +257,8 @@ class _Operation:
                     self.requested[i][lo:hi] = True
                     self.reads_out += 1
                     mc.stats["reads"] += 1
+                    if now > self.late and not self.done_sending[i] and now - self.right_has[i] <= self.grace:
+                        mc.stats["reads_at_deadline"] += 1
 
     def finished(self) -> bool:
         """Tell the right neighbour FIN once nothing is missing; done when the left one's FIN came too
@@ -289,8 +302,8 @@ class _Operation:
             self.have[i][lo:hi] = True
             self.missing -= got
             mc.stats["recovered_chunks"] += got
-            if self.have[i].all():
-                mc.ctrl(mc.to_left, COMPLETE, i)
+            if self.have[i].all():               # read: its sender was done
+                mc.ctrl(mc.to_left, COMPLETE, i | SENDER_DONE)
 
     def on_chunk(self, wc) -> None:
         """A multicast chunk: repost its receive slot, copy it in unless stale or a duplicate."""

@@ -29,7 +29,7 @@ from typing import Callable
 
 from hosts.rdma.mtu import NIC_MTU, roce_mtu
 from testbed.fabric.kinds import RAIL_OPTIMIZED
-from testbed.papers import REPRODUCED, Claim, short_of_cpu
+from testbed.papers import AT_MOST, REPRODUCED, Claim, short_of_cpu
 
 NAME = "spcl-multicast"
 TITLE = "Khalilov et al., multicast-based AllGather (SPCL, SC'24)"
@@ -135,7 +135,8 @@ def _loss_claims(servers: int, per: int, size: str, rounds: list[dict]) -> list[
               "chunks the loss took (expected)", 1.0, recovery_tolerance(servers, per, lossy[0]["multicast"], LOSS),
               config, [c / expected for c in recovered]),
         Claim(f"{grid}-loss-time", "as good as the ring, under loss: multicast's time / the rank-order ring's at the "
-              "same loss", 1.0, 0.10, config, [r["multicast"]["seconds"] / r["ring-rank"]["seconds"] for r in lossy]),
+              "same loss (at most 1)", 1.0, 0.10, config,
+              [r["multicast"]["seconds"] / r["ring-rank"]["seconds"] for r in lossy], bound=AT_MOST),
         Claim(f"{grid}-loss-bytes", "the traffic saving kept under loss: (the rank-order ring's bytes / multicast's) "
               "at the loss over the same without", 1.0, 0.10, config,
               [(_per_op(r["lossy"], "ring-rank") / _per_op(r["lossy"], "multicast"))
@@ -156,14 +157,13 @@ def _loss_claims(servers: int, per: int, size: str, rounds: list[dict]) -> list[
 
 def _loss_time_why(servers: int, per: int, lossy: list[dict]) -> str:
     """Where multicast and the ring part under loss: the ring's go-back retransmissions against multicast's
-    READs of the missing chunks, which wait for the shard's last chunk or, when that one is lost, the deadline."""
-    n = servers * per
+    READs of the missing chunks, which go round the ring when a chunk was dropped at its sender."""
     ring = [r["ring-rank"] for r in lossy]
-    return (f"a receiver READs a shard's missing chunks once its last chunk arrives; when the loss takes the last "
-            f"one (on average {LOSS * n * (ITERATIONS + WARMUP):.1f} of the run's {n * (ITERATIONS + WARMUP)} shard "
-            "sends), every receiver waits for the deadline, 1.5x the time to receive everything + 0.2 s, before it "
-            "reads. The ring repairs each loss by retransmitting ("
-            + ", ".join(str(r["retransmits"]) for r in ring) + " packets). The slides give no figure under loss")
+    return (f"a chunk dropped at its sender is missed by all {servers * per - 1} receivers, and each reads it from "
+            "its right neighbour once that one has the shard whole: the repair goes round the ring, one READ after "
+            "the other, each a round trip, and a retransmission timeout when the loss takes a READ's packet. The "
+            "ring repairs each loss by retransmitting (" + ", ".join(str(r["retransmits"]) for r in ring)
+            + " packets). The slides give no figure under loss")
 
 
 def _round(servers: int, per: int, size: str, out_dir: str, loss: float = 0.0) -> dict:

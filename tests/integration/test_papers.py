@@ -21,8 +21,8 @@ EXPECTED = {
     "spcl-multicast": ({"2x4-time", "2x4-bytes-vs-rank-ring", "2x4-bytes-vs-rail-ring", "2x4-trees", "2x4-loss-exact",
                         "2x4-loss-recovered", "2x4-loss-time", "2x4-loss-bytes", "concurrent-gather",
                         "concurrent-other", "concurrent-bytes", "concurrent-split"}, ("2x4-trees", "2x4-loss-exact")),
-    "spraying": ({f"split{k}-{w}-{m}" for k in (2, 4) for w in ("all-to-all", "ring-allreduce")
-                  for m in ("congestion", "time")}, ()),
+    "spraying": ({f"{cc}{mode}-{w}-{m}" for cc in ("", "dcqcn-") for mode in ("split2", "split4", "ecmp")
+                  for w in ("all-to-all", "ring-allreduce") for m in ("congestion", "time")}, ()),
     "apnet": ({"m2-matrix", "m2-volume-tp", "m2-volume-pp", "m2-volume-dp", "m2-bubble", "m2-iteration"},
               ("m2-matrix", "m2-volume-")),
     "diloco": ({"every-h", "peak-1-over-p", "quantised", "two-orders"}, ("every-h", "quantised")),
@@ -33,7 +33,7 @@ EXPECTED = {
 LONG = {"spraying", "fastflow"}
 
 
-# spraying's round runs three routing modes (90-100 s), fastflow's 12 TensorFlow trainer runs (5-7 min): with the
+# spraying's round runs four routing modes (4-5 min), fastflow's 12 TensorFlow trainer runs (5-7 min): with the
 # soaks (make test-long)
 @pytest.mark.parametrize("paper", [pytest.param(p, marks=pytest.mark.long) if p in LONG else p
                                    for p in sorted(EXPECTED)])

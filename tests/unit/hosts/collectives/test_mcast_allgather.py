@@ -62,6 +62,28 @@ def test_allgather_equals_numpy(world, loss):
     print(f"allgather {world} ranks, loss {loss}: {recovered} chunks recovered by RDMA READ")
 
 
+def test_a_shard_whose_last_chunk_is_lost_is_read_without_waiting_for_the_deadline(monkeypatch):
+    """Every shard's last (short) chunk is dropped at its sender, so no receiver learns from the data that the
+    sender is done: the owner's COMPLETE, sent once its chunks are out, must start the reads, long before the
+    deadline (made 30 s here, so that waiting for it would show)."""
+    monkeypatch.setattr(mc, "deadline_s", lambda *_: 30.0)
+    world, count = 4, 3000
+    full = []
+
+    def drop_last_chunks(pkt) -> bool:
+        if not 224 <= pkt[16] <= 239:
+            return False
+        length = int.from_bytes(pkt[2:4], "big")
+        full.append(length)
+        return length < max(full)
+    shards = [np.random.default_rng(r).integers(-9, 9, count).astype(np.float32) for r in range(world)]
+    res = run_ranks(peers_grid(1, world), lambda c: (mc.allgather(c, shards[c.rank]), mc.stats(c)),
+                    drop=drop_last_chunks)
+    for r, (out, st) in res.items():
+        assert np.array_equal(out, np.concatenate(shards)), r
+        assert st["recovered_chunks"] == world - 1 and st["reads_at_deadline"] == 0, (r, st)
+
+
 def test_hierarchical_allgather_on_a_grid():
     servers, per = 2, 2
     shards = [np.arange(500, dtype=np.float32) + 1000 * r for r in range(servers * per)]
