@@ -99,16 +99,16 @@ def _why(claim: Claim, mode: str, row: tuple, rounds: list[dict], least_idle: fl
     def total(m, key):
         return sum(r[m][row]["transport"].get(key, 0) for r in rounds)
     spray = {k: total("spray", k) for k in ("out_of_order", "retransmits", "timeouts")}
-    if claim.key.endswith("-congestion") and mode != "ecmp":
+    if claim.key.endswith("-congestion"):
+        if mode == "ecmp":          # under spraying's congestion: no collision this time
+            return ("ECMP's hash put the flows on the uplinks as evenly as spraying did: with few flows per uplink "
+                    "a collision is a matter of chance, and the ring's uplink load is set by where it crosses servers")
         return ("the switches hash each sub-flow's source port over the paths (dp_hash), where the paper places the "
                 "sub-flows on distinct paths: sub-flows share a path by chance, the fewer the likelier")
     if claim.median < claim.paper:
         return (f"{mode} did better than spraying, which delivered {spray['out_of_order']} packets out of order and "
                 f"retransmitted {spray['retransmits']} ({spray['timeouts']} timeouts): our spraying is not the "
                 "paper's ideal one, which loses nothing to reordering")
-    if claim.key.endswith("-congestion"):        # ECMP under spraying's congestion: no collision this time
-        return ("ECMP's hash put the flows on the uplinks as evenly as spraying did: with few flows per uplink a "
-                "collision is a matter of chance, and the ring's uplink load is set by where it crosses servers")
     timeouts = total(mode, "timeouts")
     if timeouts > spray["timeouts"]:
         return (f"{mode}'s flows waited out {timeouts} retransmission timeouts (spraying {spray['timeouts']}): lost "

@@ -48,6 +48,12 @@ def test_a_slower_split_or_a_faster_ecmp_differs_and_says_why():
     assert claims["dcqcn-ecmp-all-to-all-time"].verdict == REPRODUCED      # on the bound
 
 
+def test_ecmp_congesting_less_than_spraying_is_put_down_to_chance():
+    even = {("all-to-all", "delay"): row(imbalance=0.8)}
+    claim = {c.key: c for c in spraying._claims_of(1, "delay", "2MiB", [a_round(ecmp=even)])}["ecmp-all-to-all-congestion"]
+    assert claim.verdict == DIFFERS and "as evenly as spraying" in claim.why
+
+
 def test_a_machine_short_of_cpu_is_named_first():
     starved = a_round(split4={("all-to-all", "delay"): row(seconds=9.0)})
     starved["spray"]["idle"] = 5.0
