@@ -22,9 +22,17 @@ delay-based one and DCQCN. The switch port into the receiver is the bottleneck; 
 - busy 2nd half: the bytes the bottleneck's tbf sent over the second half of the sampled run, over its rate (the
   steady state, after the start's over-shoot; frames' bytes, so up to 1.00);
 - drops at the bottleneck's queue (its buffer: --queue-kb), packets retransmitted, CNPs, ports' CE marks, and the
-  share of the sampled intervals with the real queue over Kmax in which the port marked nothing (its virtual
-  queue blind to the real one; with --diagnose, which reads the port's counters every sample and so loads the
-  endpoints in this process: nan without it. The fabric test found spurious retransmissions in runs with it).
+  share of the sampled intervals with the real queue over Kmax and frames arriving in which the port marked
+  nothing (its virtual queue blind to the real one; with --diagnose, which reads the port's counters every sample
+  and so loads the endpoints in this process: nan without it. The fabric test found spurious retransmissions in
+  runs with it);
+- the times the switch's datapath held the senders' frames (the port idle, neither getting nor sending, for 0.2 s
+  or more, then a burst: Open vSwitch's userspace datapath does this while its main loop reconfigures, e.g. as
+  another fabric on the same switch daemon is taken down) and the link's idle time meanwhile, and each run's
+  goodput;
+- with --diagnose, the rate the port sent at while its queue was backlogged, over its nominal rate, and the median
+  of the real queue less the marking program's virtual queue (read from its state map) over the samples over
+  Kmin.
 With DCQCN, one more row (dcqcn@2048) runs --long-kb KiB each: DCQCN's start and end cost about the same time
 whatever the transfer (docs/ecn.md), so a longer incast shows its steady state.
 Each lossy (drops when the queue is full) and lossless (fabric.pfc: the port pauses the senders' NICs above
@@ -78,16 +86,28 @@ class QueueSampler(threading.Thread):
         from testbed.fabric import ecn
         super().__init__(daemon=True)
         self.dev, self.samples, self._done = dev, [], threading.Event()
-        self._marks_map = ecn.maps(dev)["ecn_counters"] if marks else None   # one lookup; then the map only
+        found = ecn.maps(dev) if marks else {}          # one lookup; then the maps only
+        self._marks_map, self._state_map = found.get("ecn_counters"), found.get("ecn_state")
+        self._config = ecn.CONFIG.unpack(ecn.read_map(found["ecn_config"])) if marks else None
 
     def marks(self) -> int | None:
         from testbed.fabric import ecn
         return ecn.COUNTERS.unpack(ecn.read_map(self._marks_map))[2] if self._marks_map else None
 
+    def virtual_queue(self) -> int | None:
+        """The program's virtual queue now (bucket left out), drained to this moment as the program would."""
+        from testbed.fabric import ecn
+        if not self._state_map:
+            return None
+        _, _, backlog, last_ns = ecn.STATE.unpack(ecn.read_map(self._state_map))
+        rate, burst = self._config[0], self._config[1]
+        drained = max(time.monotonic_ns() - last_ns, 0) * rate // 10**9
+        return max(backlog - drained - burst, 0)
+
     def run(self):
         while not self._done.wait(SAMPLE_S):
             st = tc_stats(self.dev)
-            self.samples.append((time.monotonic(), st["backlog"], st["bytes"], self.marks()))
+            self.samples.append((time.monotonic(), st["backlog"], st["bytes"], self.marks(), self.virtual_queue()))
 
     def stop(self) -> list[tuple]:
         self._done.set()
@@ -104,12 +124,56 @@ def link_busy(samples: list[tuple], bps: float, start: float = 0.5) -> float:
     return (last[2] - first[2]) * 8 / (last[0] - first[0]) / bps
 
 
+def drain_rate(samples: list[tuple], bps: float, floor: int = 8 * 1024) -> float:
+    """The rate the port sent at over the sampled intervals whose queue was over `floor` bytes at both ends (never
+    idle in between), over the link's rate: how fast the real queue drains against the tbf's nominal rate."""
+    busy = [(a, b) for a, b in zip(samples, samples[1:]) if a[1] >= floor and b[1] >= floor]
+    if not busy:
+        return float("nan")
+    return sum(b[2] - a[2] for a, b in busy) * 8 / sum(b[0] - a[0] for a, b in busy) / bps
+
+
+def virtual_lag(samples: list[tuple]) -> float:
+    """The median of (real queue - virtual queue) over the samples with the real queue over Kmin, KiB: what the
+    marking program's virtual queue misses of the tbf's (nan: not sampled)."""
+    gaps = [(s[1] - s[4]) / 1024 for s in samples if len(s) > 4 and s[4] is not None and s[1] >= ECN["kmin_kb"] * 1024]
+    return statistics.median(gaps) if gaps else float("nan")
+
+
+def arrived(a: tuple, b: tuple) -> int:
+    """Bytes offered to the port between two samples: what its queue grew by plus what it sent."""
+    return b[1] - a[1] + b[2] - a[2]
+
+
 def unmarked_over_kmax(samples: list[tuple]) -> float:
-    """The share of the samples over Kmax whose interval saw no CE mark (marking blind to the real queue)."""
-    over = [(a, b) for a, b in zip(samples, samples[1:]) if b[1] >= ECN["kmax_kb"] * 1024]
+    """The share of the sampled intervals with the queue over Kmax at both ends and frames arriving (two or more)
+    in which the port marked nothing: every ECN-capable frame that finds Kmax is marked, so a share above 0 is
+    marking blind to the real queue (nan: marks not sampled). An interval in which nothing arrived (the senders
+    cut, the queue draining) has nothing to mark and is left out."""
     if samples and samples[0][3] is None:
-        return float("nan")                 # marks not sampled
+        return float("nan")
+    kmax = ECN["kmax_kb"] * 1024
+    over = [(a, b) for a, b in zip(samples, samples[1:]) if min(a[1], b[1]) >= kmax and arrived(a, b) >= 2 * 1100]
     return sum(b[3] == a[3] for a, b in over) / len(over) if over else 0.0
+
+
+def held_bursts(samples: list[tuple], offered_bps: float | None = None, idle_s: float = 0.2,
+                burst: int = 64 * 1024) -> tuple[int, float]:
+    """Times the switch's datapath held the senders' frames and let them go at once: the port neither got nor sent
+    a byte for idle_s or more, then got `burst` bytes or more in one interval; or it got in one interval more than
+    the senders' NICs could send in it (offered_bps, with a quarter and `burst` to spare). A userspace datapath
+    does this while its main loop is busy elsewhere (docs/ecn.md). (count, seconds the port was idle before)."""
+    count, held, since = 0, 0.0, None
+    for a, b in zip(samples, samples[1:]):
+        got = arrived(a, b)
+        if got == 0 and b[2] == a[2]:
+            since = a[0] if since is None else since
+            continue
+        after_idle = since is not None and a[0] - since >= idle_s and got >= burst
+        if after_idle or (offered_bps and got > 1.25 * offered_bps / 8 * (b[0] - a[0]) + burst):
+            count, held = count + 1, held + (a[0] - since if after_idle else 0.0)
+        since = None
+    return count, held
 
 
 def incast_fabric(queue_kb: int, mtu: int, lossless: bool = False):
@@ -192,6 +256,11 @@ def incast_once(net, fabric, scheme: str, size: int, roce_mtu: int, diagnose: bo
         "first_cut_ms": first_cut[0] * 1e3 if first_cut else float("nan"),
         "busy_late": link_busy(samples, rate),
         "unmarked_over_kmax": unmarked_over_kmax(samples),
+        "held": held_bursts(samples, SENDERS * rate)[0],
+        "held_s": held_bursts(samples, SENDERS * rate)[1],
+        "drain": drain_rate(samples, rate),
+        "virtual_lag_kb": virtual_lag(samples),
+        "samples": samples,
         "under_kmax": sum(q < ECN["kmax_kb"] for q in kib) / len(kib),
         "series": [kib[int(i * len(kib) / 10)] for i in range(10)] if len(kib) >= 10 else kib,
         "goodput": size * SENDERS * 8 / max(done) / rate,
@@ -235,6 +304,16 @@ def incast(args) -> dict:
                       f"{col('goodput'):>16} {col('busy_late'):>16} {col('jain'):>16} {col('drops', 0):>12} "
                       f"{col('retransmits', 0):>14} {col('cnps', 0):>12} {col('marks', 0):>14} "
                       f"{col('unmarked_over_kmax'):>16} {col('pauses', 0):>12} {col('paused_s', 1):>16}", flush=True)
+                per_run = " ".join(f"{r['goodput']:.3f}" for r in runs)
+                print(f"        the datapath held the frames {col('held', 0)} times, the link idle {col('held_s')} s "
+                      f"meanwhile; goodput per run {per_run}", flush=True)
+                if args.diagnose:
+                    print(f"        drain while backlogged / rate {col('drain')}, real - virtual queue over Kmin "
+                          f"(median, KiB) {col('virtual_lag_kb', 1)}", flush=True)
+                if args.dump:
+                    with open(args.dump, "a") as f:
+                        for r in runs:
+                            f.write(json.dumps({"loss": loss, "row": name, **r}) + "\n")
         print("queue over the run (KiB, ten points of the first run):")
         for name, _, _ in rows:
             print(f"  {name:<7} " + " ".join(f"{q:5.0f}" for q in results[loss, name][0]["series"]))
@@ -303,6 +382,7 @@ def main(argv=None) -> int:
                     "state (default 2048, quick 0: none)")
     ap.add_argument("--diagnose", action="store_true", help="also the first cut and unmarked>Kmax (a thread "
                     "and a bpftool per sample in the endpoints' process: they perturb the run)")
+    ap.add_argument("--dump", help="append each incast run's figures and samples to this file (JSON lines)")
     ap.add_argument("--size", help="bytes per collective (default 2MiB, quick 1MiB)")
     ap.add_argument("--queue-kb", type=int, default=1024, help="the bottleneck's buffer (1 MiB: the testbed's default)")
     ap.add_argument("--mtu", type=int, default=1500, help="the links' MTU (9000: RoCE MTU 4096, else 1024)")
