@@ -174,6 +174,10 @@ class Network:
         try:
             if self.mn is not None:
                 try:
+                    try:            # one at a time, before Mininet deletes what is left at once
+                        ovs.delete_bridges([sw.name for sw in self.mn.switches if type(sw) is OVSSwitch])
+                    except (ovs.OVSError, subprocess.TimeoutExpired):
+                        pass
                     self.mn.stop()
                 finally:
                     self.mn = None
