@@ -3,7 +3,8 @@ sites still reachable, and the state handed to a site that is back.
 
 The store (the job's control plane, outside the emulated network, as PCCL's master is) holds the decisions; the
 data crosses the WAN. At outer step k every leader in the group tries the ring AllReduce of the group's
-pseudo-gradients and writes whether it completed. The anchor (site 0's leader, which keeps the run's state)
+pseudo-gradients (quantised: the ring AllGather of their payloads, summed in site order) and writes whether it
+completed. The anchor (site 0's leader, which keeps the run's state)
 decides the step's members: the whole group if every leader completed, else the anchor and the sites whose
 exchange completed, which run the exchange again among themselves over fresh queue pairs (alone, the anchor's
 own pseudo-gradient is the mean). A site left out is away: its ranks go on with inner steps on their own

@@ -34,6 +34,8 @@ SITES = [["s0g0", "s0g1"], ["s1g0", "s1g1"]]
     ({"size": 1001}, "diloco size 1001: not a whole number of float32 parameters (4 bytes each)"),
     ({"rejoin": True, "variants": ["ddp", "streaming"]},
      "diloco rejoin: applies to the diloco variant, not in variants ['ddp', 'streaming']"),
+    ({"variants": ["ddp", "diloco"], "quantize": 8, "faults_from_run": 3},
+     "diloco faults_from_run 3: there are 3 runs (ddp, diloco, diloco 8-bit), numbered from 0"),
     ({"rejoin": True, "variants": ["diloco", "streaming"]},
      "diloco rejoin: not with streaming (its fragments' exchanges overlap the next inner steps, so there is no "
      "outer-step boundary at which a site can leave and be handed the state); use variants [diloco]"),
