@@ -17,16 +17,13 @@ import statistics
 import tempfile
 
 from testbed import runner
+from testbed.workloads.diloco_sites import server_sites_scenario
 
 
 def scenario_of(args, mbps) -> dict:
     """One run's scenario: rail-optimized servers x gpus, each server a site, its first GPU the leader."""
-    sites = [[f"s{s}g{g}" for g in range(args.gpus)] for s in range(args.servers)]
-    spec = {"type": "diloco", "sites": sites, "steps": args.steps, "sync_every": args.h, "fragments": args.p,
-            "size": args.size, "quantize": args.quantize, "compute_s": args.compute_s}
-    return {"name": "bench-diloco", "fabric": {"kind": "rail-optimized", "servers": args.servers,
-                                               "gpus_per_server": args.gpus, "nic_mbps": mbps},
-            "workloads": [spec]}
+    return server_sites_scenario("bench-diloco", args.servers, args.gpus, mbps, steps=args.steps, sync_every=args.h,
+                                 fragments=args.p, size=args.size, quantize=args.quantize, compute_s=args.compute_s)
 
 
 def one(args, mbps):

@@ -3,7 +3,8 @@ sites still reachable, and the state handed to a site that is back.
 
 The store (the job's control plane, outside the emulated network, as PCCL's master is) holds the decisions; the
 data crosses the WAN. At outer step k every leader in the group tries the ring AllReduce of the group's
-pseudo-gradients and writes whether it completed. The anchor (site 0's leader, which keeps the run's state)
+pseudo-gradients (quantised: the ring AllGather of their payloads, summed in site order) and writes whether it
+completed. The anchor (site 0's leader, which keeps the run's state)
 decides the step's members: the whole group if every leader completed, else the anchor and the sites whose
 exchange completed, which run the exchange again among themselves over fresh queue pairs (alone, the anchor's
 own pseudo-gradient is the mean). A site left out is away: its ranks go on with inner steps on their own
@@ -60,8 +61,14 @@ class Membership:
             comm.store = self.base
 
     def ring(self, sites: list[int], delta: np.ndarray) -> np.ndarray:
+        """The sum over `sites` of their pseudo-gradients: a ring AllReduce of float32, or with `quantize` a ring
+        AllGather of the sites' payloads summed in site order (the sum diloco.ordered_sum reproduces)."""
         cross = SubComm(self.r.comm, [self.r.leaders[j] for j in sites], "wan", self.r.wan_sent)
         cross.ring = list(range(len(sites)))                # site order: the order ring_sum reproduces
+        bits = self.r.spec.quantize
+        if bits:
+            gathered = algorithms.allgather(cross, delta, "ring") if len(sites) > 1 else delta
+            return dl.ordered_sum(np.split(gathered, len(sites)), bits, len(self.r.outer))
         x = delta.copy()
         if len(sites) > 1:
             algorithms.allreduce(cross, x, "sum", "ring")
@@ -138,9 +145,12 @@ class Membership:
     def outer_sync(self, k: int, done: int) -> None:
         """DiLoCo's outer step k (after `done` inner steps) with sites leaving and coming back."""
         r, me, base = self.r, self.r.site, self.base
+        was_away = self.away
         n = len(r.outer)
         delta = r.outer - r.theta
-        was_away, members, total = self.away, None, None
+        if r.spec.quantize and not was_away:                # what this site sends: its payload, fed back once
+            delta = dl.with_feedback(delta, r.residual, r.spec.quantize)
+        members, total = None, None
         if self.leader and not was_away:
             members, total = self.lead(k, delta)
         if self.leader and was_away:

@@ -4,7 +4,7 @@ greatly reduces peak bandwidth"), and quantise what they exchange, "reducing req
 magnitude".
 
 Its claims beside ours, from the `diloco` workload (docs/diloco.md) on two sites of one rail-optimized fabric,
-every replica's parameters checked bit for bit against numpy:
+every replica's parameters checked bit for bit against numpy (2 sites of 4 GPUs, as the README's figures):
 - DiLoCo synchronises every H steps: its WAN bytes per inner step are 1/H of data parallelism's;
 - Streaming DiLoCo syncs P fragments in sequence: its peak is 1/P of DiLoCo's, seen on the wire (the most bytes
   the cross-site ports sent within a window of one step's compute, from their sampled counters);
@@ -18,7 +18,6 @@ import math
 import os
 from typing import Callable
 
-from testbed.fabric.kinds import RAIL_OPTIMIZED
 from testbed.papers import REPRODUCED, Claim, short_of_cpu
 
 NAME = "diloco"
@@ -28,7 +27,7 @@ SOURCE = ("the Streaming DiLoCo abstract among the seeds: syncs every H steps, f
 
 SETTINGS = {True: {"repeats": 1}, False: {"repeats": 3}}
 NIC_MBPS = 20
-SITES = [["s0g0", "s0g1"], ["s1g0", "s1g1"]]       # each server of rail-optimized 2x2 a site
+SERVERS, GPUS = 2, 4                               # each server of rail-optimized 2x4 a site, as benchmarks/diloco.py
 # the variants side by side (H = 4, P = 2, 8-bit runs added), and the combination of the abstract's last claim
 VARIANTS = {"steps": 8, "sync_every": 4, "fragments": 2, "size": "256KiB", "quantize": [8], "compute_s": 0.4}
 COMBINED = {"variants": ["ddp", "streaming"], "steps": 32, "sync_every": 16, "fragments": 4, "size": "64KiB",
@@ -48,8 +47,8 @@ def claims(quick: bool, out_dir: str, echo: Callable[[str], None]) -> list[Claim
 
 def _claims_of(side: list[dict], combined: list[dict]) -> list[Claim]:
     h, p = VARIANTS["sync_every"], VARIANTS["fragments"]
-    config = (f"2 sites of 2 GPUs (rail-optimized 2x2, each server a site, the leaders' NICs at {NIC_MBPS} Mbit/s "
-              f"what crosses sites), {VARIANTS['size']} of float32, H = {h}, P = {p}, {VARIANTS['steps']} inner steps "
+    config = (f"{SERVERS} sites of {GPUS} GPUs (rail-optimized {SERVERS}x{GPUS}, each server a site, the leaders' "
+              f"NICs at {NIC_MBPS} Mbit/s what crosses sites), {VARIANTS['size']} of float32, H = {h}, P = {p}, {VARIANTS['steps']} inner steps "
               f"of {VARIANTS['compute_s']} s compute, {len(side)} run(s)")
     ch, cp = COMBINED["sync_every"], COMBINED["fragments"]
     combined_config = (f"the same sites, {COMBINED['size']}, H = {ch}, P = {cp}, {COMBINED['steps']} inner steps, "
@@ -81,10 +80,9 @@ def _run(settings: dict, out_dir: str) -> dict:
     """One bring-up, the variants in turn: their rows by (variant, bits), every replica exact, and the least CPU
     idle."""
     from testbed import runner
-    fabric = {"kind": RAIL_OPTIMIZED.name, "servers": len(SITES), "gpus_per_server": len(SITES[0]),
-              "nic_mbps": NIC_MBPS}
-    spec = {"type": "diloco", "sites": SITES, **settings}
-    out = runner.run({"name": "paper-diloco", "fabric": fabric, "workloads": [spec]}, out_dir, echo=lambda *a: None)
+    from testbed.workloads.diloco_sites import server_sites_scenario
+    scenario = server_sites_scenario("paper-diloco", SERVERS, GPUS, NIC_MBPS, **settings)
+    out = runner.run(scenario, out_dir, echo=lambda *a: None)
     w = out["workloads"][0] if out["workloads"] else {}
     rows = {(v["variant"], v["quantize"]): v for v in w.get("variants", []) if "replicas" in v}
     wrong = [k for k, v in rows.items() if v["replicas"]["wrong"] or not v["replicas"]["outer_agree"]]

@@ -76,13 +76,18 @@ SCHEMA = {
                                       "wan_gbps": {**RATE, "default": 100.0, "description": "Cross-site link, "
                                                    "Gbit/s."}}},
         "rejoin": {"type": "boolean", "default": False,
-                   "description": "DiLoCo (float32): a site cut off for longer than the transport's retries leaves "
+                   "description": "DiLoCo (float32 or quantised; not with streaming): a site cut off for longer than the transport's retries leaves "
                                   "the outer steps, trains alone, and rejoins with the global state from site 0; "
                                   "the membership history is reported and the reference models it."},
+        "faults_from_run": {"type": "integer", "minimum": 0, "default": 0,
+                            "description": "Faults anchored to this workload (a fault's `workload:`) count from the "
+                                           "start of this run, 0 the first: the runs go each variant in float32, then "
+                                           "its quantised runs, so a fault can strike a quantised run."},
         "timeout_s": {"type": "number", "minimum": 1, "maximum": 3600, "default": 60,
                       "description": "Seconds a rank waits on its peers before failing."},
     },
 }
+times_its_faults = True        # from the start of its run `faults_from_run` (runner: net.start_faults)
 DEFAULTS = {k: v["default"] for k, v in SCHEMA["properties"].items() if "default" in v}
 FULL_SCALE = {k: v["default"] for k, v in SCHEMA["properties"]["full_scale"]["properties"].items()}
 
@@ -128,6 +133,14 @@ def validate(fabric, spec: dict, scenario: dict | None = None) -> None:
     if s["rejoin"] and "diloco" not in s["variants"]:
         raise ScenarioError(f"diloco rejoin: applies to the diloco variant, not in variants {s['variants']}",
                             key="rejoin")
+    if s["faults_from_run"] >= len(runs(s)):
+        raise ScenarioError(f"diloco faults_from_run {s['faults_from_run']}: there are {len(runs(s))} runs "
+                            f"({', '.join(f'{v} {b}-bit' if b else v for v, b in runs(s))}), numbered from 0",
+                            key="faults_from_run")
+    if s["rejoin"] and "streaming" in s["variants"]:
+        raise ScenarioError("diloco rejoin: not with streaming (its fragments' exchanges overlap the next inner "
+                            "steps, so there is no outer-step boundary at which a site can leave and be handed "
+                            "the state); use variants [diloco]", key="rejoin")
 
 
 def warnings(fabric, spec: dict) -> list[str]:
@@ -156,8 +169,8 @@ def rank_spec(s: dict, fabric, routing: str, peers, sites: list[list[int]], stor
 
 
 def rejoins(s: dict, variant: str, bits: int) -> bool:
-    """Sites leave and rejoin in float32 DiLoCo (the quantised exchange is an AllGather: not built for it)."""
-    return s["rejoin"] and variant == "diloco" and not bits
+    """Sites leave and rejoin in DiLoCo, float32 or quantised (streaming is refused by validate)."""
+    return s["rejoin"] and variant == "diloco"
 
 
 def run(net, spec: dict) -> dict:
@@ -180,7 +193,9 @@ def run(net, spec: dict) -> dict:
         result["sampled_ports"] = [dev for dev, _ in ports]
         result["sampled_ports_mbps"] = sum(mbps for _, mbps in ports)
     refs = {}
-    for variant, bits in runs(s):
+    for i, (variant, bits) in enumerate(runs(s)):
+        if i == s["faults_from_run"]:
+            getattr(net, "start_faults", lambda: None)()
         store = os.path.join(net.run_dir, "store", f"diloco-{variant}-{bits}-{time.monotonic_ns()}")
         os.makedirs(store)
         common = rank_spec(s, fabric, net.routing, rank_setup.peers(hosts), sites, store, variant, bits)

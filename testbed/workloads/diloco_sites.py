@@ -4,10 +4,12 @@ docs/sites.md), or the workload's `sites:` key, which also partitions one fabric
 
     fabric_sites(fabric)            the fabric's own sites' GPU hosts, if it has sites: the default of `sites:`
     sites_of(fabric, spec)          the sites' hosts, checked: known GPU hosts, none in two sites, at least two
+    server_sites_scenario(...)      a scenario of one rail-optimized fabric whose every server is a site
 """
 from __future__ import annotations
 
 from testbed.fabric import sites
+from testbed.fabric.kinds import RAIL_OPTIMIZED
 from testbed.scenario.schema import ScenarioError
 
 
@@ -37,3 +39,12 @@ def sites_of(fabric, spec: dict) -> list[list]:
     if len(groups) < 2:
         raise ScenarioError(f"diloco needs at least 2 sites, got {len(groups)}", key="sites")
     return [[gpus[name] for name in group] for group in groups]
+
+
+def server_sites_scenario(name: str, servers: int, gpus: int, nic_mbps: float, **spec) -> dict:
+    """A `diloco` run on rail-optimized servers x gpus, each server a site, its first GPU the leader: the leaders'
+    NIC links are what crosses sites (benchmarks/diloco.py and `testbed paper diloco` share it)."""
+    site_hosts = [[f"s{s}g{g}" for g in range(gpus)] for s in range(servers)]
+    return {"name": name, "fabric": {"kind": RAIL_OPTIMIZED.name, "servers": servers, "gpus_per_server": gpus,
+                                     "nic_mbps": nic_mbps},
+            "workloads": [{"type": "diloco", "sites": site_hosts, **spec}]}

@@ -98,9 +98,11 @@ def test_membership_history_is_diloco_only():
                      **{**RUN, "parts": 2})
 
 
-def test_ranks_with_rejoin_on_and_no_outage_keep_every_site_in_every_outer_step():
+@pytest.mark.parametrize("quantize", [0, 8, 4])
+def test_ranks_with_rejoin_on_and_no_outage_keep_every_site_in_every_outer_step(quantize):
     """The ranks' membership protocol over the transport's in-memory fabric, no outage: every outer step has
-    every site, no handover, and every replica equals the plain reference."""
+    every site, no handover, and every replica equals the plain reference (quantised too: the leaders' AllGather
+    of payloads summed in site order)."""
     import dataclasses
 
     from hosts.collectives.diloco_rank import run_rank
@@ -110,7 +112,7 @@ def test_ranks_with_rejoin_on_and_no_outage_keep_every_site_in_every_outer_step(
     import jsonschema
 
     peers = peers_grid(3, 2)
-    s = spec("diloco", [[0, 1], [2, 3], [4, 5]], rejoin=True, steps=8, sync_every=4)
+    s = spec("diloco", [[0, 1], [2, 3], [4, 5]], rejoin=True, steps=8, sync_every=4, quantize=quantize)
     out = run_ranks(peers, lambda c: run_rank(dataclasses.replace(s, rank=c.rank, peers=tuple(peers)), c, c.store))
     want = expected(s)
     for r, o in out.items():

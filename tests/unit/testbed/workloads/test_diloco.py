@@ -34,6 +34,11 @@ SITES = [["s0g0", "s0g1"], ["s1g0", "s1g1"]]
     ({"size": 1001}, "diloco size 1001: not a whole number of float32 parameters (4 bytes each)"),
     ({"rejoin": True, "variants": ["ddp", "streaming"]},
      "diloco rejoin: applies to the diloco variant, not in variants ['ddp', 'streaming']"),
+    ({"variants": ["ddp", "diloco"], "quantize": 8, "faults_from_run": 3},
+     "diloco faults_from_run 3: there are 3 runs (ddp, diloco, diloco 8-bit), numbered from 0"),
+    ({"rejoin": True, "variants": ["diloco", "streaming"]},
+     "diloco rejoin: not with streaming (its fragments' exchanges overlap the next inner steps, so there is no "
+     "outer-step boundary at which a site can leave and be handed the state); use variants [diloco]"),
 ])
 def test_what_cannot_run_is_refused_in_one_line(change, message):
     spec = {k: v for k, v in {"type": "diloco", "sites": SITES, **change}.items() if v is not None}
@@ -54,6 +59,7 @@ def test_fragments_need_not_divide_without_streaming():
     ("{type: diloco, sites: [[s0g0], [s1g0]], rejoin: sometimes}", "workloads.0.rejoin: 'sometimes' is not of type"),
     ("{type: diloco, sites: [[s0g0], [s1g0]], rejoin: true, variants: [ddp]}", "diloco rejoin: applies to the "
                                                                                "diloco variant"),
+    ("{type: diloco, sites: [[s0g0], [s1g0]], rejoin: true}", "diloco rejoin: not with streaming"),
 ])
 def test_the_command_says_it_in_one_line_and_exits_2(capsys, tmp_path, workload, line):
     path = tmp_path / "s.yaml"
@@ -64,9 +70,10 @@ def test_the_command_says_it_in_one_line_and_exits_2(capsys, tmp_path, workload,
     assert len(err) == 1 and line in err[0], err
 
 
-def test_rejoin_reaches_only_the_float32_diloco_ranks():
-    s = diloco.settings({"type": "diloco", "rejoin": True, "quantize": 8})
-    assert [diloco.rejoins(s, v, b) for v, b in diloco.runs(s)] == [False, True, False, False, False]
+def test_rejoin_reaches_the_diloco_ranks_float32_and_quantised():
+    s = diloco.settings({"type": "diloco", "rejoin": True, "quantize": 8, "variants": ["ddp", "diloco"]})
+    assert diloco.runs(s) == [("ddp", 0), ("diloco", 0), ("diloco", 8)]
+    assert [diloco.rejoins(s, v, b) for v, b in diloco.runs(s)] == [False, True, True]
     assert not diloco.rejoins(diloco.settings({"type": "diloco"}), "diloco", 0)
 
 
