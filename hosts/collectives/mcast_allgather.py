@@ -8,14 +8,17 @@ link, so each is paced at the NIC rate / min(R, ranks - 1). The AllGather uses o
 (R = ranks): every rank sends at once at 1/(ranks - 1) of the rate, so every receiver's link is busy
 from start to end and the time is the ring's, (ranks - 1) shards over the NIC; with fewer chains the
 current senders' own links idle while they send, and the time grows by ranks / (ranks - 1) at best.
-Receivers keep a bitmap of chunks, no per-packet ACKs.
+Receivers keep a bitmap of chunks, no per-packet ACKs; after a shard's chunks its sender multicasts
+a zero-byte END.
 Chunks still missing once their sender is done are read from the right ring neighbour with one RDMA
 READ per contiguous gap, once that neighbour reports the shard complete (COMPLETE; it publishes its
-buffer's address and rkey at set-up). The sender is done when its last chunk arrived, a chunk of the
-next shard in its chain did, or a grace of a few chunks' time after the right neighbour's COMPLETE: a
-shard's owner reports it only once all its chunks are out, and a COMPLETE of a shard that was read
-or is the sender's own says its sender is done, so a lost last chunk costs a grace, not a wait for the
-deadline (derived from size and link rate), which remains the last resort. A rank tells its right
+buffer's address and rkey at set-up; a shard's owner reports it once all its chunks are out). The
+sender is known done when its last chunk, its END or a chunk of the next shard in its chain arrived:
+a chunk's path from one sender is first in, first out, so what came before those and is missing was
+lost. Only when the last chunk and the END are both lost does a receiver guess: a grace after the
+right neighbour's COMPLETE, long enough for the queues ahead of our port to drain (a COMPLETE travels
+another path and overtakes chunks still queued for us), then the deadline (derived from size and
+link rate) as the last resort. A rank tells its right
 neighbour FIN when it needs nothing more from it, and returns once its left neighbour's FIN came:
 buffers stay valid while they are read. On a fabric where multicast reaches only the sender's rail (rail-only), the AllGather
 is hierarchical: multicast within each rail, then a ring over the HB domain.
@@ -38,9 +41,9 @@ from hosts.rdma import GRH_LEN, Access, AddressHandle, QPInfo, QPType, RecvWR, S
 MCAST_QPN, QKEY = 0xFFFFFF, 0x4D434147
 RECV_SLOTS, SEND_DEPTH = 512, 64
 CHAINS = 2                   # Broadcast's (one sender: any); the AllGather runs one chain per rank
-GRACE_CHUNKS = 8             # how long after the right neighbour's COMPLETE a shard's chunks may still arrive
+GRACE_CHUNKS = 4             # per-sender chunk times after the right neighbour's COMPLETE that ours may still arrive
 ACTIVATE, COMPLETE, FIN = 1, 2, 3
-SENDER_DONE = 1 << 25        # a COMPLETE's flag: the shard's sender is known done (it was read, or it is ours)
+END = (1 << 18) - 1          # the chunk number of a shard's END: its sender sent every chunk before it
 K_CTRL_RECV, K_CTRL_SEND, K_DATA, K_READ = 1, 2, 3, 4     # wr_id >> 61
 
 
@@ -56,7 +59,7 @@ def installed_key(address: str) -> str:
 
 
 def data_imm(epoch: int, shard: int, chunk: int) -> int:
-    return (epoch & 15) << 28 | shard << 18 | chunk          # 1024 shards of 256 Ki chunks
+    return (epoch & 15) << 28 | shard << 18 | chunk          # 1024 shards of 256 Ki - 1 chunks (the last number: END)
 
 
 def ctrl_imm(kind: int, epoch: int, value: int = 0) -> int:
@@ -117,8 +120,8 @@ class Multicast:
             time.sleep(0.3)          # no one reports the switches' rules (in-process runs): give them a moment
         self.epoch, self.buf, self.mr, self.peer_mr, self.gen = 0, None, None, None, 0
         self.stash: list[tuple[int, int]] = []                     # control messages of a later epoch
-        self.stats = {"recovered_chunks": 0, "reads": 0, "reads_at_deadline": 0, "multicast_chunks": 0,
-                      "dropped_chunks": 0}
+        self.stats = {"recovered_chunks": 0, "reads": 0, "reads_after_grace": 0, "reads_at_deadline": 0,
+                      "multicast_chunks": 0, "dropped_chunks": 0}
 
     def _await_trees(self, hosts: list[str]) -> None:
         """Until the testbed reports every switch holds this group's tree with all `hosts` in it
@@ -197,15 +200,16 @@ class _Operation:
         self.fin_from_left, self.fin_sent = False, False
         started = time.monotonic()
         self.late = started + deadline_s(sum(hi - lo for _, lo, hi in shards), mc.rate)
-        # the chunks the other paths may still hold after the right neighbour's COMPLETE came
-        self.grace = 0.002 + GRACE_CHUNKS * mc.chunk * 8 / (mc.rate or 1e9)
+        # how long our port's queue may still hold a shard's chunks after the right neighbour had them all:
+        # a few chunks at one sender's share of the rate (measured: up to 10 chunks at the full rate)
+        self.grace = 0.002 + GRACE_CHUNKS * mc.chunk * 8 * senders / (mc.rate or 1e9)
         self.last_progress = started
         pending_ctrl, mc.stash = mc.stash, []
         for imm, from_left in pending_ctrl:
             self.on_ctrl(imm, from_left)
 
     def _all_my_chunks(self) -> list[tuple[int, int]]:
-        return [(i, c) for i in self.mine for c in range(self.counts[i])]
+        return [(i, c) for i in self.mine for c in [*range(self.counts[i]), END]]
 
     def on_ctrl(self, imm: int, from_left: bool) -> None:
         mc = self.mc
@@ -217,9 +221,7 @@ class _Operation:
             self.to_send = self._all_my_chunks()
             self.active = True
         elif kind == COMPLETE:
-            i = value & (SENDER_DONE - 1)
-            self.right_has.setdefault(i, time.monotonic())
-            self.done_sending[i] |= bool(value & SENDER_DONE)
+            self.right_has.setdefault(value, time.monotonic())
         elif kind == FIN:
             self.fin_from_left = True
 
@@ -230,13 +232,14 @@ class _Operation:
             i, c = self.to_send.pop(0)
             _, lo, hi = self.shards[i]
             off = lo + c * mc.chunk
-            mc.ud.post_send(SendWR(WROpcode.SEND_WITH_IMM, [mc.mr.sge(off, min(mc.chunk, hi - off))],
-                                   wr_id=K_DATA << 61, imm=data_imm(mc.epoch, i, c), ah=mc.ah))
+            sges = [] if c == END else [mc.mr.sge(off, min(mc.chunk, hi - off))]
+            mc.ud.post_send(SendWR(WROpcode.SEND_WITH_IMM, sges, wr_id=K_DATA << 61,
+                                   imm=data_imm(mc.epoch, i, c), ah=mc.ah))
             self.sends_out += 1
         if self.active and not self.to_send and not self.sends_out:
             self.active = False
-            for i in self.mine:           # all out: the left neighbour may read them, and knows we are done
-                mc.ctrl(mc.to_left, COMPLETE, i | SENDER_DONE)
+            for i in self.mine:           # all out: the left neighbour may read them
+                mc.ctrl(mc.to_left, COMPLETE, i)
             if self.mine[-1] in self.chain_next:
                 mc.ctrl(mc.to_right, ACTIVATE)
 
@@ -257,8 +260,9 @@ class _Operation:
                     self.requested[i][lo:hi] = True
                     self.reads_out += 1
                     mc.stats["reads"] += 1
-                    if now > self.late and not self.done_sending[i] and now - self.right_has[i] <= self.grace:
-                        mc.stats["reads_at_deadline"] += 1
+                    if not self.done_sending[i]:     # a guess: the last chunk and the END were both lost
+                        mc.stats["reads_at_deadline" if now - self.right_has[i] <= self.grace
+                                 else "reads_after_grace"] += 1
 
     def finished(self) -> bool:
         """Tell the right neighbour FIN once nothing is missing; done when the left one's FIN came too
@@ -302,22 +306,24 @@ class _Operation:
             self.have[i][lo:hi] = True
             self.missing -= got
             mc.stats["recovered_chunks"] += got
-            if self.have[i].all():               # read: its sender was done
-                mc.ctrl(mc.to_left, COMPLETE, i | SENDER_DONE)
+            if self.have[i].all():
+                mc.ctrl(mc.to_left, COMPLETE, i)
 
     def on_chunk(self, wc) -> None:
         """A multicast chunk: repost its receive slot, copy it in unless stale or a duplicate."""
         mc = self.mc
         mc.ud.post_recv(RecvWR([mc.rmr.sge(wc.wr_id * mc.slot, mc.slot)], wr_id=wc.wr_id))
         imm = wc.imm or 0
-        i, c = imm >> 18 & 1023, imm & ((1 << 18) - 1)
-        if imm >> 28 != mc.epoch or i >= self.n or c >= self.counts[i]:
+        i, c = imm >> 18 & 1023, imm & END
+        if imm >> 28 != mc.epoch or i >= self.n or (c >= self.counts[i] and c != END):
             mc.stats["dropped_chunks"] += 1
             return
-        if c == self.counts[i] - 1:
+        if c >= self.counts[i] - 1:                  # the last chunk or the END: all before it came or was lost
             self.done_sending[i] = True
         if i in self.chain_prev:
             self.done_sending[self.chain_prev[i]] = True
+        if c == END:
+            return
         if self.have[i][c]:
             return                                   # a duplicate: never copied twice
         _, lo, hi = self.shards[i]

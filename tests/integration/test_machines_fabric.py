@@ -47,8 +47,9 @@ SCENARIO = {
     "faults": [
         # with single-path routing, s0g3's ring hop to s1g0 leaves rail3 (on m2) for spine0 (on m1); the cut
         # outlasts the ring's adaptive RC retransmission timeout (its measured round trip), which recovers what the
-        # tunnel's queue lost
-        {"workload": "allreduce-ring", "at": 2.0, "kind": "link-down", "target": "path:s0g3>s1g0", "duration": 8.0},
+        # tunnel's queue lost; and it is mended while the ring still runs (at least 6 s of data at 5 Mbit/s after
+        # its launch), so that no workload after it meets the cut or the route's return
+        {"workload": "allreduce-ring", "at": 2.0, "kind": "link-down", "target": "path:s0g3>s1g0", "duration": 4.0},
         {"workload": "allreduce-shrink", "at": 3.0, "kind": "gpu-crash", "target": "s1g3"},
     ],
     "capture": [{"point": "s1g3/nic", "filter": "udp port 4791", "max_packets": 20000}],
@@ -115,8 +116,12 @@ def test_collectives_across_machines_equal_numpy_near_their_bound(runs):
         rows = workload(runs["split"], name)["rows"]
         assert rows and all(r["correct"] for r in rows), name
     # without a fault in its way, a collective across machines stays near its bound (0.96-1.02 measured)
-    assert workload(runs["split"], "allgather-hier")["rows"][0]["bus_ratio"] > 0.8
-    assert workload(runs["split"], "allreduce-shrink")["rows"][0]["bus_ratio"] > 0.8
+    for name in ("allgather-hier", "allreduce-shrink"):
+        w = workload(runs["split"], name)
+        # what was in its way, if it falls short: the faults' times and the workload's own span
+        context = (w["rows"][0], {k: w.get(k) for k in ("started_s", "wall_s", "cpu_idle_mean_pct", "cpu_bound")},
+                   runs["split"]["faults"])
+        assert w["rows"][0]["bus_ratio"] > 0.8, context
 
 
 def test_a_cut_vxlan_link_between_machines_is_detected_and_routed_around(runs):

@@ -62,26 +62,47 @@ def test_allgather_equals_numpy(world, loss):
     print(f"allgather {world} ranks, loss {loss}: {recovered} chunks recovered by RDMA READ")
 
 
-def test_a_shard_whose_last_chunk_is_lost_is_read_without_waiting_for_the_deadline(monkeypatch):
-    """Every shard's last (short) chunk is dropped at its sender, so no receiver learns from the data that the
-    sender is done: the owner's COMPLETE, sent once its chunks are out, must start the reads, long before the
-    deadline (made 30 s here, so that waiting for it would show)."""
-    monkeypatch.setattr(mc, "deadline_s", lambda *_: 30.0)
-    world, count = 4, 3000
+def drop_last_chunks(also_the_end: bool):
+    """Drop every shard's last (short) chunk at its sender, and its END (a packet without payload: IPv4
+    total length 56) if asked; pkt is an IPv4 packet."""
     full = []
 
-    def drop_last_chunks(pkt) -> bool:
+    def drop(pkt) -> bool:
         if not 224 <= pkt[16] <= 239:
             return False
         length = int.from_bytes(pkt[2:4], "big")
         full.append(length)
-        return length < max(full)
+        return length < max(full) and (also_the_end or length > 56)
+    return drop
+
+
+def test_a_shard_whose_last_chunk_is_lost_is_read_on_its_end_without_a_guess(monkeypatch):
+    """No receiver gets a shard's last chunk, but every one gets the END behind it: the reads start on the
+    END, with neither the grace nor the deadline (both made 30 s here, so that waiting for them would show)."""
+    monkeypatch.setattr(mc, "deadline_s", lambda *_: 30.0)
+    monkeypatch.setattr(mc, "GRACE_CHUNKS", 10 ** 9)
+    world, count = 4, 3000
     shards = [np.random.default_rng(r).integers(-9, 9, count).astype(np.float32) for r in range(world)]
     res = run_ranks(peers_grid(1, world), lambda c: (mc.allgather(c, shards[c.rank]), mc.stats(c)),
-                    drop=drop_last_chunks)
+                    drop=drop_last_chunks(also_the_end=False))
+    for r, (out, st) in res.items():
+        assert np.array_equal(out, np.concatenate(shards)), r
+        assert st["recovered_chunks"] == world - 1, (r, st)
+        assert st["reads_after_grace"] == st["reads_at_deadline"] == 0, (r, st)
+
+
+def test_a_shard_whose_last_chunk_and_end_are_lost_is_read_after_the_grace_not_the_deadline(monkeypatch):
+    """Nothing tells a receiver that the sender is done: the right neighbour's COMPLETE and a grace do,
+    long before the deadline (made 30 s)."""
+    monkeypatch.setattr(mc, "deadline_s", lambda *_: 30.0)
+    world, count = 4, 3000
+    shards = [np.random.default_rng(r).integers(-9, 9, count).astype(np.float32) for r in range(world)]
+    res = run_ranks(peers_grid(1, world), lambda c: (mc.allgather(c, shards[c.rank]), mc.stats(c)),
+                    drop=drop_last_chunks(also_the_end=True))
     for r, (out, st) in res.items():
         assert np.array_equal(out, np.concatenate(shards)), r
         assert st["recovered_chunks"] == world - 1 and st["reads_at_deadline"] == 0, (r, st)
+        assert st["reads_after_grace"] >= 1, (r, st)
 
 
 def test_hierarchical_allgather_on_a_grid():
