@@ -1,7 +1,11 @@
 """Benchmark: goodput of one RC QP (RDMA WRITE and READ) between two network namespaces over a veth
 pair shaped with tbf, as a fraction of the link bound, and CPU seconds per GB. Needs root.
 
-    python -m hosts.rdma.bench [--rate-mbit 100] [--size-mib 4] [--iters 3] [--mtu 1024] [--switch] [--unpaced]
+    python -m hosts.rdma.bench [--rate-mbit 100] [--size-mib 4] [--iters 3] [--mtu 1024] [--link-mtu N] [--switch]
+                               [--unpaced]
+
+The veth links get the Ethernet default MTU, 1500, or the smallest that carries the RoCE MTU's packets if that is
+more (hosts/rdma/mtu.py); --link-mtu sets it, and a RoCE MTU that does not fit is refused.
 
 Both endpoints run in this process (one engine thread each), so the CPU figure covers both ends.
 Printed, never asserted."""
@@ -10,7 +14,8 @@ import os
 import time
 
 from . import Access, QPType, SendWR, WROpcode, open_device
-from .headers import BTH_LEN, ICRC_LEN, RETH_LEN
+from .headers import BTH_LEN, IB_MTUS, ICRC_LEN, RETH_LEN
+from .mtu import link_mtu_for, mtu_mismatch
 from .netns import VethPair, netns
 from .engine import ETH_OVERHEAD
 
@@ -29,9 +34,14 @@ def link_bound_bps(rate_bps, size, mtu, reth_first):
     return rate_bps * size / wire
 
 
-def run(rate_mbit=100, size=4 << 20, iters=3, mtu=1024, paced=True, tag=None, switch=False):
+def default_link_mtu(ib_mtu):
+    """Ethernet's default MTU, or the smallest that carries RoCE MTU ib_mtu if that is more."""
+    return max(1500, link_mtu_for(ib_mtu))
+
+
+def run(rate_mbit=100, size=4 << 20, iters=3, mtu=1024, paced=True, tag=None, switch=False, link_mtu=None):
     tag = tag or f"b{os.getpid() % 100000}"
-    v = VethPair(tag, net=79, rate_mbit=rate_mbit, switch=switch)
+    v = VethPair(tag, net=79, rate_mbit=rate_mbit, switch=switch, mtu=link_mtu or default_link_mtu(mtu))
     devs = []
     try:
         for ns, ip in zip(v.ns, v.ips):
@@ -77,18 +87,25 @@ def main(argv=None):
     ap.add_argument("--rate-mbit", type=float, default=100)
     ap.add_argument("--size-mib", type=float, default=4)
     ap.add_argument("--iters", type=int, default=3)
-    ap.add_argument("--mtu", type=int, default=1024)
+    ap.add_argument("--mtu", type=int, default=1024, choices=IB_MTUS, help="RoCE (IB) MTU of the QPs")
+    ap.add_argument("--link-mtu", type=int, help="MTU of the veth links (default: 1500, or what --mtu needs)")
     ap.add_argument("--unpaced", action="store_true", help="also run without the QP rate limit (tbf back-pressure only)")
     ap.add_argument("--switch", action="store_true", help="put a Linux bridge (one switch hop) between the hosts")
     args = ap.parse_args(argv)
+    link_mtu = args.link_mtu or default_link_mtu(args.mtu)
+    if not 68 <= link_mtu <= 65535:
+        ap.error(f"--link-mtu {link_mtu}: a veth link's MTU is 68 to 65535")
+    problem = mtu_mismatch(args.mtu, link_mtu, "the veth link")
+    if problem:
+        ap.exit(2, f"{ap.prog}: {problem}\n")
     if os.geteuid() != 0:
         raise SystemExit("needs root (network namespaces, tbf, raw sockets)")
     size = int(args.size_mib * (1 << 20))
     modes = [True, False] if args.unpaced else [True]
-    print(f"one RC QP, {'veth-bridge-veth' if args.switch else 'veth'} + tbf {args.rate_mbit:g} Mbit/s, message {size} B x {args.iters}, IB MTU {args.mtu}, "
+    print(f"one RC QP, {'veth-bridge-veth' if args.switch else 'veth'} + tbf {args.rate_mbit:g} Mbit/s, message {size} B x {args.iters}, IB MTU {args.mtu}, link MTU {link_mtu}, "
           f"link bound (payload at line rate) {link_bound_bps(args.rate_mbit * 1e6, size, args.mtu, True) / 1e6:.1f} Mbit/s")
     for paced in modes:
-        res = run(args.rate_mbit, size, args.iters, args.mtu, paced, switch=args.switch)
+        res = run(args.rate_mbit, size, args.iters, args.mtu, paced, switch=args.switch, link_mtu=link_mtu)
         for op, r in res.items():
             print(f"{op:5s} {'paced' if paced else 'unpaced':7s} ok={r['ok']} goodput {r['goodput_mbit']:6.1f} Mbit/s "
                   f"= {r['frac_bound']:.3f} of link bound ({r['frac_line']:.3f} of line rate), "

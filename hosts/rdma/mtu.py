@@ -7,13 +7,29 @@ from hosts.rdma.headers import IB_MTUS
 
 NIC_MTU = 9000          # every link but the HB ones, by default: jumbo frames, RoCE MTU 4096, as AI fabrics run
 HB_MTU = 9000           # the HB-domain (NVLink) links
-ROCE_HEADERS = 20 + 8 + 12 + 16 + 4     # IPv4, UDP, BTH, RETH, ICRC: what a RoCEv2 packet adds to its payload
+# What a RoCEv2 packet adds to a full payload at most: IPv4, UDP, BTH, RETH, ImmDt, ICRC (an RDMA WRITE-only with
+# immediate carries both extension headers; every other packet carries fewer bytes)
+ROCE_HEADERS = 20 + 8 + 12 + 16 + 4 + 4
 
 
 def roce_mtu(link_mtu: int) -> int:
-    """The RoCE path MTU a link MTU carries: the largest IB MTU whose packets fit in it, as rxe derives its
-    own from its netdev's MTU (1500 -> 1024, 9000 -> 4096)."""
+    """The RoCE path MTU a link MTU carries: the largest IB MTU whose packets fit in it (1500 -> 1024, 9000 -> 4096,
+    as rxe derives its own from its netdev's MTU)."""
     return max(m for m in IB_MTUS if m + ROCE_HEADERS <= link_mtu)
+
+
+def link_mtu_for(ib_mtu: int) -> int:
+    """The smallest link MTU whose packets carry RoCE MTU `ib_mtu`."""
+    return ib_mtu + ROCE_HEADERS
+
+
+def mtu_mismatch(ib_mtu: int, link_mtu: int, where: str) -> str | None:
+    """One line naming the problem if RoCE MTU `ib_mtu` does not fit a path of MTU `link_mtu`, else None."""
+    if ib_mtu + ROCE_HEADERS <= link_mtu:
+        return None
+    fits = [m for m in IB_MTUS if m + ROCE_HEADERS <= link_mtu]
+    return (f"RoCE MTU {ib_mtu} needs a link MTU of at least {link_mtu_for(ib_mtu)} bytes, but {where} has "
+            f"{link_mtu} (" + (f"use RoCE MTU {fits[-1]} or less, or " if fits else "") + "raise the link MTU)")
 
 
 DEFAULT_ROCE_MTU = {"nic": roce_mtu(NIC_MTU), "hb": roce_mtu(HB_MTU)}     # a rank's ports on default links

@@ -193,6 +193,9 @@ class QueuePair:
         socket.inet_aton(remote.ip)
         if not 0 < remote.qpn < H.MCAST_QPN:
             raise RdmaError(f"bad remote QPN {remote.qpn}")
+        problem = self.dev._path_mtu_problem(remote.ip, self.mtu)
+        if problem:         # the kernel would refuse every full packet: retries, then ERROR, and no word why
+            raise RdmaError(f"cannot connect QP 0x{self.qpn:x}: {problem}")
         with self.dev._lock:
             self.remote = QPInfo(remote.ip, remote.qpn, remote.psn & H.PSN_MASK)
             self._dst_b = socket.inet_aton(remote.ip)

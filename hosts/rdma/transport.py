@@ -7,6 +7,8 @@ KernelTransport: real sockets in the host's network namespace (needs CAP_NET_RAW
       or a multicast group), because the ICRC covers IP header fields (the IP ID) that a UDP socket hides.
   A UDP socket bound to (ip, 4791) with a drop-all filter keeps the port open (no ICMP port
   unreachable) and holds the multicast memberships, so the kernel sends the IGMP reports.
+  path_mtu(dst): the MTU of the route to dst (a connected UDP probe socket's IP_MTU), so a queue pair can refuse
+  an IB MTU whose packets the kernel would refuse to send (EMSGSIZE: dropped, then retried until the QP fails).
 MemoryFabric: an in-process network of transports (no privileges), with drop/mark/delay hooks for tests;
 Bottleneck: a FIFO link with an ECN threshold and a buffer for those hooks.
 """
@@ -23,6 +25,7 @@ from collections import deque
 from .headers import ROCE_PORT, ip_checksum
 
 SO_ATTACH_FILTER = 26
+IP_MTU = 14             # linux/in.h; the socket module does not export it
 
 
 def _bpf(prog):
@@ -81,6 +84,9 @@ class KernelTransport:
             raise OSError(e.errno, f"cannot bind {ip}:{ROCE_PORT}: {e.strerror} "
                                    f"(is the address configured, or another RoCE endpoint on it?)") from None
         _attach(self.sink, [(0x06, 0, 0, 0)])
+        self._probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)     # made here: routes of this namespace
+        self._probe.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_IF, socket.inet_aton(ip))
+        self._probe_lock = threading.Lock()
         _attach(self.rx, _roce_filter(ip))
         self.rx.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
         self.rx.setblocking(False)
@@ -108,6 +114,16 @@ class KernelTransport:
         except OSError:
             return False
 
+    def path_mtu(self, dst_ip: str):
+        """The MTU of the route from our address to dst_ip (its interface's, or the route's own), or None if
+        the kernel has no route to it."""
+        with self._probe_lock:
+            try:
+                self._probe.connect((dst_ip, ROCE_PORT))     # a UDP connect sends nothing: a route lookup only
+                return self._probe.getsockopt(socket.IPPROTO_IP, IP_MTU)
+            except OSError:
+                return None
+
     def join(self, group: str):
         mreq = socket.inet_aton(group) + socket.inet_aton(self.ip)
         self.sink.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP, mreq)
@@ -119,7 +135,7 @@ class KernelTransport:
         self._groups.discard(group)
 
     def close(self):
-        for s in ("tx", "rx", "sink"):
+        for s in ("tx", "rx", "sink", "_probe"):
             sock = getattr(self, s, None)
             if sock is not None:
                 sock.close()
@@ -132,10 +148,12 @@ class MemoryFabric:
     mark(pkt) -> bool       set ECN's CE on an ECN-capable packet, as a congested switch queue does
     delay(pkt) -> seconds   deliver after a delay (per-packet delays reorder packets, like unequal paths)
     tap(pkt)                see every packet that enters the fabric (e.g. PcapWriter.write)
+    mtu                     every port's link MTU: a longer packet is refused at send, as the kernel refuses it
+                            (None: no limit)
     """
 
-    def __init__(self, drop=None, delay=None, tap=None, queue_limit: int = 65536, mark=None):
-        self.drop, self.delay, self.tap, self.mark = drop, delay, tap, mark
+    def __init__(self, drop=None, delay=None, tap=None, queue_limit: int = 65536, mark=None, mtu=None):
+        self.drop, self.delay, self.tap, self.mark, self.mtu = drop, delay, tap, mark, mtu
         self.marked = 0
         self.queue_limit = queue_limit
         self._ports = {}
@@ -299,8 +317,13 @@ class MemoryTransport:
         return out
 
     def send(self, pkt, dst_ip: str):
+        if self.fabric.mtu is not None and len(pkt) > self.fabric.mtu:
+            return False
         self.fabric._send(pkt, dst_ip)
         return True
+
+    def path_mtu(self, dst_ip: str):
+        return self.fabric.mtu
 
     def join(self, group: str):
         self.groups.add(group)

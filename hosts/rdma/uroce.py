@@ -15,10 +15,14 @@ from typing import Optional
 
 from . import headers as H
 from .engine import Engine
+from .mtu import mtu_mismatch
 from .qp import ProtectionDomain, QueuePair, _is_mcast, _SendWQE
 from .rc import ReliableConnection
 from .verbs import (Access, AddressHandle, CompletionQueue, MemoryRegion, QPState, QPType, RdmaError, RecvWR,
                     SendWR, WROpcode)
+
+
+UD_HEADERS = 20 + 8 + H.BTH_LEN + H.DETH_LEN + H.ICRC_LEN     # what a UD SEND adds to its payload (+ ImmDt if any)
 
 
 class Device(Engine, ReliableConnection):
@@ -44,6 +48,7 @@ class Device(Engine, ReliableConnection):
         self._qps = {}
         self._mrs = {}
         self._groups = {}
+        self._path_mtus = {}         # destination ip -> the MTU of the route to it (looked up at a UD QP's first send there)
         self._next_qpn = first_qpn
         self._next_mr = 1
         self._ip_id = random.randrange(1, 0xFFFF)
@@ -165,6 +170,13 @@ class Device(Engine, ReliableConnection):
                 if length > qp.mtu:
                     raise RdmaError(f"UD message of {length} bytes exceeds the MTU {qp.mtu}")
                 socket.inet_aton(wr.ah.ip)
+                if wr.ah.ip not in self._path_mtus:
+                    self._path_mtus[wr.ah.ip] = self._path_mtu(wr.ah.ip)
+                pmtu = self._path_mtus[wr.ah.ip]
+                wire = -(-length // 4) * 4 + UD_HEADERS + (H.IMM_LEN if op == WROpcode.SEND_WITH_IMM else 0)
+                if pmtu and wire > pmtu:     # the kernel would refuse it: a silent drop
+                    raise RdmaError(f"UD message of {length} bytes is a {wire}-byte packet, longer than the MTU "
+                                    f"{pmtu} of the path from {self.ip} to {wr.ah.ip}")
                 npkts = 1
             else:
                 npkts = max(1, -(-length // qp.mtu))
@@ -217,6 +229,16 @@ class Device(Engine, ReliableConnection):
             if not members:
                 del self._groups[group]
                 self.transport.leave(group)
+
+    def _path_mtu(self, dst_ip: str):
+        """The MTU of the route to dst_ip, None if unknown (no route, or a transport without MTUs)."""
+        lookup = getattr(self.transport, "path_mtu", None)
+        return lookup(dst_ip) if lookup else None
+
+    def _path_mtu_problem(self, dst_ip: str, ib_mtu: int):
+        """One line naming why RoCE MTU ib_mtu cannot reach dst_ip, or None if its packets fit the path."""
+        pmtu = self._path_mtu(dst_ip)
+        return mtu_mismatch(ib_mtu, pmtu, f"the path from {self.ip} to {dst_ip}") if pmtu else None
 
     def _wake(self):
         os.eventfd_write(self._wfd, 1)

@@ -216,6 +216,34 @@ def test_bench_smoke():
     assert 0 < res["WRITE"]["frac_bound"] < 1.2
 
 
+def _need_root_for_bench():
+    from hosts.rdma.transport import have_raw_sockets
+    if os.geteuid() != 0 or not have_raw_sockets():
+        pytest.skip("needs root for network namespaces, tbf and raw sockets")
+
+
+@pytest.mark.parametrize("ib_mtu", H.IB_MTUS)
+def test_bench_runs_at_every_roce_mtu(ib_mtu):
+    """The benchmark's veth links carry every RoCE MTU's largest packets: WRITE and READ complete and match."""
+    _need_root_for_bench()
+    from hosts.rdma import bench
+    res = bench.run(rate_mbit=50, size=96 * 1024 + 5, iters=1, mtu=ib_mtu, tag=f"u{ib_mtu}{os.getpid() % 1000}")
+    assert res["WRITE"]["ok"] and res["READ"]["ok"]
+
+
+def test_a_roce_mtu_the_link_cannot_carry_is_refused_at_connect():
+    """RoCE MTU 4096 on 1500-byte veths: the kernel would refuse every full packet; connect() says so in one line
+    (the kernel's route MTU) and the namespaces are gone afterwards."""
+    _need_root_for_bench()
+    from hosts.rdma import RdmaError, bench
+    tag = f"x{os.getpid() % 100000}"
+    with pytest.raises(RdmaError) as e:
+        bench.run(rate_mbit=50, size=4096, iters=1, mtu=4096, link_mtu=1500, tag=tag)
+    assert ("RoCE MTU 4096 needs a link MTU of at least 4160 bytes, but the path from 10.79.0.1 to 10.79.0.2 has "
+            "1500 (use RoCE MTU 1024 or less, or raise the link MTU)") in str(e.value)
+    assert f"tb-rdma-{tag}-" not in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+
+
 def test_ce_marks_answered_with_cnps_over_kernel_sockets(veth, ends):
     """iptables on side a sets CE on its data packets, as a congested switch queue would: side b's uroce answers
     with CNPs over the kernel's sockets, side a's DCQCN cuts its rate on them, and the data arrives intact."""

@@ -9,7 +9,7 @@ from testbed.monitor.capture import largest_frame
 from testbed.model import multicast_minimum as mm
 
 
-@pytest.mark.parametrize("link_mtu, want", [(1084, 1024), (1500, 1024), (2200, 2048), (4155, 2048), (4156, 4096),
+@pytest.mark.parametrize("link_mtu, want", [(1087, 512), (1088, 1024), (1500, 1024), (2200, 2048), (4159, 2048), (4160, 4096),
                                             (9000, 4096), (9216, 4096)])
 def test_roce_mtu_is_the_largest_ib_mtu_whose_packets_fit(link_mtu, want):
     assert roce_mtu(link_mtu) == want

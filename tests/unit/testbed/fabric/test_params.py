@@ -106,7 +106,7 @@ def test_values_are_resolved_when_made():
     (dict(kind="clos", oversubscription=0.5), "oversubscription must be a ratio between 1 and 64, got 0.5"),
     (dict(kind="clos", nic_mbps=0), r"nic_mbps must be a rate in Mbit/s in \(0, 100000\], got 0"),
     (dict(kind="clos", hb_mbps="fast"), "hb_mbps must be a rate in Mbit/s in"),
-    (dict(kind="clos", nic_mtu=1083), "nic_mtu must be between 1084 and 9216, got 1083"),
+    (dict(kind="clos", nic_mtu=1087), "nic_mtu must be between 1088 and 9216, got 1087"),
     (dict(kind="clos", servers=150, spare_servers=51), "spare_servers must be between 0 and 50, got 51"),
 ])
 def test_a_bad_value_is_named(values, message):
