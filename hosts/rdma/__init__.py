@@ -54,6 +54,7 @@ In-process network for tests (no privileges):
     from hosts.rdma.transport import MemoryFabric, PcapWriter
     fab = MemoryFabric(drop=lambda pkt: random.random() < 0.01, delay=None, tap=PcapWriter("x.pcap").write)
     a = open_device("10.0.0.1", backend="uroce", transport=fab.attach("10.0.0.1"))
+    # MemoryFabric(mtu=1500): links of that MTU; connect() refuses a QP whose packets do not fit (hosts/rdma/mtu.py)
 
 Counters: Device.counters (tx/rx packets and bytes, retransmits, drop_<reason>: bad_icrc,
 truncated, malformed, bad_opcode, unknown_qp, bad_qkey, not_member, ...) and QP.counters
