@@ -29,14 +29,14 @@ def test_the_chunks_a_loss_takes_count_every_receiver_of_a_dropped_datagram():
 
 
 def test_loss_claims_reproduce_when_recovery_takes_what_the_loss_took():
-    claims = {c.key: c for c in spcl._loss_claims(2, 4, "1MiB", [a_round()])}
+    claims = {c.key: c for c in spcl._loss_claims(2, 4, 5, "1MiB", [a_round()])}
     assert set(claims) == {"2x4-loss-exact", "2x4-loss-recovered", "2x4-loss-time", "2x4-loss-bytes"}
     assert {c.verdict for c in claims.values()} == {REPRODUCED}, {k: (c.ours, c.verdict) for k, c in claims.items()}
     assert "chunks recovered by READ" in claims["2x4-loss-exact"].config
 
 
 def test_a_wrong_result_or_a_recovery_far_from_the_loss_differs_and_says_why():
-    claims = {c.key: c for c in spcl._loss_claims(2, 4, "1MiB", [a_round(recovered=0, correct=False,
+    claims = {c.key: c for c in spcl._loss_claims(2, 4, 5, "1MiB", [a_round(recovered=0, correct=False,
                                                                             lossy_time=3.0)])}
     assert claims["2x4-loss-exact"].verdict == DIFFERS and "numpy" in claims["2x4-loss-exact"].why
     assert claims["2x4-loss-recovered"].verdict == DIFFERS and claims["2x4-loss-recovered"].why
