@@ -76,17 +76,23 @@ def drop_last_chunks(also_the_end: bool):
     return drop
 
 
+def gather_checked(world: int, drop) -> dict:
+    """An AllGather of 3000 floats per rank with `drop` on the wire, every result checked against numpy: each
+    rank's multicast stats."""
+    shards = [np.random.default_rng(r).integers(-9, 9, 3000).astype(np.float32) for r in range(world)]
+    res = run_ranks(peers_grid(1, world), lambda c: (mc.allgather(c, shards[c.rank]), mc.stats(c)), drop=drop)
+    for r, (out, _) in res.items():
+        assert np.array_equal(out, np.concatenate(shards)), r
+    return {r: st for r, (_, st) in res.items()}
+
+
 def test_a_shard_whose_last_chunk_is_lost_is_read_on_its_end_without_a_guess(monkeypatch):
     """No receiver gets a shard's last chunk, but every one gets the END behind it: the reads start on the
-    END, with neither the grace nor the deadline (both made 30 s here, so that waiting for them would show)."""
+    END, with neither the grace nor the deadline (made 30 s and longer here, so that waiting would show)."""
     monkeypatch.setattr(mc, "deadline_s", lambda *_: 30.0)
     monkeypatch.setattr(mc, "GRACE_CHUNKS", 10 ** 9)
-    world, count = 4, 3000
-    shards = [np.random.default_rng(r).integers(-9, 9, count).astype(np.float32) for r in range(world)]
-    res = run_ranks(peers_grid(1, world), lambda c: (mc.allgather(c, shards[c.rank]), mc.stats(c)),
-                    drop=drop_last_chunks(also_the_end=False))
-    for r, (out, st) in res.items():
-        assert np.array_equal(out, np.concatenate(shards)), r
+    world = 4
+    for r, st in gather_checked(world, drop_last_chunks(also_the_end=False)).items():
         assert st["recovered_chunks"] == world - 1, (r, st)
         assert st["reads_after_grace"] == st["reads_at_deadline"] == 0, (r, st)
 
@@ -95,12 +101,8 @@ def test_a_shard_whose_last_chunk_and_end_are_lost_is_read_after_the_grace_not_t
     """Nothing tells a receiver that the sender is done: the right neighbour's COMPLETE and a grace do,
     long before the deadline (made 30 s)."""
     monkeypatch.setattr(mc, "deadline_s", lambda *_: 30.0)
-    world, count = 4, 3000
-    shards = [np.random.default_rng(r).integers(-9, 9, count).astype(np.float32) for r in range(world)]
-    res = run_ranks(peers_grid(1, world), lambda c: (mc.allgather(c, shards[c.rank]), mc.stats(c)),
-                    drop=drop_last_chunks(also_the_end=True))
-    for r, (out, st) in res.items():
-        assert np.array_equal(out, np.concatenate(shards)), r
+    world = 4
+    for r, st in gather_checked(world, drop_last_chunks(also_the_end=True)).items():
         assert st["recovered_chunks"] == world - 1 and st["reads_at_deadline"] == 0, (r, st)
         assert st["reads_after_grace"] >= 1, (r, st)
 
