@@ -123,6 +123,7 @@ class FabricRouting(app_manager.OSKenApp if hasattr(app_manager, "OSKenApp") els
         if name is None:
             self.logger.warning("unknown switch dpid %s: left without flows", dp.id)
             return
+        self.logger.info("%s connected (dpid %016x)", name, dp.id)    # a switch missing at bring-up: which step
         self.guarded(name, self.install, dp, name)
 
     def guarded(self, name, fn, *args):
@@ -224,6 +225,7 @@ class FabricRouting(app_manager.OSKenApp if hasattr(app_manager, "OSKenApp") els
             del self.pending[ev.msg.datapath.id]
             _, name, info = done
             self.installed[name] = {**info, "at": now}
+            self.logger.info("%s: rules installed (barrier %d)", name, ev.msg.xid)
         event = self.awaited.pop(key, None)
         if event is not None and not any(e is event for e in self.awaited.values()):
             event["installed_at"] = now        # the last switch this port change touched has its new rules
