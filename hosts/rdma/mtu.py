@@ -3,13 +3,14 @@
 The testbed cables its links with these MTUs (testbed/fabric/links.py imports them) and tells every rank the
 RoCE MTU of its ports; a rank told nothing falls back to the same defaults.
 """
-from hosts.rdma.headers import IB_MTUS
+from hosts.rdma.headers import BTH_LEN, DETH_LEN, IB_MTUS, ICRC_LEN, IMM_LEN, RETH_LEN
 
 NIC_MTU = 9000          # every link but the HB ones, by default: jumbo frames, RoCE MTU 4096, as AI fabrics run
 HB_MTU = 9000           # the HB-domain (NVLink) links
 # What a RoCEv2 packet adds to a full payload at most: IPv4, UDP, BTH, RETH, ImmDt, ICRC (an RDMA WRITE-only with
 # immediate carries both extension headers; every other packet carries fewer bytes)
-ROCE_HEADERS = 20 + 8 + 12 + 16 + 4 + 4
+ROCE_HEADERS = 20 + 8 + BTH_LEN + RETH_LEN + IMM_LEN + ICRC_LEN
+UD_HEADERS = 20 + 8 + BTH_LEN + DETH_LEN + ICRC_LEN        # what a UD SEND adds to its payload (+ ImmDt if any)
 
 
 def roce_mtu(link_mtu: int) -> int:

@@ -15,14 +15,11 @@ from typing import Optional
 
 from . import headers as H
 from .engine import Engine
-from .mtu import mtu_mismatch
+from .mtu import UD_HEADERS, mtu_mismatch
 from .qp import ProtectionDomain, QueuePair, _is_mcast, _SendWQE
 from .rc import ReliableConnection
 from .verbs import (Access, AddressHandle, CompletionQueue, MemoryRegion, QPState, QPType, RdmaError, RecvWR,
                     SendWR, WROpcode)
-
-
-UD_HEADERS = 20 + 8 + H.BTH_LEN + H.DETH_LEN + H.ICRC_LEN     # what a UD SEND adds to its payload (+ ImmDt if any)
 
 
 class Device(Engine, ReliableConnection):
