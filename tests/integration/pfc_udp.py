@@ -2,8 +2,9 @@
 
     pfc_udp.py send DEST PORT MBPS COUNT         COUNT numbered datagrams of SIZE bytes at MBPS; a small send
                                                  buffer makes a paused NIC hold the sender, as a lossless NIC does
-    pfc_udp.py receive PORT SECONDS              prints JSON: per sender, datagrams, out-of-order ones, first and
-                                                 last arrival (monotonic seconds)
+    pfc_udp.py receive PORT SECONDS              prints JSON: per sender, datagrams, out-of-order ones (and by
+                                                 how many places the latest was late), first and last
+                                                 arrival (monotonic seconds)
 """
 import json
 import socket
@@ -39,9 +40,11 @@ def receive(port: int, seconds: float) -> None:
         except socket.timeout:
             continue
         now, seq = time.monotonic(), struct.unpack_from("!I", data)[0]
-        f = flows.setdefault(src, {"datagrams": 0, "out_of_order": 0, "next": 0, "first": now})
+        f = flows.setdefault(src, {"datagrams": 0, "out_of_order": 0, "late_by": 0, "next": 0, "first": now})
         f["datagrams"] += 1
-        f["out_of_order"] += seq < f["next"]
+        if seq < f["next"]:
+            f["out_of_order"] += 1
+            f["late_by"] = max(f["late_by"], f["next"] - 1 - seq)
         f["next"], f["last"] = max(f["next"], seq + 1), now
     print(json.dumps(flows), flush=True)
 
