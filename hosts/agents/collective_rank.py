@@ -77,8 +77,9 @@ def agree(spec: CollectiveRankSpec, job: Membership, hb, epoch: int, members: li
     membership {"members", "step", "failed", "lost_steps", ...} or {"error"}.
 
     Each survivor announces itself with its step, the peers it found failed itself, the peers it still hears
-    and its own ports without carrier. Once every member of the old epoch has announced or has been known
-    failed for SETTLE seconds with no sign of life (no announced member still hears it, and it wrote no news
+    and its own ports without carrier, and announces again while it waits whenever the peers it hears or found
+    failed change. Once every member of the old epoch has announced or has been known failed for SETTLE
+    seconds with no sign of life (no announced member still hears it, and it wrote no news
     since it fell silent: a rank cut off is alive and will announce; without heartbeats: has not announced within a grace period longer than the
     no-progress timeout), the
     first survivor writes the verdict (membership.decide). With `shrink` it writes the new membership too;
@@ -86,13 +87,20 @@ def agree(spec: CollectiveRankSpec, job: Membership, hb, epoch: int, members: li
     `joining` (name -> member entry): ranks that come back, admitted into the new epoch (the verdict's "joined")."""
     names = [m["name"] for m in members]
     server = next((m.get("server") for m in members if m["name"] == me), None)
-    job.announce(epoch, me, {"at": time.time(), "step": step, "in_op": in_op, "links_down": links_down,
-                             "server": server, "suspects": hb.suspects() if hb is not None else {},
-                             "hears": hb.hears() if hb is not None else []})
+    mine = {"at": time.time(), "step": step, "in_op": in_op, "links_down": links_down, "server": server,
+            "suspects": hb.suspects() if hb is not None else {}, "hears": hb.hears() if hb is not None else []}
+    job.announce(epoch, me, mine)
     grace = spec.timeout_s + 2.0
     wait = grace + spec.timeout_s + 30
     deadline = time.monotonic() + wait
     while not job.has_members(epoch):
+        if hb is not None and not job.has_verdict(epoch):
+            # what this rank hears changes while it waits: a survivor that announced within half a timeout of a
+            # peer's death still heard it, and the others, judging on that, would wait for it to the deadline
+            heard_now = {"suspects": hb.suspects(), "hears": hb.hears()}
+            if any(mine[k] != v for k, v in heard_now.items()):
+                mine = {**mine, **heard_now}
+                job.announce(epoch, me, mine)
         if not job.has_verdict(epoch):
             announced = job.announced(epoch, names)
             if hb is not None:        # known failed, and no announced member still hears it (a cut path, not a death)
