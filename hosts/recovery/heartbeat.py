@@ -280,10 +280,10 @@ class Heartbeat:
                 if name in self._peers and name not in self._failed and not self._peers[name]["left"]:
                     newly |= self._fail(name, still, f"stalled: made no progress for {still:.2f} s while its "
                                                      f"peers waited on it (watchdog)", "watchdog")
-            if newly:
+            learned = self._read_news()
+            if newly or learned:
                 self._publish_news()
-            newly |= self._read_news()
-        return newly
+        return newly or learned
 
     def _fail(self, name: str, silence: float, why: str, by: str, at: float | None = None,
               first_hand: bool = True) -> bool:
@@ -303,8 +303,11 @@ class Heartbeat:
         return os.path.join(self.directory, BEATING.format(name=name))
 
     def _publish_news(self) -> None:
+        # first-hand verdicts, and the launcher's word taken here for a peer this watcher has paths to: a watcher
+        # with no path to it (another rail of another server) would otherwise never learn of a rank that died
+        # before its beats reached anyone
         news = {n: {k: f[k] for k in ("silence", "at", "why", "by")}
-                for n, f in self._failed.items() if f["first_hand"] and n in self._peers}
+                for n, f in self._failed.items() if (f["first_hand"] or f["by"] == "exit") and n in self._peers}
         path = os.path.join(self.directory, NEWS.format(name=self.name))
         with open(path + ".tmp", "w") as out:
             json.dump(news, out)

@@ -213,6 +213,26 @@ def test_the_launchers_word_holds_for_a_rank_whose_beats_never_reached_a_watcher
         me.stop()
 
 
+def test_a_watcher_with_no_path_learns_the_launchers_word_from_one_that_has_a_path(tmp_path, members):
+    """s1g1 died just after its first beats left, before any reached a watcher: s0g1 (same rail) takes its
+    launcher's word and shares it; s0g0 (another rail of another server: no path to it) learns it from s0g1's
+    news, rather than never (the survivors would then wait for it at their agreement to the deadline)."""
+    a, with_path, dead = members(0, 0), members(0, 1), members(1, 1)
+    assert paths_to(with_path, dead) and not paths_to(a, dead)
+    w = beat(tmp_path, with_path, [a, dead], join_grace=30.0)
+    me = beat(tmp_path, a, [with_path, dead], join_grace=30.0)
+    open(tmp_path / "beating-s1g1", "w").close()
+    report_exit(str(tmp_path), "s1g1", time.time(), "was killed: no output")
+    t = time.monotonic()
+    try:
+        assert wait_for(lambda: "s1g1" in me.failed(), limit=5.0)
+        assert time.monotonic() - t < 1.5 and me.detected_by("s1g1") == "exit", me.why("s1g1")
+        assert "seen by s0g1" in me.why("s1g1") and me.suspects() == {}
+    finally:
+        me.stop()
+        w.stop()
+
+
 def test_a_timeout_of_two_periods_still_fails_a_silent_peer(tmp_path, members):
     """A loop a period apart is on time, not starved, however short the timeout."""
     a, ghost = members(0, 0), members(1, 0)
