@@ -94,14 +94,14 @@ def agree(spec: CollectiveRankSpec, job: Membership, hb, epoch: int, members: li
     wait = grace + spec.timeout_s + 30
     deadline = time.monotonic() + wait
     while not job.has_members(epoch):
-        if hb is not None and not job.has_verdict(epoch):
-            # what this rank hears changes while it waits: a survivor that announced within half a timeout of a
-            # peer's death still heard it, and the others, judging on that, would wait for it to the deadline
-            heard_now = {"suspects": hb.suspects(), "hears": hb.hears()}
-            if any(mine[k] != v for k, v in heard_now.items()):
-                mine = {**mine, **heard_now}
-                job.announce(epoch, me, mine)
         if not job.has_verdict(epoch):
+            if hb is not None:
+                # what this rank hears changes while it waits: a survivor that announced within half a timeout of
+                # a peer's death still heard it, and the others, judging on that, would wait for it to the deadline
+                heard_now = {"suspects": hb.suspects(), "hears": hb.hears()}
+                if any(mine[k] != v for k, v in heard_now.items()):
+                    mine = {**mine, **heard_now}
+                    job.announce(epoch, me, mine)
             announced = job.announced(epoch, names)
             if hb is not None:        # known failed, and no announced member still hears it (a cut path, not a death)
                 heard = {n for a in announced.values() for n in a.get("hears", [])}

@@ -303,9 +303,9 @@ class Heartbeat:
         return os.path.join(self.directory, BEATING.format(name=name))
 
     def _publish_news(self) -> None:
-        # first-hand verdicts, and the launcher's word taken here for a peer this watcher has paths to: a watcher
-        # with no path to it (another rail of another server) would otherwise never learn of a rank that died
-        # before its beats reached anyone
+        # first-hand verdicts, and the launcher's word this watcher took: a watcher with no path to that rank
+        # (another rail of another server) would otherwise never learn of one that died before its beats reached
+        # anyone
         news = {n: {k: f[k] for k in ("silence", "at", "why", "by")}
                 for n, f in self._failed.items() if (f["first_hand"] or f["by"] == "exit") and n in self._peers}
         path = os.path.join(self.directory, NEWS.format(name=self.name))

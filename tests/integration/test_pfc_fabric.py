@@ -98,7 +98,7 @@ def mbps(flow: dict) -> float:
     return flow["datagrams"] * SIZE * 8 / (flow["last"] - flow["first"]) / 1e6
 
 
-def test_without_pfc_the_incast_drops_and_with_it_nothing_is_dropped_or_reordered(runs):
+def test_without_pfc_the_incast_drops_and_with_it_nothing_is_dropped_and_order_holds_within_the_kernels_slack(runs):
     lossy, lossless = runs["lossy"], runs["lossless"]
     assert lossy["drops"]["rail0>s1g0"] > 100, lossy["drops"]
     assert sum(lossy["flows"][f]["datagrams"] for f in INCAST) < 2 * COUNT
