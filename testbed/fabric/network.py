@@ -47,6 +47,8 @@ from testbed.fabric.machines import underlay_mtu
 from testbed.fabric.placement import PlacementError, place
 from testbed.fabric.topo import Fabric
 
+CONTROLLER_PROBE_MS = 30_000    # how long a switch waits for the controller's echo before it reconnects
+
 
 class NetworkError(RuntimeError):
     pass
@@ -153,6 +155,7 @@ class Network:
                      controller_pid=self._controller_call(self.controller.wait_listening))
         self.mn.controllers[0].port = self.controller.port      # a new one if another process took the first
         self.mn.start()
+        self._patient_controller_connections()
         self._configure_hosts()
         self.rdma = softroce.attach(self)      # kernel Soft-RoCE per host where the kernel has it
         self._shape()
@@ -338,6 +341,16 @@ class Network:
 
     def set_host_port(self, host: str, port: int, up: bool) -> None:
         set_host_port(self.host(host), self.run_dir, host, port, up)
+
+    def _patient_controller_connections(self) -> None:
+        """OVS drops a switch's controller connection when an echo goes unanswered for 5 s (its default probe),
+        and the reconnect reinstalls every rule, their counters from 0. Our controller is one Python process on a
+        shared machine: a flood of packet-ins (a host's IGMP storm, round-robin spraying) can queue an echo
+        behind seconds of them, so the switches wait longer before they give up on it."""
+        for machine, bridges in self.bridges_by_machine().items():
+            sets = [arg for br in bridges for arg in ("--", "set", "controller", br,
+                                                      f"inactivity_probe={CONTROLLER_PROBE_MS}")]
+            self._run_on(machine, ["ovs-vsctl", "--timeout=20", *sets])
 
     def _disable_standby_ports(self) -> None:
         """Spares' NIC ports are cabled but disabled, until a job brings a spare onto its rail (testbed.fabric.spares)."""
