@@ -533,18 +533,22 @@ def soak() -> dict:
         raise RuntimeError(f"soak: exit statuses {r['statuses']}; leftovers {r['problems'][:5]}")
     numbers = {"runs": sum(r["statuses"].values())}
     for name in bench.DAEMONS:
-        before, after = r["before"][name], r["after"][name]
+        before, warm, after = r["before"][name], (r["warm"] or {}).get(name), r["after"][name]
         if before and after:
             key = name.replace("-", "_")
             numbers |= {f"{key}_rss_mib": (after[0] - before[0]) / 1024, f"{key}_fds": after[1] - before[1]}
+            if warm:
+                numbers |= {f"{key}_rss_mib_warm": (after[0] - warm[0]) / 1024, "warmup_runs": bench.WARMUP_RUNS}
     return numbers
 
 
 def soak_text(s) -> str:
-    growth = [f"{name} {s[f'{key}_rss_mib'](1)} MiB, {s[f'{key}_fds'](0)} open files"
-              for name, key in (("ovs-vswitchd", "ovs_vswitchd"), ("ovsdb-server", "ovsdb_server"), ("dockerd", "dockerd"))
-              if f"{key}_rss_mib" in s]
-    return f"{s['runs'](0)} runs, all exit 0, nothing left behind; grown by: " + "; ".join(growth)
+    def growth(key: str) -> str:
+        warm = f" ({s[f'{key}_rss_mib_warm'](1)} after the first {s['warmup_runs'](0)} runs)" if f"{key}_rss_mib_warm" in s else ""
+        return f"{s[f'{key}_rss_mib'](1)} MiB{warm}, {s[f'{key}_fds'](0)} open files"
+    grown = [f"{name} {growth(key)}" for name, key in (("ovs-vswitchd", "ovs_vswitchd"), ("ovsdb-server", "ovsdb_server"),
+                                                        ("dockerd", "dockerd")) if f"{key}_rss_mib" in s]
+    return f"{s['runs'](0)} runs, all exit 0, nothing left behind; grown by: " + "; ".join(grown)
 
 
 VM_STEPS = {"box": "box (scripts/vm-box)", "boot": "vagrant up (boot)", "provisioning": "provisioning",

@@ -130,10 +130,15 @@ def left(cgroups_before: set[str], strays_before: set[str]) -> list[str]:
     return found + ([f"{len(extra)} Docker cgroups"] if extra else [])
 
 
+WARMUP_RUNS = 10       # a daemon's first fabrics grow its pools and caches once; growth past them would be a leak
+
+
 def soak(runs: int, budget: float | None = None, hosts: str = "netns") -> dict:
     """`runs` runs of the scenario in turn (stopping after `budget` seconds): per exit status its count, the
-    leftovers found after each run, and the daemons' (RSS KiB, open files) before and after."""
+    leftovers found after each run, and the daemons' (RSS KiB, open files) before, after the first WARMUP_RUNS
+    runs ("warm", None if there were not more) and after."""
     before, cgroups, strays = daemons(), docker_cgroups(), set(stray_processes())
+    warm = None
     for p in sorted(strays):                  # not the soak's: left by something before it; reported, not judged
         print(f"before the soak, already there: process {p}")
     statuses, problems, t0 = {}, [], time.monotonic()
@@ -153,7 +158,9 @@ def soak(runs: int, budget: float | None = None, hosts: str = "netns") -> dict:
             print(f"run {i + 1}: {FAULTS[i % len(FAULTS)]['kind']:10s} exit {p.returncode} "
                   f"{time.monotonic() - t:5.1f} s, leftovers: {'; '.join(found) or 'none'}"
                   + (f" ({p.stderr.strip().splitlines()[-1]})" if p.returncode and p.stderr.strip() else ""), flush=True)
-    return {"statuses": statuses, "problems": problems, "before": before, "after": daemons()}
+            if i + 1 == WARMUP_RUNS and runs > WARMUP_RUNS:
+                warm = daemons()
+    return {"statuses": statuses, "problems": problems, "before": before, "warm": warm, "after": daemons()}
 
 
 def main() -> int:
@@ -168,13 +175,16 @@ def main() -> int:
     runs = sum(statuses.values())
     print(f"\n{runs} runs in {time.monotonic() - t0:.0f} s, exit statuses {statuses}, leftovers: "
           f"{len(problems) or 'none'}")
-    print(f"{'daemon':14s} {'RSS before':>11s} {'RSS after':>10s} {'fds before':>11s} {'fds after':>10s}")
+    warm = r["warm"] or {}
+    print(f"{'daemon':14s} {'RSS before':>11s} {f'after {WARMUP_RUNS}':>10s} {'RSS after':>10s} {'fds before':>11s} "
+          f"{'fds after':>10s}")
     for name in DAEMONS:
-        b, a = before[name], after[name]
+        b, w, a = before[name], warm.get(name), after[name]
         if b is None or a is None:
             print(f"{name:14s} not running")
             continue
-        print(f"{name:14s} {b[0] / 1024:9.1f} MiB {a[0] / 1024:8.1f} MiB {b[1]:11d} {a[1]:10d}")
+        mid = f"{w[0] / 1024:6.1f} MiB" if w else f"{'-':>10s}"
+        print(f"{name:14s} {b[0] / 1024:7.1f} MiB {mid} {a[0] / 1024:6.1f} MiB {b[1]:11d} {a[1]:10d}")
     for line in problems[:20]:
         print(line)
     return 1 if problems else 0
