@@ -113,7 +113,12 @@ class Engine:
         qp._tok_t = now
         if qp._tokens > 0:
             return None
-        return now + (-qp._tokens + 1) / qp._rate
+        if qp.cc is not None:
+            return now + (-qp._tokens + 1) / qp._rate     # congestion control sets a rate per packet: keep to it
+        # sleep until the bucket holds a full packet, not until it is just positive: a wake then sends two packets
+        # back to back (well inside the burst), and the engine, whose CPU goes mostly to waking up, wakes half as
+        # often for the same rate
+        return now + (qp._packet_tokens - qp._tokens) / qp._rate
 
     def _pump(self, qp, now, budget=32):
         """Send what the QP may send now; returns when it wants to be called again (or None)."""

@@ -214,7 +214,8 @@ class QueuePair:
             self.cc.set_line_rate(bps)
         self.rate_limit_bps = bps
         self._rate = None if bps is None else (bps if self.cc is None else self.cc.rate_bps) / 8.0
-        self._burst = 0 if bps is None else max(4 * (self.mtu + 120), self._rate * 0.001)   # <= 1 ms of line rate
+        self._packet_tokens = self.mtu + 120        # a full packet on the wire, headers and framing, with room to spare
+        self._burst = 0 if bps is None else max(4 * self._packet_tokens, self._rate * 0.001)   # <= 1 ms of line rate
         self._tokens = self._burst
         self._tok_t = time.monotonic()
 

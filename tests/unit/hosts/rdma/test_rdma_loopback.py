@@ -349,6 +349,40 @@ def test_rate_limit_paces(make_pair):
     assert 0.85 * expected < dt < 3 * expected, (dt, expected)     # paced: never faster than the rate
 
 
+def test_paced_qp_wakes_for_two_packets(make_pair):
+    """A paced QP that ran out of tokens sleeps until it may send two full packets back to back, not one: the
+    engine's CPU goes mostly to waking up. The rate stays the limit: the wake comes no sooner than that."""
+    p = make_pair(rate_limit_bps=20e6)
+    qp, dev = p.qa, p.a
+    full = qp.mtu + 28 + H.BTH_LEN + H.ICRC_LEN + 14                # a full WRITE_MIDDLE frame, as the shaper counts it
+    with dev._lock:
+        now = time.monotonic()
+        qp._tokens, qp._tok_t = -full, now                           # just sent one packet on an empty bucket
+        wake = dev._tokens_ok(qp, now)
+        assert wake is not None and wake - now >= 2 * full / qp._rate     # not before two packets' time
+        assert dev._tokens_ok(qp, wake) is None                      # the first packet goes at the wake
+        qp._tokens -= full
+        assert dev._tokens_ok(qp, wake) is None                      # and the second right behind it
+        qp._tokens -= full
+        assert dev._tokens_ok(qp, wake) is not None                  # a third waits
+
+
+def test_a_qp_under_congestion_control_wakes_for_each_packet(make_pair):
+    """DCQCN sets the rate packet by packet (a cut applies to the next one): such a QP wakes as soon as its
+    bucket is positive again, not for two packets."""
+    p = make_pair(rate_limit_bps=20e6, cc="dcqcn")
+    qp, dev = p.qa, p.a
+    full = qp.mtu + 28 + H.BTH_LEN + H.ICRC_LEN + 14
+    with dev._lock:
+        now = time.monotonic()
+        qp._tokens, qp._tok_t = -full, now
+        wake = dev._tokens_ok(qp, now)
+        assert wake is not None and wake - now < 1.01 * (full + 1) / qp._rate
+        assert dev._tokens_ok(qp, wake) is None
+        qp._tokens -= full
+        assert dev._tokens_ok(qp, wake) is not None                  # the second waits for its own tokens
+
+
 # ---- UD ---------------------------------------------------------------------------------------
 
 def ud_pair(fab, n=2):
