@@ -349,12 +349,17 @@ def test_rate_limit_paces(make_pair):
     assert 0.85 * expected < dt < 3 * expected, (dt, expected)     # paced: never faster than the rate
 
 
+def full_frame(qp) -> int:
+    """A full WRITE_MIDDLE frame of the QP, as the shaper counts it."""
+    return qp.mtu + 28 + H.BTH_LEN + H.ICRC_LEN + 14
+
+
 def test_paced_qp_wakes_for_two_packets(make_pair):
     """A paced QP that ran out of tokens sleeps until it may send two full packets back to back, not one: the
     engine's CPU goes mostly to waking up. The rate stays the limit: the wake comes no sooner than that."""
     p = make_pair(rate_limit_bps=20e6)
     qp, dev = p.qa, p.a
-    full = qp.mtu + 28 + H.BTH_LEN + H.ICRC_LEN + 14                # a full WRITE_MIDDLE frame, as the shaper counts it
+    full = full_frame(qp)
     with dev._lock:
         now = time.monotonic()
         qp._tokens, qp._tok_t = -full, now                           # just sent one packet on an empty bucket
@@ -372,7 +377,7 @@ def test_a_qp_under_congestion_control_wakes_for_each_packet(make_pair):
     bucket is positive again, not for two packets."""
     p = make_pair(rate_limit_bps=20e6, cc="dcqcn")
     qp, dev = p.qa, p.a
-    full = qp.mtu + 28 + H.BTH_LEN + H.ICRC_LEN + 14
+    full = full_frame(qp)
     with dev._lock:
         now = time.monotonic()
         qp._tokens, qp._tok_t = -full, now
