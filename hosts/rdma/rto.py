@@ -11,12 +11,15 @@ packet it retransmitted, whose ACK could answer either transmission) updates
 Each timeout doubles the RTO (up to `hi`). The doubled value holds until a new sample comes in, which needs new data
 sent once and acknowledged (RFC 6298 5.7, Karn's algorithm): acknowledgements of retransmitted data do not reset it,
 or a path whose round trip has outgrown the estimate would time out again at once. Before the first sample the RTO
-is the initial value. The bounds keep it sane where the estimate is thin: `lo` above the scheduling jitter of the
+is the initial value but at most FIRST_RTO (RFC 6298's 1 s): the initial value is sized as a ceiling for full queues
+(seconds on a slow link), and a loss before the first round trip (a cut as a job starts) would otherwise cost it
+twice, once for the lone resend of the oldest packet and once more before going back N. The bounds keep it sane where the estimate is thin: `lo` above the scheduling jitter of the
 hosts, `hi` at what a fixed timer would be sized for (the worst queueing on the path).
 """
 from __future__ import annotations
 
 MIN_RTO = 0.05      # s: the default floor, above the scheduling jitter of Python hosts on a busy machine
+FIRST_RTO = 1.0     # s: the most the RTO is before any round trip is measured (RFC 6298 2.1); backoff still doubles it
 
 
 class RetransmitTimeout:
@@ -42,7 +45,7 @@ class RetransmitTimeout:
         if not self.adaptive:
             return self.initial
         if self.srtt is None:
-            return min(max(self.initial, self.lo), self.hi)
+            return min(max(min(self.initial, FIRST_RTO), self.lo), self.hi)
         return min(max(self.srtt + 4 * self.rttvar, self.lo), self.hi)
 
     @property

@@ -7,13 +7,14 @@ import pytest
 
 from hosts.rdma import Access, QPType, RdmaError, SendWR, WCStatus, WROpcode, open_device
 from hosts.rdma import headers as H
-from hosts.rdma.rto import RetransmitTimeout
+from hosts.rdma.rto import FIRST_RTO, RetransmitTimeout
 from hosts.rdma.transport import MemoryFabric
 
 
 def test_first_sample_sets_srtt_and_half_of_it_as_variance():
     t = RetransmitTimeout(3.0, lo=0.01)
-    assert t.rto == 3.0 and t.srtt is None          # before any sample: the initial value
+    assert t.rto == FIRST_RTO == 1.0 and t.srtt is None     # before any sample: the initial value, at most 1 s
+    assert RetransmitTimeout(0.4, lo=0.01).rto == 0.4       # an initial value under 1 s is kept
     t.sample(0.1)
     assert t.srtt == pytest.approx(0.1) and t.rttvar == pytest.approx(0.05)
     assert t.rto == pytest.approx(0.1 + 4 * 0.05)
@@ -39,7 +40,10 @@ def test_bounds_clamp_the_estimate():
     t.sample(4.0)
     assert t.rto == 2.0                      # a long one: the ceiling
     t = RetransmitTimeout(5.0, lo=0.2)
-    assert t.hi == 5.0 and t.rto == 5.0      # no ceiling given: the initial (fixed) timeout is it
+    assert t.hi == 5.0 and t.rto == 1.0      # no ceiling given: the initial (fixed) timeout is it
+    t.timed_out(), t.timed_out(), t.timed_out()
+    assert t.rto == 5.0                      # 1, 2, 4, then the ceiling: no sample yet, the backoff still doubles
+    assert RetransmitTimeout(5.0, lo=2.0).rto == 2.0    # a floor above 1 s holds before the first sample too
 
 
 def test_backoff_doubles_up_to_the_ceiling_until_a_new_sample():
@@ -167,3 +171,20 @@ def test_a_flap_with_the_estimate_near_the_ceiling_goes_back_n(make_pair):
     assert fab.dropped > 10 and p.dst == p.src
     assert p.qa._rto.backoff == 1 and p.qa.counters["timeouts"] <= 4, dict(p.qa.counters)
     assert dt < 5.0, dt                         # 0.5 s flap + two timeouts; generous for a busy machine
+
+
+def test_a_cut_before_the_first_sample_costs_about_a_second_not_the_ceiling(make_pair):
+    """A ceiling of 6 s (sized for full queues on a slow link) and a cut as the first write starts, before any round
+    trip is measured: the first timeout comes after 1 s (RFC 6298's initial RTO) and the second, which goes back N,
+    after 2 more. With the ceiling as the first RTO the same cut cost 12 s."""
+    window = []
+    fab = MemoryFabric(delay=lambda pkt: 0.002,
+                       drop=lambda pkt: bool(window) and window[0] <= time.monotonic() < window[1])
+    p = make_pair(fabric=fab, size=256 * 1024, timeout=6.0, rto="adaptive", rate_limit_bps=20e6)
+    t = time.monotonic()
+    window[:] = [t, t + 0.5]                   # everything lost, both ways, from the first packet on
+    assert write(p, 256 * 1024).ok
+    dt = time.monotonic() - t
+    assert fab.dropped > 10 and p.dst == p.src
+    assert p.qa.counters["timeouts"] == 2, dict(p.qa.counters)
+    assert dt < 4.5, dt                         # 1 + 2 s of timeouts and 0.1 s of data; 12 s with the ceiling
