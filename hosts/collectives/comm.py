@@ -203,14 +203,18 @@ class Communicator:
         if path not in self._devices:
             dev = self._open_device(self.me.hb_ip if path == "hb" else self.me.ip)
             pd, cq = dev.alloc_pd(), dev.create_cq()
-            forwarder = threading.Thread(target=self._forward, args=(path, cq), daemon=True, name=f"tb-cq-{path}")
-            forwarder.start()
-            self._forwarders.append(forwarder)
+            if hasattr(cq, "deliver_to"):       # uroce: straight into the queue the progress engine waits on
+                cq.deliver_to(lambda wc, path=path: self.completions.put((path, wc)))
+            else:                               # kernel rxe: a thread polls the CQ
+                forwarder = threading.Thread(target=self._forward, args=(path, cq), daemon=True,
+                                             name=f"tb-cq-{path}")
+                forwarder.start()
+                self._forwarders.append(forwarder)
             self._devices[path] = (dev, pd, cq)
         return self._devices[path]
 
     def _forward(self, path: str, cq) -> None:
-        """Funnel completions of every device into one queue the progress engine blocks on."""
+        """Funnel a kernel device's completions into the one queue the progress engine blocks on."""
         while not self._closing:
             for wc in cq.wait(1, timeout=0.5):
                 self.completions.put((path, wc))
