@@ -168,8 +168,11 @@ def one_run(servers: int, per: int, mtu: int, rate: float, args, uplinks: str = 
     ranks = row.get("rank_cpu_s")
     guard["us_per_packet"] = cpu_budget(ranks and {"user_per_s": ranks["user"] / row["seconds"]},
                                         budget.spent(windows), delivered / op_s)
+    # the ranks' transport engines woke this often per packet delivered (the run's, start-up included)
+    wakes = row.get("transport", {}).get("engine_wakeups")
     return {"grid": f"{servers}x{per}", "uplinks": uplinks, "gpus": n, "mtu": mtu, "roce_mtu": roce_mtus(fabric)["nic"], "rate": rate,
             "bytes": size, "ratio": row["bus_ratio"], "pps": round(packets / op_s), **guard,
+            "wakeups_per_packet": round(wakes / max(delivered, 1), 2) if wakes else None,
             "ok": row["bus_ratio"] >= args.floor and not guard["cpu_bound"]}
 
 
@@ -202,7 +205,8 @@ def capacity_of(servers: int, per: int, mtu: int, rates: list[float], args, upli
         print(f"{uplinks:>7} {r['grid']:>5} {r['gpus']:>4} {mtu:>5} {rate:>6g} {r['bytes'] / 2**20:>6.2f} "
               f"{r.get('ratio', float('nan')):>6.2f} {r['cpu_idle_mean_pct']:>6} {r['capacity_used']:>5} "
               f"{r.get('pps', 0):>10} {r['ovs_share']:>5} {r['kernel_share']:>5} "
-              + "".join(f"{r['us_per_packet'].get(k, '-'):>7}" for k in ("total", "ranks", "kernel", "ovs")) + "  "
+              + "".join(f"{r['us_per_packet'].get(k, '-'):>7}" for k in ("total", "ranks", "kernel", "ovs"))
+              + f"{r.get('wakeups_per_packet') or '-':>7}  "
               f"{'yes' if r['ok'] else 'no ' + r.get('failed', '')}", flush=True)
         if not r["ok"]:
             break
@@ -233,7 +237,7 @@ def main() -> None:
     rates = [float(r) for r in args.rates.split(",")]
     runs, capacity = [], {}
     print(f"{'uplinks':>7} {'grid':>5} {'GPUs':>4} {'MTU':>5} {'Mbit/s':>6} {'MiB':>6} {'ratio':>6} {'idle%':>6} {'used':>5} "
-          f"{'switch pps':>10} {'ovs':>5} {'kern':>5} {'us/pkt':>6} {'ranks':>6} {'kernel':>6} {'ovs':>6}  pass")
+          f"{'switch pps':>10} {'ovs':>5} {'kern':>5} {'us/pkt':>6} {'ranks':>6} {'kernel':>6} {'ovs':>6} {'wakes':>6}  pass")
     ways = args.uplinks.split(",")
     for servers, per in grids:
         for mtu, uplinks in [(m, u) for m in mtus for u in ways]:

@@ -13,21 +13,26 @@ from .rc import _RESP_OPS
 from .verbs import GRH_LEN, QPState, QPType, WC, WCOpcode, WCStatus, WROpcode
 
 ETH_OVERHEAD = 14        # bytes a shaper (tbf) counts per packet on top of the IP packet
+RX_HOLD_PACKETS = 2.5    # arrivals wait for a pacing wake due within this many of the QP's packet times ...
+RX_HOLD_MAX = 0.02       # s ... and this: what a receive buffer holds at any rate, and a bound on the added latency
 
 
 class Engine:
     # ---- the engine ---------------------------------------------------------------------------
     def _run(self):
         rx_fd, wfd = self.transport.fileno(), self._wfd
-        timeout = 0.0
+        timeout, hold = 0.0, False
         while self._running:
             try:
-                r, _, _ = select.select([rx_fd, wfd], [], [], timeout)
+                # while a paced QP will wake the engine within two packets' time, arrivals wait for that wake instead
+                # of waking it themselves (as a NIC moderates interrupts): the CPU goes mostly to waking up
+                r, _, _ = select.select([wfd] if hold else [rx_fd, wfd], [], [], timeout)
             except (OSError, ValueError):
                 if not self._running:
                     return
                 raise
             with self._lock:
+                self.counters["engine_wakeups"] += 1
                 try:
                     if wfd in r:
                         try:
@@ -35,7 +40,7 @@ class Engine:
                         except BlockingIOError:
                             pass
                     backlog = False
-                    if rx_fd in r:
+                    if hold or rx_fd in r:
                         batch = self.transport.recv_batch(64)
                         for pkt in batch:
                             self._rx(pkt)
@@ -45,6 +50,7 @@ class Engine:
                         if qp._ack_pending:
                             self._send_ack(qp)
                     timeout = 0.0 if backlog else self._service(now)
+                    hold = not backlog and self._pacing_wake_soon
                     if backlog:     # gaps are judged only once the receive queue is drained
                         for qp in list(self._qps.values()):
                             if qp.state != QPState.ERROR:
@@ -52,11 +58,13 @@ class Engine:
                 except Exception as e:   # keep the endpoint alive; record what happened
                     self.counters["engine_errors"] += 1
                     self.last_error = e
-                    timeout = 0.01
+                    timeout, hold = 0.01, False
 
     def _service(self, now):
-        """Timers and paced TX for all QPs; returns the select() timeout."""
+        """Timers and paced TX for all QPs; returns the select() timeout. Sets _pacing_wake_soon: a QP without
+        congestion control waits for tokens due within RX_HOLD_PACKETS of its packets (and RX_HOLD_MAX)."""
         nxt = 1.0
+        soon, cc = False, False
         for qp in list(self._qps.values()):
             if qp.state == QPState.ERROR:
                 continue
@@ -64,9 +72,16 @@ class Engine:
             t = self._pump(qp, now)
             if t is not None:
                 nxt = min(nxt, t - now)
+                # out of tokens (_pump checks them first): its wake is the pacing one
+                if qp.cc is None and qp._rate is not None and qp._tokens <= 0 and \
+                        t - now <= min(RX_HOLD_PACKETS * qp._packet_tokens / qp._rate, RX_HOLD_MAX):
+                    soon = True
+            cc = cc or qp.cc is not None
             t = self._timers(qp, now)     # again: what was just sent arms the retransmission timer
             if t is not None:
                 nxt = min(nxt, t - now)
+        # congestion control reacts packet by packet (a CNP, a cut): its arrivals are not held
+        self._pacing_wake_soon = soon and not cc
         return max(nxt, 0.0)
 
     # ---- TX ------------------------------------------------------------------------------------

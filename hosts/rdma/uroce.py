@@ -52,6 +52,7 @@ class Device(Engine, ReliableConnection):
         self._lock = threading.RLock()
         self._wfd = os.eventfd(0, os.EFD_NONBLOCK)
         self._running = True
+        self._pacing_wake_soon = False   # the engine holds arrivals for a pacing wake due soon (engine.py)
         self.last_error = None       # last exception caught by the engine thread (should stay None)
         self._thread = threading.Thread(target=self._run, name=f"tb-{self.name}", daemon=True)
         self._thread.start()

@@ -195,9 +195,13 @@ class CompletionQueue:
         self._cv = threading.Condition()
         self.overflows = 0
         self._stopped = False           # stop_waiting(): wait() no longer blocks
+        self._sink = None               # deliver_to(): completions go to it instead of the queue
 
     def _push(self, wc: WC):
         with self._cv:
+            if self._sink is not None:
+                self._sink(wc)
+                return
             if len(self._q) >= self.depth:
                 self.overflows += 1
             self._q.append(wc)
@@ -225,6 +229,15 @@ class CompletionQueue:
                     break
                 self._cv.wait(left)
         return out
+
+    def deliver_to(self, sink) -> None:
+        """Pass each completion to sink(wc) as it is made, in the thread that makes it, instead of queueing it (what
+        is queued goes first): a consumer that waits on a queue of its own then wakes once per completion, where a
+        thread forwarding from wait() would wake too. sink must be quick and must not block."""
+        with self._cv:
+            while self._q:
+                sink(self._q.popleft())
+            self._sink = sink
 
     def stop_waiting(self) -> None:
         """From now on wait() returns at once with what is queued, a wait in progress too: for the thread

@@ -56,3 +56,17 @@ def test_a_stopped_queue_still_hands_out_what_it_holds():
     cq.stop_waiting()
     cq._push(_wc(7))
     assert [w.wr_id for w in cq.wait(2, timeout=5.0)] == [7]
+
+
+def test_deliver_to_hands_every_completion_to_the_sink_in_order_queued_ones_first():
+    """uroce's CQ.deliver_to(sink): what was queued goes to the sink at once, later completions as they are made,
+    in order, and nothing is left for poll()."""
+    cq = CompletionQueue()
+    cq._push(_wc(0))
+    cq._push(_wc(1))
+    seen = []
+    cq.deliver_to(seen.append)
+    for i in range(2, 5):
+        cq._push(_wc(i))
+    assert [wc.wr_id for wc in seen] == [0, 1, 2, 3, 4]
+    assert cq.poll() == [] and len(cq) == 0
