@@ -895,8 +895,10 @@ def worse(fig: Figure, old: dict, new: dict, against: str = "median") -> list[st
         else:
             was = statistics.median(published)
         now = statistics.median(new["values"][name])
+        if not was:             # nothing to be a fraction of (a capacity of 0: under the first rate tried)
+            continue
         change = (was - now) / was if better == "higher" else (now - was) / was
-        if was and change > DROP:
+        if change > DROP:
             out.append(f"{fig.key}.{name}: {now:.4g} against {was:.4g} published ({change:.0%} worse)")
     return out
 

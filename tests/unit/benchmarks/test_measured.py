@@ -63,6 +63,8 @@ def entry(**values):
     ("higher", [0.96], [1.20], False),                            # better is never flagged
     ("lower", [1.0, 1.0, 1.0], [1.2, 1.2, 1.2], True),            # 20% slower
     ("lower", [1.0], [0.5], False),
+    ("higher", [0, 0, 0], [0, 0, 0], False),                      # a published 0 (a capacity under the first rate)
+    ("higher", [0, 0, 0], [40, 40, 40], False),                   # is nothing to be a fraction of
 ])
 def test_a_held_number_more_than_15_percent_worse_is_caught(better, was, now, flagged):
     fig = measured.Figure("x", "x", "x", held={"a": better})
