@@ -20,6 +20,7 @@ import datetime
 import json
 import os
 import platform
+import re
 import statistics
 import subprocess
 import sys
@@ -480,8 +481,9 @@ def capacity() -> dict:
 
 
 def capacity_text(s) -> str:
-    cells = [s[f"{g}x{p}_mbps"](0) for g, p in CAPACITY_GRIDS]
-    return (" / ".join(f"under {CAPACITY_RATES[0]}" if c == "0" else c for c in cells)
+    # 0 is "under the first rate tried", in the median and in the spread alike: "under 5 [under 5-5]"
+    cells = [re.sub(r"\b0\b", f"under {CAPACITY_RATES[0]}", s[f"{g}x{p}_mbps"](0)) for g, p in CAPACITY_GRIDS]
+    return (" / ".join(cells)
             + " Mbit/s with jumbo frames (the default: RoCE MTU 4096)")
 
 
