@@ -31,7 +31,7 @@ SLOTS = 16
 WINDOW = 256          # packets in flight per queue pair
 # chunks from a peer, ahead of the step that consumes them, copied aside so their slots take the next ones: a ring
 # rank fed over fast HB links runs a step ahead of a neighbour gated by its NIC, and a slot held until then refused
-# the next chunks (an RNR NAK, a retry every 0.64 ms, every packet behind it resent: 40% of a ring's packets)
+# the next chunks (an RNR NAK, a retry every 0.64 ms, every packet behind it resent: half a ring's packets)
 BACKLOG = 4 * SLOTS
 
 
@@ -107,7 +107,7 @@ class Channel:
         self.send_mr = pd.reg_mr(self.send_buf, Access.LOCAL_WRITE)
         self.recv_mr = pd.reg_mr(self.recv_buf, Access.LOCAL_WRITE)
         self.free_send = [deque(range(k * SLOTS, (k + 1) * SLOTS)) for k in range(self.lanes)]
-        self.arrivals = [deque() for _ in range(self.lanes)]      # (slot, length) not yet consumed
+        self.arrivals = [deque() for _ in range(self.lanes)]      # [slot, length, copy] not yet consumed
         self.next_send = self.next_recv = 0
         self.copied = 0                 # chunks held over in copies (hold_over)
         self.shares = 1

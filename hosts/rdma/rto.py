@@ -13,8 +13,9 @@ sent once and acknowledged (RFC 6298 5.7, Karn's algorithm): acknowledgements of
 or a path whose round trip has outgrown the estimate would time out again at once. Before the first sample the RTO
 is the initial value but at most FIRST_RTO (RFC 6298's 1 s): the initial value is sized as a ceiling for full queues
 (seconds on a slow link), and a loss before the first round trip (a cut as a job starts) would otherwise cost it
-twice, once for the lone resend of the oldest packet and once more before going back N. The bounds keep it sane where the estimate is thin: `lo` above the scheduling jitter of the
-hosts, `hi` at what a fixed timer would be sized for (the worst queueing on the path).
+twice, once for the lone resend of the oldest packet and once more before going back N. The bounds keep it sane
+where the estimate is thin: `lo` above the scheduling jitter of the hosts, `hi` at what a fixed timer would be sized
+for (the worst queueing on the path).
 """
 from __future__ import annotations
 
