@@ -157,10 +157,9 @@ class Channel:
                 if self.copied >= BACKLOG:
                     return
                 if chunk[2] is None:
-                    slot, length = chunk[0], chunk[1]
-                    chunk[2] = bytes(self.recv_buf[slot * self.chunk: slot * self.chunk + length])
+                    chunk[2] = bytes(self.take(chunk))
                     self.copied += 1
-                    self.post_recv(slot)
+                    self.post_recv(chunk[0])
 
     def next_message(self):
         """The next chunk in sending order, if it has arrived: [slot, length, copy or None]."""

@@ -5,7 +5,7 @@ to look like one."""
 import time
 
 from hosts.collectives import Communicator, FileStore, Peer
-from hosts.rdma import open_device
+from hosts.rdma import WC, WCOpcode, WCStatus, open_device
 from hosts.rdma.transport import MemoryFabric
 
 
@@ -38,7 +38,6 @@ def test_close_returns_without_waiting_out_the_forwarders_poll(tmp_path):
 
 def test_uroce_completions_go_straight_to_the_progress_engine(tmp_path):
     """A uroce CQ hands its completions to the communicator's queue itself: no forwarding thread, one wake-up."""
-    from hosts.rdma import WC, WCOpcode, WCStatus
     fabric = MemoryFabric()
     peers = [Peer(rank=r, name=f"s0g{r}", ip=f"10.11.0.{r + 1}", hb_ip="", server=0, local_rank=r) for r in range(2)]
     comm = Communicator(peers[0], peers, FileStore(str(tmp_path), timeout=5),
