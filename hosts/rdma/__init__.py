@@ -126,7 +126,8 @@ def open_device(ip: str, backend: str = "auto", mtu: int = 1024, **opts) -> Devi
             except ImportError:
                 pass
     if backend == "rxe":
+        from .headers import IB_MTUS
         from .rxe import RxeDevice
-        return RxeDevice(ip, mtu=mtu, **opts)
+        return RxeDevice(ip, mtu=min(mtu, max(IB_MTUS)), **opts)    # the kernel's RoCE stops at IB's 4096
     from .uroce import Device
     return Device(ip, mtu=mtu, **opts)

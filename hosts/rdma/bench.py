@@ -14,7 +14,7 @@ import os
 import time
 
 from . import Access, QPType, SendWR, WROpcode, open_device
-from .headers import BTH_LEN, IB_MTUS, ICRC_LEN, RETH_LEN
+from .headers import BTH_LEN, ICRC_LEN, RETH_LEN, ROCE_MTUS
 from .mtu import link_mtu_for, mtu_mismatch
 from .netns import VethPair, netns
 from .engine import ETH_OVERHEAD
@@ -87,7 +87,8 @@ def main(argv=None):
     ap.add_argument("--rate-mbit", type=float, default=100)
     ap.add_argument("--size-mib", type=float, default=4)
     ap.add_argument("--iters", type=int, default=3)
-    ap.add_argument("--mtu", type=int, default=1024, choices=IB_MTUS, help="RoCE (IB) MTU of the QPs")
+    ap.add_argument("--mtu", type=int, default=1024, choices=ROCE_MTUS,
+                    help="RoCE MTU of the QPs (above 4096: as on HB links)")
     ap.add_argument("--link-mtu", type=int, help="MTU of the veth links (default: 1500, or what --mtu needs)")
     ap.add_argument("--unpaced", action="store_true", help="also run without the QP rate limit (tbf back-pressure only)")
     ap.add_argument("--switch", action="store_true", help="put a Linux bridge (one switch hop) between the hosts")

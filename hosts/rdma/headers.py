@@ -19,6 +19,10 @@ PSN_MASK = 0xFFFFFF
 MCAST_QPN = 0xFFFFFF
 IB_MTU_ENUM = {256: 1, 512: 2, 1024: 3, 2048: 4, 4096: 5}     # IB MTU -> its enum value (ibv_mtu, the tools' exchange)
 IB_MTUS = tuple(IB_MTU_ENUM)
+# Path MTUs beyond InfiniBand's 4096, for the user-space transport on the HB domain's links only: NVLink carries no
+# Ethernet frames, and cutting its data into 4 KiB RoCE packets would only multiply the emulation's per-packet work
+LARGE_MTUS = (8192, 16384, 32768)
+ROCE_MTUS = IB_MTUS + LARGE_MTUS
 
 # --- RoCE v2 GIDs of IPv4 addresses (IPv4-mapped IPv6, ::ffff:a.b.c.d)
 def ipv4_to_gid(ip: str) -> bytes:

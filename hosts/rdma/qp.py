@@ -102,8 +102,8 @@ class QueuePair:
         self.send_cq, self.recv_cq = send_cq, recv_cq
         self.qpn, self.psn = qpn, psn
         self.max_send_wr, self.max_recv_wr = max_send_wr, max_recv_wr
-        if mtu not in H.IB_MTUS:
-            raise RdmaError(f"mtu must be one of {H.IB_MTUS}, not {mtu}")
+        if mtu not in H.ROCE_MTUS:
+            raise RdmaError(f"mtu must be one of {H.ROCE_MTUS}, not {mtu}")
         self.mtu = mtu
         self.retry_cnt, self.rnr_retry, self.min_rnr_timer = retry_cnt, rnr_retry, min_rnr_timer
         if rto not in ("adaptive", "fixed"):

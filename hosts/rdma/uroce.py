@@ -30,8 +30,8 @@ class Device(Engine, ReliableConnection):
     def __init__(self, ip: str, transport=None, mtu: int = 1024, name: Optional[str] = None,
                  first_qpn: int = 0x11, ecn: bool = True):
         socket.inet_aton(ip)
-        if mtu not in H.IB_MTUS:
-            raise RdmaError(f"mtu must be one of {H.IB_MTUS}, not {mtu}")
+        if mtu not in H.ROCE_MTUS:
+            raise RdmaError(f"mtu must be one of {H.ROCE_MTUS}, not {mtu}")
         self.ip, self.mtu = ip, mtu
         self.ecn = ecn               # send ECN-capable packets, ECT(0) (False: TOS 0, rxe's bytes exactly)
         self.name = name or f"uroce-{ip}"

@@ -13,7 +13,7 @@ import os
 import string
 from dataclasses import dataclass
 
-from hosts.rdma.mtu import HB_MTU, NIC_MTU, roce_mtu
+from hosts.rdma.mtu import NIC_MTU, roce_mtu
 from hosts.recovery.beats import PORT as BEAT_PORT
 from testbed import PREFIX
 
@@ -46,8 +46,8 @@ class Link:
 
 
 def link_mtu(params, kind: str) -> int:
-    """The MTU of a link of this kind: HB links keep theirs, every other link has the fabric's nic_mtu."""
-    return HB_MTU if kind == "hb" else params.nic_mtu
+    """The MTU of a link of this kind: the fabric's hb_mtu on HB links, its nic_mtu on every other link."""
+    return params.hb_mtu if kind == "hb" else params.nic_mtu
 
 
 def new_link(params, a: str, b: str, mbps: float, a_port: int, b_port: int, kind: str,
@@ -64,7 +64,8 @@ def new_link(params, a: str, b: str, mbps: float, a_port: int, b_port: int, kind
     queue_kb = override.get("queue_kb", params.tier_value("queue_kb", kind))
     queue = int(queue_kb * 1024) if queue_kb else default_queue(mbps, mtu, params.time_scale)
     if shaped and queue < mtu:
-        raise ValueError(f"the queue of {a}-{b}, {queue} bytes, holds no {mtu}-byte frame")
+        raise ValueError(f"the queue of {a}-{b}, {queue} bytes, holds no {mtu}-byte frame"
+                         + (" (lower fabric.hb_mtu, or give the hb tier a queue_kb of its own)" if kind == "hb" else ""))
     return Link(a, b, mbps, a_port, b_port, kind, standby, mtu, shaped, queue if shaped else None, float(delay))
 
 
@@ -122,7 +123,7 @@ def is_patch(fabric, link) -> bool:
 
 def roce_mtus(fabric) -> dict[str, int]:
     """What the ranks' RoCE devices use on their NIC and HB ports."""
-    return {kind: roce_mtu(link_mtu(fabric.params, kind)) for kind in ("nic", "hb")}
+    return {kind: roce_mtu(link_mtu(fabric.params, kind), large=kind == "hb") for kind in ("nic", "hb")}
 
 
 def tbf_burst(mbps: float, mtu: int) -> int:

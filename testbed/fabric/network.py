@@ -302,7 +302,7 @@ class Network:
                 if have < need:
                     raise NetworkError(f"the {l.kind} link {l.a}-{l.b} crosses from {a.name} to {b.name} with MTU "
                                        f"{need - VXLAN_OVERHEAD}: VXLAN needs an underlay MTU of {need}, and "
-                                       f"{a.name}'s is {have} (raise it, or lower fabric.nic_mtu)")
+                                       f"{a.name}'s is {have} (raise it, or lower fabric.{'hb' if l.kind == 'hb' else 'nic'}_mtu)")
         except MachineError as exc:
             raise NetworkError(str(exc)) from None
 

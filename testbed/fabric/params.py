@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable
 
-from hosts.rdma.mtu import NIC_MTU, ROCE_HEADERS
+from hosts.rdma.mtu import HB_MTU, HB_ROCE_MTU, NIC_MTU, ROCE_HEADERS
 from testbed.fabric import kinds
 
 # Addressing limits: server index and local rank go into one address byte each.
@@ -106,7 +106,15 @@ class FabricParams:
         description=f"MTU of every link but the HB ones ({MIN_NIC_MTU} to {MAX_NIC_MTU}). The default, {NIC_MTU}: "
                     "jumbo frames carrying RoCE MTU 4096, as AI fabrics run; 1500 (RoCE MTU 1024) sends four times "
                     "the packets.",
-        result="MTU of every link but the HB ones (9000 on HB links).")
+        result="MTU of every link but the HB ones.")
+    hb_mtu: int = _param(
+        HB_MTU, check="count", low=MIN_NIC_MTU, high=HB_MTU, low_in_schema=False,
+        help=f"MTU of the HB-domain links ({HB_MTU}: {HB_ROCE_MTU // 1024} KiB RoCE packets)",
+        description=f"MTU of the HB-domain (NVLink) links ({MIN_NIC_MTU} to {HB_MTU}). The default, {HB_MTU}, "
+                    f"carries RoCE packets of {HB_ROCE_MTU // 1024} KiB, beyond RoCE's 4096: NVLink has no Ethernet "
+                    "MTU, and the emulation's cost is per packet (kernel rxe stops at 4096). 9000 when the fabric is spread "
+                    "over machines, whose VXLAN underlay carries the HB links that cross.",
+        result="MTU of the HB-domain links.")
     cpu_hosts: int = _param(
         0, check="count", low=0, high=MAX_CPU_HOSTS, help="CPU hosts on a front-end switch",
         description="CPU hosts cpu0, cpu1, ... on a front-end switch cabled to every leaf (for the offload "

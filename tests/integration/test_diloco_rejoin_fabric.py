@@ -17,7 +17,7 @@ def test_a_site_cut_past_the_retries_leaves_and_rejoins_with_every_replica_exact
     out = 12.0
     scenario = load(f"{ROOT}/scenarios/diloco_sites.yaml", ["workloads.0.variants=[diloco]", "workloads.0.steps=24",
                                                             "workloads.0.rejoin=true", "workloads.0.timeout_s=40",
-                                                            "fabric.wan.0.queue_kb=64", "fabric.queue_kb=32"])
+                                                            "fabric.wan.0.queue_kb=64", "fabric.queue_kb={nic: 32, uplink: 32, hb: 64}"])
     scenario["faults"] = [{"at": 1.0, "kind": "link-down", "target": "site:us", "duration": out - 1.0}]
     r = runner.run(scenario, str(tmp_path / "run"), echo=lambda *a: None)
     (row,) = r["workloads"][0]["variants"]
@@ -51,7 +51,7 @@ def test_an_8_bit_diloco_site_cut_past_the_retries_rejoins_exact_and_streaming_i
     out = 12.0
     sets = ["workloads.0.variants=[diloco]", "workloads.0.steps=24", "workloads.0.rejoin=true",
             "workloads.0.timeout_s=40", "workloads.0.quantize=8", "workloads.0.name=q8",
-            "workloads.0.faults_from_run=1", "fabric.wan.0.queue_kb=64", "fabric.queue_kb=32"]
+            "workloads.0.faults_from_run=1", "fabric.wan.0.queue_kb=64", "fabric.queue_kb={nic: 32, uplink: 32, hb: 64}"]
     _, _, errors, _ = check(f"{ROOT}/scenarios/diloco_sites.yaml", sets[1:])      # variants as the file has them
     assert len(errors) == 1 and "diloco rejoin: not with streaming" in errors[0], errors
     scenario = load(f"{ROOT}/scenarios/diloco_sites.yaml", sets)

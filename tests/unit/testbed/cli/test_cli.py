@@ -181,6 +181,7 @@ def test_pcap_summarize_finds_corrupted_icrcs(tmp_path):
 
 
 def test_snaplen_that_cuts_roce_is_warned_about_at_validation():
+    from hosts.rdma.mtu import HB_MTU
     from testbed.fabric.topo import build
     from testbed.monitor import capture
     fabric = build("rail-only", 2, 2, nic_mtu=1500)
@@ -191,7 +192,7 @@ def test_snaplen_that_cuts_roce_is_warned_about_at_validation():
     assert len(warnings) == 2, warnings
     assert warnings[0].startswith("capture.0: snaplen 128 cuts frames at s0g0/nic (up to 1514 bytes)")
     assert "ICRCs in that pcap will not be checkable" in warnings[0]
-    assert warnings[1].startswith("capture.2: snaplen 1514 cuts frames at s0g0/hb (up to 9014 bytes)")
+    assert warnings[1].startswith(f"capture.2: snaplen 1514 cuts frames at s0g0/hb (up to {HB_MTU + 14} bytes)")
 
 
 def test_shipped_scenarios_capture_whole_packets():

@@ -83,7 +83,7 @@ def test_the_results_block_and_its_schema_come_from_the_fields():
     block = results_schema.FABRIC
     assert all(block["properties"][k] == v for k, v in props.items()) and set(required) <= set(block["required"])
     assert values == {"kind": "clos", "servers": 3, "gpus_per_server": 2, "nic_mbps": 5.0, "hb_mbps": 45.0,
-                      "nic_mtu": 9000, "delay_us": 0.0, "queue_kb": None, "ecn": None, "pfc": None,
+                      "nic_mtu": 9000, "hb_mtu": 32832, "delay_us": 0.0, "queue_kb": None, "ecn": None, "pfc": None,
                       "ideal_uplinks": False,
                       "time_scale": 1.0, "sites": None, "wan": None, "link_overrides": None, "faithful": True}
 
@@ -107,6 +107,7 @@ def test_values_are_resolved_when_made():
     (dict(kind="clos", nic_mbps=0), r"nic_mbps must be a rate in Mbit/s in \(0, 100000\], got 0"),
     (dict(kind="clos", hb_mbps="fast"), "hb_mbps must be a rate in Mbit/s in"),
     (dict(kind="clos", nic_mtu=1087), "nic_mtu must be between 1088 and 9216, got 1087"),
+    (dict(kind="clos", hb_mtu=65535), "hb_mtu must be between 1088 and 32832, got 65535"),
     (dict(kind="clos", servers=150, spare_servers=51), "spare_servers must be between 0 and 50, got 51"),
 ])
 def test_a_bad_value_is_named(values, message):
