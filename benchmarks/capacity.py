@@ -3,7 +3,7 @@ sets the pace (printed, not asserted).
 
     .venv/bin/python benchmarks/capacity.py [--grids 2x4,4x4,4x8,8x8] [--mtus 1500,9000]
                                             [--rates 5,10,20,40,80] [--floor 0.85] [--seconds 4] [--json FILE]
-                                            [--uplinks shaped,ideal]
+                                            [--uplinks shaped,ideal] [--hb-mtu 9000] [--no-heartbeat]
 
 For each rail-optimized grid (2 spines) and NIC MTU (1500: RoCE MTU 1024; 9000: jumbo frames, RoCE MTU
 4096), NIC rates are tried in increasing order, one bring-up each: a rank-order ring AllReduce (its ring
@@ -25,6 +25,8 @@ as packets per second through the switch.
 
 --uplinks shaped,ideal runs every grid both ways: uplinks shaped like every link (the default, a faithful
 fabric) and unshaped patch ports (fabric.ideal_uplinks), the CPU that shaping the 1:1 uplinks costs.
+--hb-mtu sets the HB links' MTU (fabric.hb_mtu; 9000: RoCE packets of 4 KiB there, as before 32 KiB became the
+default) and --no-heartbeat runs the ring without its heartbeats: what each costs.
 """
 import argparse
 import json
@@ -142,7 +144,7 @@ def sized(rate_mbps: float, ranks: int, seconds: float) -> int:
 
 def one_run(servers: int, per: int, mtu: int, rate: float, args, uplinks: str = "shaped") -> dict:
     fabric = build("rail-optimized", servers, per, spines=2, nic_mbps=rate, nic_mtu=mtu,
-                   ideal_uplinks=uplinks == "ideal")
+                   ideal_uplinks=uplinks == "ideal", **({"hb_mtu": args.hb_mtu} if args.hb_mtu else {}))
     n = servers * per
     size = sized(rate, n, args.seconds)
     with Network(fabric) as net:
@@ -150,7 +152,8 @@ def one_run(servers: int, per: int, mtu: int, rate: float, args, uplinks: str = 
         delivered0 = delivered_packets(net)
         with CpuSampler() as cpu, KernelBudget() as budget:
             res = collective.run(net, {"type": "collective", "op": "allreduce", "algo": "ring", "ring": "rank",
-                                       "sizes": [size], "iterations": 2, "warmup": 1, "timeout_s": 120})
+                                       "sizes": [size], "iterations": 2, "warmup": 1, "timeout_s": 120,
+                                       **({"heartbeat": False} if args.no_heartbeat else {})})
         packets, delivered = switch_packets(net) - before, delivered_packets(net) - delivered0
         busy1 = busy_seconds()
         busy = max(1e-9, busy1[0] - busy0[0])
@@ -224,6 +227,8 @@ def options(argv=None) -> argparse.Namespace:
     ap.add_argument("--seconds", type=float, default=4.0, help="link time per AllReduce")
     ap.add_argument("--forward-seconds", type=float, default=5.0)
     ap.add_argument("--uplinks", default="shaped", help="shaped, ideal (fabric.ideal_uplinks) or shaped,ideal")
+    ap.add_argument("--hb-mtu", type=int, help="the HB links' MTU (fabric.hb_mtu; default: the fabric's)")
+    ap.add_argument("--no-heartbeat", action="store_true", help="the ring without heartbeats (what they cost)")
     ap.add_argument("--json")
     return ap.parse_args(argv)
 
