@@ -484,7 +484,7 @@ def capacity_text(s) -> str:
     # 0 is "under the first rate tried", in the median and in the spread alike: "under 5 [under 5-5]"
     cells = [re.sub(r"\b0\b", f"under {CAPACITY_RATES[0]}", s[f"{g}x{p}_mbps"](0)) for g, p in CAPACITY_GRIDS]
     return (" / ".join(cells)
-            + " Mbit/s with jumbo frames (the default: RoCE MTU 4096)")
+            + " Mbit/s with the default frames (RoCE MTU 4096 on NICs, 32 KiB on HB links)")
 
 
 LIVENESS_SECONDS = {"on": 600, "off": 120}     # without the priority, live peers fall silent within seconds

@@ -179,7 +179,8 @@ def test_multicast_is_compared_with_each_ring_round_by_round():
 
 def test_capacity_below_the_first_rate_tried_says_so():
     s = stats(**{f"{g}x{p}_mbps": v for (g, p), v in zip(measured.CAPACITY_GRIDS, (40, 20, 0))})
-    assert measured.capacity_text(s) == "40 / 20 / under 5 Mbit/s with jumbo frames (the default: RoCE MTU 4096)"
+    assert measured.capacity_text(s) == "40 / 20 / under 5 Mbit/s with the default frames (RoCE MTU 4096 on NICs, " \
+                                        "32 KiB on HB links)"
 
 
 def test_the_soak_names_only_the_daemons_that_ran():
