@@ -79,7 +79,8 @@ def options(argv=None) -> argparse.Namespace:
 
 
 def fabric_of(args):
-    return build(args.kind, args.servers, args.per, nic_mbps=args.nic_mbps, nic_mtu=args.nic_mtu,
+    # HB links cross machines over VXLAN: jumbo frames at most, as a scenario with machines gets by default
+    return build(args.kind, args.servers, args.per, nic_mbps=args.nic_mbps, nic_mtu=args.nic_mtu, hb_mtu=9000,
                  **({"spines": 2} if args.kind != "rail-only" else {}))
 
 

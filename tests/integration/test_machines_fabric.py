@@ -161,7 +161,7 @@ from testbed.fabric.machines import Machine
 from testbed.fabric.network import Network
 from testbed.fabric.topo import build
 ms = [Machine(n, a, ssh_options=tuple(o)) for n, a, o in {machines}]
-net = Network(build("rail-only", 2, 2, nic_mbps=5), machines=ms)
+net = Network(build("rail-only", 2, 2, nic_mbps=5, hb_mtu=9000), machines=ms)   # HB links cross the machines
 net.start()
 print("UP", flush=True)
 time.sleep(600)
