@@ -20,6 +20,7 @@ from hierarchical import cpu_times, idle_pct, spread
 
 from testbed.fabric.links import NIC_MTU
 from testbed.fabric.machines import machines_from
+from testbed.fabric.params import MACHINES_HB_MTU
 from testbed.fabric.network import Network
 from testbed.fabric.topo import build
 from testbed.scenario.schema import parse_size
@@ -79,8 +80,8 @@ def options(argv=None) -> argparse.Namespace:
 
 
 def fabric_of(args):
-    # HB links cross machines over VXLAN: jumbo frames at most, as a scenario with machines gets by default
-    return build(args.kind, args.servers, args.per, nic_mbps=args.nic_mbps, nic_mtu=args.nic_mtu, hb_mtu=9000,
+    return build(args.kind, args.servers, args.per, nic_mbps=args.nic_mbps, nic_mtu=args.nic_mtu,
+                 hb_mtu=MACHINES_HB_MTU,      # as a scenario with machines gets by default
                  **({"spines": 2} if args.kind != "rail-only" else {}))
 
 

@@ -64,6 +64,8 @@ duplicates); both count DCQCN's ecn_ce_received (CE-marked packets in), cnp_sent
 import os
 from typing import Any, Mapping, Optional, Protocol, runtime_checkable
 
+from .headers import IB_MTUS
+
 from .verbs import (GRH_LEN, SGE, WC, Access, AddressHandle, CompletionQueue, MemoryRegion, QPInfo,
                     QPState, QPType, RdmaError, RecvWR, SendWR, WCOpcode, WCStatus, WROpcode)
 
@@ -126,7 +128,6 @@ def open_device(ip: str, backend: str = "auto", mtu: int = 1024, **opts) -> Devi
             except ImportError:
                 pass
     if backend == "rxe":
-        from .headers import IB_MTUS
         from .rxe import RxeDevice
         return RxeDevice(ip, mtu=min(mtu, max(IB_MTUS)), **opts)    # the kernel's RoCE stops at IB's 4096
     from .uroce import Device

@@ -27,6 +27,7 @@ MAX_SPINES = 64
 MAX_CPU_HOSTS = 200
 MAX_SPARES_PER_SERVER = 16
 MIN_NIC_MTU, MAX_NIC_MTU = 1024 + ROCE_HEADERS, 9216     # RoCE MTU 1024 at least; jumbo frames at most
+MACHINES_HB_MTU = NIC_MTU       # hb_mtu of a fabric spread over machines: HB links that cross ride VXLAN, jumbo at most
 MAX_MBPS = 100_000
 MAX_OVERSUBSCRIPTION = 64
 MAX_DELAY_US = 10_000_000               # a link's one-way delay: 10 s at most

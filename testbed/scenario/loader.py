@@ -178,8 +178,8 @@ def validate(doc) -> dict:
             raise ScenarioError(f"workloads.{i}: pattern 'pairs' needs a 'pairs' list")
     if doc.get("machines") and doc.get("hosts", "netns") != "netns":
         raise ScenarioError("machines: a fabric spread over machines runs namespace hosts; drop hosts: docker")
-    if doc.get("machines"):      # HB links that cross machines ride their VXLAN underlay: jumbo frames at most
-        doc.setdefault("fabric", {}).setdefault("hb_mtu", fabric_params.NIC_MTU)
+    if doc.get("machines"):
+        doc.setdefault("fabric", {}).setdefault("hb_mtu", fabric_params.MACHINES_HB_MTU)
     names = [m.get("name") for m in doc.get("machines", [])]
     if len(set(names)) != len(names):
         raise ScenarioError(f"machines: a name is listed twice ({', '.join(sorted({n for n in names if names.count(n) > 1}))})")
