@@ -31,9 +31,12 @@ def same_rail(a, b):
 # AllReduces passed wholly within the shapers' bursts, faster than the rate-based model (pp read 0.17 and tp 0.77
 # in full make test runs). comp, dp, bubble and the iteration fail when their phase is off by 2x; TP, two dozen
 # AllReduces of a few ms at the HB rate, pays Python's per-call cost, so its ceiling only catches TP leaving the HB
-# domain (the NIC is 9x slower); the pipeline's ceiling catches a pipeline off by an order of magnitude.
+# domain (the NIC is 9x slower); its floor is lower because the HB shaper's burst is two 32 KiB frames (66 KB, 12
+# ms at 45 Mbit/s), most of a TP AllReduce here (0.54-0.57 quiet, 0.39-0.40 in a loaded make test, where the
+# bucket refills while a rank waits for the CPU); the pipeline's ceiling catches a pipeline off by an order of
+# magnitude.
 SCALE = 0.0026
-PHASE_BOUNDS = {"comp": (0.9, 1.25), "tp": (0.5, 8.0), "pp": (0.5, 6.0), "dp": (0.8, 1.75),
+PHASE_BOUNDS = {"comp": (0.9, 1.25), "tp": (0.25, 8.0), "pp": (0.5, 6.0), "dp": (0.8, 1.75),
                 "bubble": (0.7, 1.3), "iteration": (0.9, 1.4)}
 
 
