@@ -11,6 +11,7 @@ import os
 import shutil
 import time
 
+from hosts.collectives import benchmark
 from hosts.collectives.algorithms import ALGOS
 from hosts.spec.rank import CollectiveRankSpec
 from testbed.fabric import hb_counters, pfc
@@ -284,6 +285,7 @@ def rank_commands(store: str, base: CollectiveRankSpec, hosts) -> dict[str, list
         path = os.path.join(store, f"rank{r}.json")
         dataclasses.replace(base, rank=r).save(path)
         commands[h.name] = ["hosts.agents.collective_rank", path]
+    benchmark.save_reduced(base, len(commands))       # made once here rather than once per rank
     return commands
 
 
