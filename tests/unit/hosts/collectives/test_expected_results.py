@@ -39,7 +39,9 @@ def stacked(spec, world, rank, count, dtype):
 def test_the_reference_equals_numpy_on_the_stacked_inputs(spec, world, dtype, tmp_path):
     count = world * 37 + 5 if spec["op"] != "alltoall" else world * 11
     for rank in {0, world // 2, world - 1}:
-        got, want = expected(SimpleNamespace(**{"reduce": "sum", "root": 0, "store": str(tmp_path), **spec}), world, rank, count, dtype), stacked(spec, world, rank, count, dtype)
+        got = expected(SimpleNamespace(**{"reduce": "sum", "root": 0, "store": str(tmp_path), **spec}), world, rank,
+                       count, dtype)
+        want = stacked(spec, world, rank, count, dtype)
         assert got.dtype == want.dtype and np.array_equal(got, want)
 
 
