@@ -214,7 +214,7 @@ class Communicator:
         self._closing = False
         self.heartbeat = heartbeat
         if heartbeat is not None:
-            heartbeat.watch([p.name for p in peers if p.name != me.name])
+            heartbeat.watch([p.name for p in peers])          # its place in the rings too
             heartbeat.on_failure = lambda: self.completions.put(("heartbeat", None))
 
     # -- plumbing -----------------------------------------------------------------------------

@@ -1,14 +1,14 @@
 """Communicator heartbeats over the emulated network: how a rank learns, within about a second, that a peer
 crashed, hung, stalled, lost its NIC or cable, or was cut off.
 
-Every rank sends a beat every `period` seconds from its own thread, over the network, to each peer it has
-a one-hop path to (beats.py: the NIC to its rail, the HB domain to its server), and watches the beats
-coming back on each of those paths. A peer silent on a path for `timeout` seconds is declared failed: a
+Every rank sends a beat every `period` seconds from its own thread, over the network, to its neighbours on
+each one-hop path (beats.py: the NIC to its rail, the HB domain to its server; two per path, in rings of the
+job's order), and watches the beats coming back on each of those paths. A peer silent on a path for `timeout` seconds is declared failed: a
 crashed process (SIGKILL), a stopped one (SIGSTOP), a dead NIC or cable and a partition all look like that,
 long before the transport's retransmission timers give up. A peer whose beats go on but whose progress
 count stands still while this rank waits on it is stalled (watchdog.py: a hung kernel).
 
-A rank sees only the peers it has a path to; what it found out first hand it writes to its news file in
+A rank sees only its neighbours; what it found out first hand it writes to its news file in
 the job's store directory (NEWS), and reads its peers' news every beat: so a failure reaches the ranks of
 other rails and servers within a beat of its first detection, as TorchFT's lighthouse or c10d's store
 carry it. Detection itself always comes from the network or the watchdog; the news only carries it.
@@ -70,6 +70,7 @@ class Heartbeat:
         self._peers: dict[str, dict] = {}          # watched name -> {left, declared, readmitted (wall time)}
         self._links: dict[tuple, dict] = {}        # (name, path) -> {addr, since (monotonic), heard}
         self._targets: list[tuple[str, str]] = []   # (path, address) our beats go to
+        self._lingering: dict[tuple, tuple] = {}   # (name, path) -> (address, until): dropped from the rings
         self._failed: dict[str, dict] = {}         # name -> {silence, at (wall), why, by, first_hand}
         self._news_seen: dict[str, tuple] = {}     # reporter -> (inode, mtime ns, size) of its news last read
         self._news_dir = (None, 0, 0.0)   # the directory's mtime at the last full read, that read's start (wall
@@ -100,22 +101,34 @@ class Heartbeat:
             self._known.update({m["name"]: dict(m) for m in members})
 
     def watch(self, names) -> None:
-        """Watch exactly these peers from now on. Peers kept from the previous set keep their clocks; a peer
-        the job has just agreed is alive starts with a clean record."""
-        now, wall, names = time.monotonic(), time.time(), [n for n in names if n != self.name]
+        """Watch exactly these members (the job's, in its order, this rank among them) from now on: beats go to
+        and come from this rank's neighbours on each path (beats.watched); the others are watched through
+        their watchers' news. Links kept from the previous set keep their clocks; a peer the job has just
+        agreed is alive starts with a clean record. A neighbour dropped from the rings (the membership
+        changed) still gets beats for `join_grace` seconds: it may not have re-formed yet, and would take
+        our silence for a failure."""
+        now, wall, order = time.monotonic(), time.time(), list(names)
+        names = [n for n in order if n != self.name]
         with self._lock:
             for name in names:
                 if name not in self._peers or name in self._failed:
                     self._peers[name] = {"left": False, "declared": False, "readmitted": wall}
                 self._failed.pop(name, None)
-                known = self._known.get(name)
-                for path, addr in beats.paths_to(self.me, known) if known else ():
-                    self._links.setdefault((name, path), {"addr": addr, "since": now, "heard": False})
             for name in set(self._peers) - set(names):
                 del self._peers[name]
-            self._links = {k: v for k, v in self._links.items() if k[0] in self._peers}
+            members = [self.me if n == self.name else self._known[n] for n in order
+                       if n == self.name or n in self._known]
+            wanted = {(name, path): addr for name, path, addr in beats.watched(self.me, members)} if names else {}
+            for key, addr in wanted.items():
+                self._links.setdefault(key, {"addr": addr, "since": now, "heard": False})
+                self._lingering.pop(key, None)
             if names:      # done watching (names empty): beat on to the last members until we stop
+                dropped = {key: link["addr"] for key, link in self._links.items() if key not in wanted}
+                self._lingering.update({key: (addr, now + self.join_grace) for key, addr in dropped.items()})
+                self._links = {key: link for key, link in self._links.items() if key in wanted}
                 self._targets = [(path, link["addr"]) for (_, path), link in self._links.items()]
+            else:
+                self._links = {}
             self.watchdog.forget(self._peers)
             self._news_seen.pop(LAUNCHER, None)      # read again for the peers now watched
             self._news_dir = (None, 0, 0.0)
@@ -206,7 +219,9 @@ class Heartbeat:
         self._count += 1
         flags = self._flags | (beats.WAITING if self.watchdog.waiting else 0)
         data = beats.encode(self._count, self.watchdog.progress, flags, self.name)
-        for path, addr in self._targets:
+        now = time.monotonic()
+        self._lingering = {key: (addr, until) for key, (addr, until) in self._lingering.items() if until > now}
+        for path, addr in [*self._targets, *((path, addr) for (_, path), (addr, _) in self._lingering.items())]:
             try:
                 self._socks[path].sendto(data, (addr, beats.PORT))
             except (OSError, KeyError):

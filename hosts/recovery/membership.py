@@ -64,7 +64,10 @@ def decide(names: list[str], announced: dict[str, dict], policy: str) -> dict:
     found each other failed by their heartbeats (a NIC or cable cut, a partition: both ends alive, the path
     between them dead) cannot all stay: the members with the most such cuts go first until none is left;
     between equals, one whose own port has no carrier (it knows the cut is its own), then the later one in
-    the job's order (a partition keeps the side of the first rank).
+    the job's order (a partition keeps the side of the first rank). Ranks watch their ring neighbours
+    (beats.watched): a rank whose own link died is in its two neighbours' cuts, they in one each. A partition
+    that leaves carrier up and splits a ring into runs of two or more is seen only where the runs meet, and
+    may keep ranks of both sides: those find each other silent in the next epoch, which removes them.
 
     A member whose own NIC has no carrier, in a job that spans servers, is cut off whether or not a peer has
     suspected it yet: it knows at once, while its peers' heartbeats time out up to a beat period apart, so

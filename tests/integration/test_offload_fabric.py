@@ -15,11 +15,12 @@ from testbed.workloads import offload, offload_compare
 pytestmark = [pytest.mark.root, pytest.mark.alone]   # FastFlow's gain: the CPU budgets must be the only scarcity
 
 
-# Rounds of FastFlow and the sweep, interleaved; the figures compared are their medians (one round on a loaded
-# machine profiled the GPU at 23.6 steps/s, 5.6% low). Measured in two runs of 3 rounds with other work on the
-# machine, medians and [rounds' range]: FastFlow 10.73 and 12.20 [9.94-12.93] steps/s, the best fixed ratio (0.5)
-# 8.25 and 8.01 [7.20-8.50], TF-NO 4.26 and 4.21 [3.90-4.34]; the GPU profiled at 23.6-24.9 steps/s.
-REPEATS = 3
+# One round of FastFlow and the sweep (the figure, with its rounds and spread, is `make bench`'s `fastflow`).
+# Measured in two runs of 3 rounds with other work on the machine, medians and [rounds' range]: FastFlow 10.73 and
+# 12.20 [9.94-12.93] steps/s, the best fixed ratio (0.5) 8.25 and 8.01 [7.20-8.50], TF-NO 4.26 and 4.21
+# [3.90-4.34]: FastFlow's slowest round is 1.17x the sweep's fastest, so one round decides. The GPU profiled at
+# 23.6-24.9 steps/s: a loaded machine reads a round up to 6% low, hence 10% on one round's profile.
+REPEATS = 1
 
 
 @pytest.mark.slow
@@ -38,9 +39,8 @@ def test_fastflow_offloads_and_beats_local_only_when_local_cpu_is_scarce():
     median = {p["policy"]: p["steps_per_s"]["median"] for p in result["policies"]}
     profiles = [r["metrics"]["profile"] for r in ffs]
     print("profiles", profiles, "decisions", [r["metrics"]["decision"]["branch"] for r in ffs])
-    # profiling returned sane numbers: GPU at its configured rate (the median of the rounds: one profile on a
-    # loaded machine reads a few % low), local input the bottleneck
-    assert statistics.median(p["Gthp"] for p in profiles) == pytest.approx(25, rel=0.05)
+    # profiling returned sane numbers: GPU at its configured rate, local input the bottleneck
+    assert statistics.median(p["Gthp"] for p in profiles) == pytest.approx(25, rel=0.10)
     assert all(0 < p["Lthp"] < 25 and p["Pcycle"] > 0 for p in profiles)
     assert all(c["Rthp"] > 0 and c["Ocycle"] >= 0 for p in profiles for c in p["candidates"].values())
     # the service worked across hosts (worker_address set): remote batches arrived over the NIC

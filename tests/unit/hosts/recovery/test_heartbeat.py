@@ -33,7 +33,7 @@ from hosts.recovery.heartbeat import Heartbeat
 me, other = json.loads(sys.argv[2]), json.loads(sys.argv[3])
 hb = Heartbeat(sys.argv[1], me, period=0.05, timeout=0.5).start()
 hb.meet([other])
-hb.watch([other["name"]])
+hb.watch(sorted([me["name"], other["name"]]))
 print("up", flush=True)
 report = os.path.join(sys.argv[1], "report-" + me["name"])
 for _ in range(600):                 # what this process believes, for the test to read
@@ -59,7 +59,7 @@ def members():
 def beat(directory, me, others, **kw):
     hb = Heartbeat(str(directory), me, **{"period": 0.05, "timeout": 0.5, **kw}).start()
     hb.meet(others)
-    hb.watch([o["name"] for o in others])
+    hb.watch(sorted(m["name"] for m in [me, *others]))       # the job's order: the same for every member
     return hb
 
 
@@ -264,9 +264,30 @@ def test_a_cut_nic_is_found_on_its_path_and_the_news_reaches_a_rank_with_no_path
         assert wait_for(lambda: hbs["s1g1"].suspects() == {"s0g1": "heartbeats"})
         assert "s1g1" in hbs["s1g0"].hears() and "s1g1" not in hbs["s0g1"].hears()   # alive, cut from its rail
         # re-admitted in a new membership, the old news no longer counts
-        hbs["s0g0"].watch(["s0g1", "s1g0", "s1g1"])
+        hbs["s0g0"].watch(["s0g0", "s0g1", "s1g0", "s1g1"])
         time.sleep(0.3)
         assert "s1g1" not in hbs["s0g0"].failed()
+    finally:
+        for hb in hbs.values():
+            hb.stop()
+
+
+def test_a_neighbour_dropped_from_the_rings_gets_beats_for_the_join_grace_then_none(tmp_path, members):
+    """Five ranks of one rail watch their ring neighbours only. s0g0 re-forms first with s4g0 no longer beside it
+    (a new order): s4g0, still in the old membership, must not find it silent while the job re-forms; once
+    s0g0's join grace is over, its beats to s4g0 stop."""
+    rail = [members(i, 0) for i in range(5)]
+    hbs = {r["name"]: beat(tmp_path, r, [o for o in rail if o is not r]) for r in rail}
+    first = hbs["s0g0"]
+    try:
+        assert {n for n, _ in first._links} == {"s1g0", "s4g0"}            # not s2g0 and s3g0
+        first.join_grace = 1.5
+        first.watch(["s0g0", "s1g0", "s2g0", "s4g0", "s3g0"])               # now between s1g0 and s3g0
+        assert {n for n, _ in first._links} == {"s1g0", "s3g0"}
+        time.sleep(1.0)                          # two timeouts: s4g0 would have found s0g0 silent
+        assert all(hb.failed() == {} for hb in hbs.values()), {n: hb.failed() for n, hb in hbs.items()}
+        assert wait_for(lambda: "s0g0" in hbs["s4g0"].suspects())          # the grace over: silence
+        assert "s0g0" not in hbs["s1g0"].suspects()
     finally:
         for hb in hbs.values():
             hb.stop()
@@ -435,7 +456,7 @@ def test_unchanged_news_is_not_read_file_by_file_and_news_written_within_a_clock
     monkeypatch.setattr(heartbeat.os, "stat", lambda p, *a, **k: (stats.append(str(p)), Coarse(real_stat(p)))[1])
     hb = Heartbeat(str(tmp_path), me, period=0.05, timeout=30.0)       # not started: judged here, by hand
     hb.meet(others)
-    hb.watch([o["name"] for o in others])
+    hb.watch([me["name"], *(o["name"] for o in others)])
     try:
         time.sleep(0.05)                   # the directory's last change is ticks old
         hb._judge(time.monotonic(), starved=False)         # the first read after watch() is whole

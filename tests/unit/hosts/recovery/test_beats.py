@@ -1,0 +1,73 @@
+"""Who beats to whom (beats.watched): each rank's two neighbours per path in the job's order, mutually, so that a
+64-GPU job sends 4 beats per rank per period instead of 14, every rank is still watched, and a cut is still
+resolved against the rank whose link died (membership.decide)."""
+import itertools
+
+import pytest
+
+from hosts.recovery.beats import paths_to, watched
+from hosts.recovery.membership import decide
+
+
+def grid(servers, gpus, hb=True):
+    return [{"name": f"s{s}g{g}", "ip": f"10.0.{s}.{g + 1}", "hb_ip": f"10.1.{s}.{g + 1}" if hb else None,
+             "server": s, "local_rank": g} for s in range(servers) for g in range(gpus)]
+
+
+def pairs(members):
+    return {m["name"]: {(n, path) for n, path, _ in watched(m, members)} for m in members}
+
+
+@pytest.mark.parametrize("servers,gpus", [(8, 8), (2, 4), (4, 4), (3, 5), (1, 7), (5, 1), (2, 2)])
+def test_each_rank_watches_its_ring_neighbours_per_path_mutually_and_everyone_is_watched(servers, gpus):
+    members = grid(servers, gpus)
+    watch = pairs(members)
+    for m in members:
+        by_path = {path: {n for n, p in watch[m["name"]] if p == path} for path in ("nic", "hb")}
+        assert len(by_path["hb"]) == min(2, gpus - 1) and len(by_path["nic"]) == min(2, servers - 1), (m, by_path)
+        for n, path in watch[m["name"]]:
+            assert (m["name"], path) in watch[n], f"{m['name']} watches {n} over {path}, not the other way round"
+            assert path in {p for p, _ in paths_to(m, next(x for x in members if x["name"] == n))}
+    # each path's ring is connected: every rank of a ring of three or more is watched by two on it
+    for path in ("nic", "hb"):
+        watchers = {m["name"]: sum((m["name"], path) in watch[n] for n in watch) for m in members}
+        ring = gpus if path == "hb" else servers
+        assert set(watchers.values()) == {min(2, ring - 1)}, (path, watchers)
+    if (servers, gpus) == (8, 8):
+        assert {len(w) for w in watch.values()} == {4}           # 14 before: every peer one hop away
+
+
+def test_the_rings_follow_the_jobs_order_and_the_order_needs_the_watcher():
+    members = grid(5, 1)                        # one rail: every rank reaches every other over its NIC
+    order = [members[i] for i in (0, 3, 1, 4, 2)]
+    assert {n for n, _, _ in watched(order[2], order)} == {"s3g0", "s4g0"}        # s1g0 between them
+    with pytest.raises(ValueError, match="s1g0 is not among the members"):
+        watched(members[1], [m for m in members if m["name"] != "s1g0"])
+
+
+def test_watching_is_mutual_when_paths_do_not_form_classes():
+    """Ranks without an HB port reach their server's others over the NIC, which also reaches their rail: the
+    NIC's reach is then no equivalence, and watching must still be mutual (or a live rank is found silent)."""
+    members = grid(3, 3)
+    for m in members:
+        if m["server"] == 1:
+            m["hb_ip"] = None
+    watch = pairs(members)
+    for a, b in itertools.permutations(watch, 2):
+        assert {p for n, p in watch[a] if n == b} == {p for n, p in watch[b] if n == a}, (a, b)
+
+
+def test_a_cut_seen_only_by_ring_neighbours_still_removes_the_rank_whose_link_died():
+    """On 6 servers, s3g1's NIC is cut, its carrier still up (a port disabled at the switch): its two rail
+    neighbours and it find each other silent; the verdict removes it alone, as with every rail peer watching."""
+    members = grid(6, 2)
+    names = [m["name"] for m in members]
+    cut = "s3g1"
+    ann = {}
+    for m in members:
+        silent = {n for n, path, _ in watched(m, members) if path == "nic" and cut in (n, m["name"])}
+        ann[m["name"]] = {"at": 0.0, "step": 5, "in_op": True, "links_down": [], "server": m["server"],
+                          "suspects": {n: "heartbeats" for n in silent}}
+    assert len(ann[cut]["suspects"]) == 2
+    v = decide(names, ann, "shrink")
+    assert v["failed"] == [cut] and v["cut_off"] == [cut]
