@@ -340,8 +340,10 @@ def _has_tensorflow() -> bool:
 
 
 def test_killed_runs_leave_nothing_running_and_clean_removes_the_rest(tmp_path, bystanders):
-    record = kill_anywhere(tmp_path, bystanders, points=None, budget_s=180)
-    assert len(record) >= 4 and len({name for name, *_ in record}) >= 3, record
+    # one kill of each kind `make test` has (collective, churn, offload, Docker hosts): the 32 of every kind are
+    # `make test-long`'s
+    record = kill_anywhere(tmp_path, bystanders, points=4, budget_s=None)
+    assert len(record) == 4 and len({name for name, *_ in record}) >= 3, record
 
 
 @pytest.mark.long
