@@ -5,9 +5,9 @@ the hosts' front-end Ethernet, NCCL's bootstrap over its socket interface. The e
 their fabric ports, so a beat crosses the one-hop path the collectives themselves use to that peer
 (paths_to): the NIC, through its rail's leaf, to the GPUs of the same rail in other servers, and the HB
 domain to the GPUs of its own server; on each, to the rank's two neighbours in a ring of the job's order
-(watched), as SWIM-style detectors beat to a few members rather than all. These paths exist on every fabric kind and cross no spine, so beats
-add nothing to the spines' counters. A rank whose NIC or cable died, or whose server is cut off, falls
-silent exactly on the paths that failed.
+(watched), as SWIM-style detectors beat to a few members rather than all. These paths exist on every
+fabric kind and cross no spine, so beats add nothing to the spines' counters. A rank whose NIC or cable
+died, or whose server is cut off, falls silent exactly on the paths that failed.
 
 A beat is a UDP datagram from PORT on the sender's address of that path to PORT on the peer's:
 MAGIC, the beat count, the sender's progress count (the watchdog's input), flags, and the sender's name.

@@ -3,10 +3,11 @@ crashed, hung, stalled, lost its NIC or cable, or was cut off.
 
 Every rank sends a beat every `period` seconds from its own thread, over the network, to its neighbours on
 each one-hop path (beats.py: the NIC to its rail, the HB domain to its server; two per path, in rings of the
-job's order), and watches the beats coming back on each of those paths. A peer silent on a path for `timeout` seconds is declared failed: a
-crashed process (SIGKILL), a stopped one (SIGSTOP), a dead NIC or cable and a partition all look like that,
-long before the transport's retransmission timers give up. A peer whose beats go on but whose progress
-count stands still while this rank waits on it is stalled (watchdog.py: a hung kernel).
+job's order), and watches the beats coming back on each of those paths. A peer silent on a path for
+`timeout` seconds is declared failed: a crashed process (SIGKILL), a stopped one (SIGSTOP), a dead NIC or
+cable and a partition all look like that, long before the transport's retransmission timers give up. A
+peer whose beats go on but whose progress count stands still while this rank waits on it is stalled
+(watchdog.py: a hung kernel).
 
 A rank sees only its neighbours; what it found out first hand it writes to its news file in
 the job's store directory (NEWS), and reads its peers' news every beat: so a failure reaches the ranks of
@@ -121,10 +122,11 @@ class Heartbeat:
             wanted = {(name, path): addr for name, path, addr in beats.watched(self.me, members)} if names else {}
             for key, addr in wanted.items():
                 self._links.setdefault(key, {"addr": addr, "since": now, "heard": False})
-                self._lingering.pop(key, None)
             if names:      # done watching (names empty): beat on to the last members until we stop
-                dropped = {key: link["addr"] for key, link in self._links.items() if key not in wanted}
-                self._lingering.update({key: (addr, now + self.join_grace) for key, addr in dropped.items()})
+                # replaced, never changed in place: the beating thread reads it without the lock
+                self._lingering = {**{key: v for key, v in self._lingering.items() if key not in wanted and v[1] > now},
+                                   **{key: (link["addr"], now + self.join_grace)
+                                      for key, link in self._links.items() if key not in wanted}}
                 self._links = {key: link for key, link in self._links.items() if key in wanted}
                 self._targets = [(path, link["addr"]) for (_, path), link in self._links.items()]
             else:
@@ -220,8 +222,8 @@ class Heartbeat:
         flags = self._flags | (beats.WAITING if self.watchdog.waiting else 0)
         data = beats.encode(self._count, self.watchdog.progress, flags, self.name)
         now = time.monotonic()
-        self._lingering = {key: (addr, until) for key, (addr, until) in self._lingering.items() if until > now}
-        for path, addr in [*self._targets, *((path, addr) for (_, path), (addr, _) in self._lingering.items())]:
+        lingering = [(path, addr) for (_, path), (addr, until) in self._lingering.items() if until > now]
+        for path, addr in [*self._targets, *lingering]:
             try:
                 self._socks[path].sendto(data, (addr, beats.PORT))
             except (OSError, KeyError):
