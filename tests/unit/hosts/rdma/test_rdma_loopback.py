@@ -521,7 +521,10 @@ def test_rc_packets_match_rxe_capture(capture, op, size, count):
         ps, pc, cs, cc = srv.alloc_pd(), cli.alloc_pd(), srv.create_cq(), cli.create_cq()
         bs, bc = bytearray(size), bytearray(size)
         ms, mc = ps.reg_mr(bs, Access.ALL), pc.reg_mr(bc, Access.ALL)
-        qs, qc = srv.create_qp(ps, QPType.RC, cs), cli.create_qp(pc, QPType.RC, cc)
+        # a fixed 5 s timeout: the default adaptive one (tens of ms in memory) asks for an ACK after a gap of a
+        # quarter of it, which a loaded machine gave this test once (an AckReq rxe's capture does not have)
+        qs = srv.create_qp(ps, QPType.RC, cs)
+        qc = cli.create_qp(pc, QPType.RC, cc, timeout=5.0, rto="fixed")
         assert (qs.qpn, qc.qpn) == (0x11, 0x12)
         qs.connect(qc.info())
         qc.connect(qs.info())
