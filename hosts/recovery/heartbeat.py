@@ -123,10 +123,10 @@ class Heartbeat:
             for key, addr in wanted.items():
                 self._links.setdefault(key, {"addr": addr, "since": now, "heard": False})
             if names:      # done watching (names empty): beat on to the last members until we stop
-                # replaced, never changed in place: the beating thread reads it without the lock
-                self._lingering = {**{key: v for key, v in self._lingering.items() if key not in wanted and v[1] > now},
-                                   **{key: (link["addr"], now + self.join_grace)
-                                      for key, link in self._links.items() if key not in wanted}}
+                kept = {key: v for key, v in self._lingering.items() if key not in wanted and v[1] > now}
+                dropped = {key: (link["addr"], now + self.join_grace)
+                           for key, link in self._links.items() if key not in wanted}
+                self._lingering = {**kept, **dropped}    # replaced, not changed: the beating thread reads it unlocked
                 self._links = {key: link for key, link in self._links.items() if key in wanted}
                 self._targets = [(path, link["addr"]) for (_, path), link in self._links.items()]
             else:
