@@ -194,9 +194,9 @@ class Pausing:
     """The Xoff/Xon logic, driven by the points' queues (bytes) at times the caller gives, and what fills them.
 
     A point passing Xoff starts asserting pause, and stops below Xon. While it asserts it pauses the gates
-    feeding it whose part of its queue is above their share of Xoff (xoff / the number of its feeds), and
-    resumes one whose part falls below its share of Xon: as a switch that accounts its buffer per ingress port
-    pauses only the ports whose frames fill it. The largest part is always above its share (the parts sum to a
+    feeding it whose bytes in the asserting queues (summed over them) are above their share of its Xoff (xoff /
+    the number of its feeds), and resumes one that falls below its share of Xon: as a switch that accounts its
+    buffer per ingress port pauses only the ports whose frames fill it. The largest part is always above its share (the parts sum to a
     queue above Xoff), so some feed is paused. Where nothing is known of the queue's parts (no flow counters),
     every feed is paused. A gate is paused while any point pauses it. Counts the gates' pauses and paused time,
     the points' Xoff crossings and asserted time, and the crossings whose queue could not be attributed."""
@@ -233,8 +233,11 @@ class Pausing:
                 self.asserting[name] = now
                 self.xoffs[name] += 1
                 self.unattributed[name] += not parts.get(name)
-            if name in self.asserting:
-                self.holding[name] = self.filling(p, parts.get(name), self.holding.get(name, set()))
+        held = self.held(parts)
+        for name in self.asserting:
+            if name in backlogs:
+                self.holding[name] = self.filling(self.points[name], parts.get(name), held,
+                                                  self.holding.get(name, set()))
         wanted = {g for gates in self.holding.values() for g in gates}
         pause = sorted(wanted - set(self.paused))
         resume = sorted(set(self.paused) - wanted)
@@ -245,14 +248,25 @@ class Pausing:
             self.paused_s[g] += now - self.paused.pop(g)
         return pause, resume
 
+    def held(self, parts: dict[str, dict[str, int] | None]) -> dict[str, int]:
+        """gate -> its bytes in the asserting queues whose parts are known: a switch accounts a port's frames
+        wherever they wait, so a feed filling two congested queues a little each counts once with both."""
+        held: dict[str, int] = {}
+        for name in self.asserting:
+            for g, n in (parts.get(name) or {}).items():
+                held[g] = held.get(g, 0) + n
+        return held
+
     @staticmethod
-    def filling(p: Point, parts: dict[str, int] | None, held: set[str]) -> set[str]:
-        """The feeds an asserting point pauses: those above their share of Xoff, and those it already pauses
-        that are still at their share of Xon or above; every feed where the parts are not known."""
+    def filling(p: Point, parts: dict[str, int] | None, held: dict[str, int], holding: set[str]) -> set[str]:
+        """The feeds an asserting point pauses: those whose bytes in the congested queues are above their share
+        of its Xoff, and those it already pauses still at their share of Xon or above; every feed where its
+        queue's parts are not known."""
         if not parts:
             return set(p.feeds)
         n = len(p.feeds)
-        return {g for g in p.feeds if parts.get(g, 0) * n > p.xoff or (g in held and parts.get(g, 0) * n >= p.xon)}
+        return {g for g in p.feeds
+                if held.get(g, 0) * n > p.xoff or (g in holding and held.get(g, 0) * n >= p.xon)}
 
     def release(self, now: float) -> list[str]:
         """Every pause ends (the watcher stops): the gates to resume."""

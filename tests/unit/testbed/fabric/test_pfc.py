@@ -140,6 +140,22 @@ def test_an_asserting_queue_pauses_only_the_feeds_above_their_share():
     assert logic.counters(5.0)["unattributed"] == {"leaf>h1": 1}
 
 
+def test_a_feeds_bytes_in_several_congested_queues_are_added_up():
+    # h0 fills two congested queues with 250 bytes each: under its share of either Xoff (900 / 3 = 300) alone
+    points = [pfc.Point(q, "d" + q, xoff=900, xon=300, feeds=("h0>leaf", "h2>leaf", "h3>leaf"))
+              for q in ("leaf>h1", "leaf>h4")]
+    logic = pfc.Pausing(points)
+    queues = {"leaf>h1": 1000, "leaf>h4": 1000}
+    parts = {"leaf>h1": {"h0>leaf": 250, "h2>leaf": 750}, "leaf>h4": {"h0>leaf": 250, "h3>leaf": 750}}
+    assert logic.step(0.0, queues, parts) == (["h0>leaf", "h2>leaf", "h3>leaf"], [])
+    # one queue drains below Xon: h0's 250 in the other is still above its share of Xon (100), so it stays paused
+    assert logic.step(1.0, {"leaf>h1": 200, "leaf>h4": 1000},
+                      {"leaf>h4": {"h0>leaf": 250, "h3>leaf": 750}}) == ([], ["h2>leaf"])
+    assert logic.step(2.0, {"leaf>h4": 1000}, {"leaf>h4": {"h0>leaf": 50, "h3>leaf": 950}}) == ([], ["h0>leaf"])
+    single = pfc.Pausing(points[:1])                                        # one queue alone: h0 under its share
+    assert single.step(0.0, {"leaf>h1": 1000}, {"leaf>h1": {"h0>leaf": 250, "h2>leaf": 750}}) == (["h2>leaf"], [])
+
+
 def test_the_ingress_of_each_feed_is_the_switchs_own_port_on_its_link():
     fabric = topo.build("rail-only", 4, 1, pfc=PFC)
     point = next(p for p in pfc.Plan.of(fabric, lambda h: None).points if p.name == "rail0>s1g0")
