@@ -66,8 +66,9 @@ def decide(names: list[str], announced: dict[str, dict], policy: str) -> dict:
     between equals, one whose own port has no carrier (it knows the cut is its own), then the later one in
     the job's order (a partition keeps the side of the first rank). Ranks watch their ring neighbours
     (beats.watched): a rank whose own link died is in its two neighbours' cuts, they in one each. A partition
-    that leaves carrier up and splits a ring into runs of two or more is seen only where the runs meet, and
-    may keep ranks of both sides: those find each other silent in the next epoch, which removes them.
+    that leaves carrier up and splits a ring into runs of two or more is seen only where the runs meet: first,
+    the ranks that hear each other are grouped (sides_to_remove), and when the cuts run only between groups
+    and split them in two sides, the smaller side goes whole.
 
     A member whose own NIC has no carrier, in a job that spans servers, is cut off whether or not a peer has
     suspected it yet: it knows at once, while its peers' heartbeats time out up to a beat period apart, so
@@ -79,6 +80,10 @@ def decide(names: list[str], announced: dict[str, dict], policy: str) -> dict:
         cut_off = [n for n in alive if "nic" in announced[n].get("links_down", [])]
         alive = [n for n in alive if n not in cut_off]
     cuts = {frozenset((a, b)) for a in alive for b in announced[a].get("suspects", {}) if b in alive and b != a}
+    for n in sides_to_remove(names, alive, announced, cuts):
+        cut_off.append(n)
+        alive.remove(n)
+    cuts = {cut for cut in cuts if cut <= set(alive)}
     while cuts:
         degree = Counter(n for cut in cuts for n in cut)
         worst = max(degree, key=lambda n: (degree[n], bool(announced[n].get("links_down")), names.index(n)))
@@ -91,6 +96,66 @@ def decide(names: list[str], announced: dict[str, dict], policy: str) -> dict:
     last_started = max(a["step"] if a["in_op"] else a["step"] - 1 for a in survivors.values())
     verdict["lost_steps"] = max(0, last_started - verdict["step"] + 1)
     return verdict
+
+
+def sides_to_remove(names: list[str], alive: list[str], announced: dict[str, dict], cuts: set) -> list[str]:
+    """The ranks of a partition's smaller side, when the cuts tell the sides apart; [] when they do not.
+
+    Ranks that hear each other (a beat on a direct path in the last half timeout, `hears` in their
+    announcements) are on one side: grouped, the runs of a ring that a partition split are groups, and the cuts
+    run between them, each from a group of one side to one of the other. Where every cut joins two groups and
+    the groups joined by cuts colour in two (the cuts make no odd cycle), each connected set of them with two
+    cuts or more (a split ring has two ends at least; one cut may be one path's failure between two groups
+    that a late beat left unjoined) loses its smaller colour: fewer ranks, then one with a port without
+    carrier, then the one without the first rank in the job's order. Otherwise (a cut inside a group: a rank
+    that lost one path but is heard on another, or three sides) the caller removes rank by rank."""
+    if not cuts:
+        return []
+    group = {n: n for n in alive}
+
+    def root(n):
+        while group[n] != n:
+            group[n] = group[group[n]]
+            n = group[n]
+        return n
+    for a in alive:
+        for b in announced[a].get("hears", ()):
+            if b in group and b != a and frozenset((a, b)) not in cuts:
+                group[root(a)] = root(b)
+    between: dict[str, set[str]] = {}
+    ends: list[str] = []                    # a cut's group, once per cut
+    for a, b in (tuple(cut) for cut in cuts):
+        ga, gb = root(a), root(b)
+        if ga == gb:
+            return []
+        between.setdefault(ga, set()).add(gb)
+        between.setdefault(gb, set()).add(ga)
+        ends.append(ga)
+    members: dict[str, list[str]] = {}
+    for n in alive:
+        members.setdefault(root(n), []).append(n)
+    colour: dict[str, int] = {}
+    remove: list[str] = []
+    for start in sorted(between, key=lambda g: names.index(members[g][0])):
+        if start in colour:
+            continue
+        colour[start], todo, seen = 0, [start], [start]
+        while todo:
+            g = todo.pop()
+            for h in between[g]:
+                if h not in colour:
+                    colour[h] = 1 - colour[g]
+                    todo.append(h)
+                    seen.append(h)
+                elif colour[h] == colour[g]:
+                    return []
+        if sum(g in seen for g in ends) < 2:    # one cut: a ring split has two ends; rank by rank decides
+            continue
+        sides = [[n for g in seen if colour[g] == c for n in members[g]] for c in (0, 1)]
+        goes = max(sides, key=lambda side: (-len(side), any(announced[n].get("links_down") for n in side),
+                                            min(names.index(n) for n in side)))
+        remove += goes
+    return sorted(remove, key=names.index, reverse=True)       # the later first, as rank by rank
 
 
 def admit(members: list[dict], joining: list[dict], order: list[str]) -> list[dict]:

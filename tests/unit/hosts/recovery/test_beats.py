@@ -71,3 +71,56 @@ def test_a_cut_seen_only_by_ring_neighbours_still_removes_the_rank_whose_link_di
     assert len(ann[cut]["suspects"]) == 2
     v = decide(names, ann, "shrink")
     assert v["failed"] == [cut] and v["cut_off"] == [cut]
+
+
+def announcements_of_a_partition(members, side_of):
+    """Every rank's announcement when the NIC paths between sides are dead with carrier up: it suspects the
+    neighbours it watches across, and hears the others it watches."""
+    ann = {}
+    for m in members:
+        watched_now = watched(m, members)
+        across = {n for n, path, _ in watched_now if path == "nic" and side_of(n) != side_of(m["name"])}
+        ann[m["name"]] = {"at": 0.0, "step": 5, "in_op": True, "links_down": [], "server": m["server"],
+                          "suspects": {n: "heartbeats" for n in across},
+                          "hears": sorted({n for n, _, _ in watched_now} - across)}
+    return ann
+
+
+@pytest.mark.parametrize("servers,gpus,other_side,goes", [
+    (8, 1, {2, 3, 6, 7}, {2, 3, 6, 7}),         # a ring split in four runs, equal sides: the first rank's stays
+    (6, 1, {3, 5}, {3, 5}),                     # runs [0 1 2] [3] [4] [5]: the smaller side goes
+    (8, 8, {1, 3, 5, 7}, {1, 3, 5, 7}),         # every other server: each rail ring cut at every hop
+    (8, 8, {2, 3, 6, 7}, {2, 3, 6, 7}),         # servers in runs of two, their HB domains joining each rail's runs
+    (5, 2, {0, 2}, {0, 2}),                     # the smaller side, even with the first rank in it
+])
+def test_a_partition_that_leaves_carrier_up_and_splits_the_rings_in_runs_removes_one_side_whole(
+        servers, gpus, other_side, goes):
+    members = grid(servers, gpus)
+    names = [m["name"] for m in members]
+    server = {m["name"]: m["server"] for m in members}
+    ann = announcements_of_a_partition(members, lambda n: server[n] in other_side)
+    v = decide(names, ann, "shrink")
+    assert sorted(v["failed"]) == sorted(n for n in names if server[n] in goes)
+    assert v["cut_off"] == sorted(v["failed"], key=names.index, reverse=True)
+
+
+def test_three_sides_fall_back_to_rank_by_rank_and_still_leave_no_cut():
+    members = grid(3, 1)                                    # every rank alone: cuts make a triangle
+    names = [m["name"] for m in members]
+    ann = announcements_of_a_partition(members, lambda n: n)
+    v = decide(names, ann, "shrink")
+    assert v["failed"] == ["s1g0", "s2g0"] and v["cut_off"] == ["s2g0", "s1g0"]     # rank by rank, the later first
+
+
+def test_one_cut_between_groups_a_late_beat_left_apart_removes_one_rank_not_a_group():
+    """s0g0-s1g0's path died (carrier up); s3g0 and s4g0 have not heard each other within half a timeout (a late
+    beat), so the others form two groups: one cut between them is no partition, and only s1g0 goes."""
+    members = grid(6, 1)
+    names = [m["name"] for m in members]
+    ann = announcements_of_a_partition(members, lambda n: n == "s1g0")
+    ann["s1g0"]["suspects"] = {"s0g0": "heartbeats"}
+    ann["s1g0"]["hears"] = ["s2g0"]
+    ann["s2g0"]["suspects"], ann["s2g0"]["hears"] = {}, ["s1g0", "s3g0"]
+    ann["s3g0"]["hears"].remove("s4g0")
+    ann["s4g0"]["hears"].remove("s3g0")
+    assert decide(names, ann, "shrink")["failed"] == ["s1g0"]
