@@ -108,8 +108,10 @@ def test_a_lost_tail_costs_the_estimate_not_the_ceiling(make_pair):
     t = time.monotonic()
     assert write(p, 64 * 1024, wr_id=9).ok
     dt = time.monotonic() - t
-    # the first timeout resends the oldest unacknowledged packet, the second goes back N to the lost one
-    assert lost and p.qa.counters["timeouts"] == 2 and p.dst[:65536] == p.src[:65536]
+    # the first timeout resends the oldest unacknowledged packet, the second goes back N to the lost one; one is
+    # enough where an ACK asked for mid-message (a slow machine's gap past a quarter of the timeout) covered all
+    # but the lost packet, which is then the oldest
+    assert lost and 1 <= p.qa.counters["timeouts"] <= 2 and p.dst[:65536] == p.src[:65536]
     assert dt < 1.0, dt                     # well under the 2 s ceiling
     # the ACK of the retransmission is no sample: the backoff holds until new data is timed (Karn)
     assert p.qa._rto.backoff == p.qa.counters["timeouts"]
