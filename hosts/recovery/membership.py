@@ -123,14 +123,14 @@ def sides_to_remove(names: list[str], alive: list[str], announced: dict[str, dic
             if b in group and b != a and frozenset((a, b)) not in cuts:
                 group[root(a)] = root(b)
     between: dict[str, set[str]] = {}
-    ends: list[str] = []                    # a cut's group, once per cut
+    ends = Counter()                        # group -> the cuts that start from it (one end per cut)
     for a, b in (tuple(cut) for cut in cuts):
         ga, gb = root(a), root(b)
         if ga == gb:
             return []
         between.setdefault(ga, set()).add(gb)
         between.setdefault(gb, set()).add(ga)
-        ends.append(ga)
+        ends[ga] += 1
     members: dict[str, list[str]] = {}
     for n in alive:
         members.setdefault(root(n), []).append(n)
@@ -149,7 +149,7 @@ def sides_to_remove(names: list[str], alive: list[str], announced: dict[str, dic
                     seen.append(h)
                 elif colour[h] == colour[g]:
                     return []
-        if sum(g in seen for g in ends) < 2:    # one cut: a ring split has two ends; rank by rank decides
+        if sum(ends[g] for g in seen) < 2:      # one cut: a ring split has two ends; rank by rank decides
             continue
         sides = [[n for g in seen if colour[g] == c for n in members[g]] for c in (0, 1)]
         goes = max(sides, key=lambda side: (-len(side), any(announced[n].get("links_down") for n in side),

@@ -18,7 +18,7 @@ See docs/pfc.md.
 """
 from __future__ import annotations
 
-from collections import deque
+from collections import Counter, deque
 from dataclasses import asdict, dataclass
 
 from testbed.fabric.daemon import Daemon
@@ -196,8 +196,8 @@ class Pausing:
     A point passing Xoff starts asserting pause, and stops below Xon. While it asserts it pauses the gates
     feeding it whose bytes in the asserting queues (summed over them) are above their share of its Xoff (xoff /
     the number of its feeds), and resumes one that falls below its share of Xon: as a switch that accounts its
-    buffer per ingress port pauses only the ports whose frames fill it. The largest part is always above its share (the parts sum to a
-    queue above Xoff), so some feed is paused. Where nothing is known of the queue's parts (no flow counters),
+    buffer per ingress port pauses only the ports whose frames fill it. The largest part is always above its
+    share (the parts sum to a queue above Xoff), so some feed is paused. Where nothing is known of the queue's parts (no flow counters),
     every feed is paused. A gate is paused while any point pauses it. Counts the gates' pauses and paused time,
     the points' Xoff crossings and asserted time, and the crossings whose queue could not be attributed."""
 
@@ -251,11 +251,7 @@ class Pausing:
     def held(self, parts: dict[str, dict[str, int] | None]) -> dict[str, int]:
         """gate -> its bytes in the asserting queues whose parts are known: a switch accounts a port's frames
         wherever they wait, so a feed filling two congested queues a little each counts once with both."""
-        held: dict[str, int] = {}
-        for name in self.asserting:
-            for g, n in (parts.get(name) or {}).items():
-                held[g] = held.get(g, 0) + n
-        return held
+        return sum((Counter(parts.get(name) or {}) for name in self.asserting), Counter())
 
     @staticmethod
     def filling(p: Point, parts: dict[str, int] | None, held: dict[str, int], holding: set[str]) -> set[str]:
