@@ -81,9 +81,24 @@ def open_sockets(me: dict) -> dict[str, socket.socket]:
         if ip:
             sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
             sock.bind((ip, PORT))
+            sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)    # arrivals dated by the kernel
             sock.setblocking(False)
             out[path] = sock
     return out
+
+
+SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)     # Linux's; Python's socket module may not name it
+_TIMESPEC = struct.Struct("@ll")                            # struct timespec
+STAMP_SPACE = socket.CMSG_SPACE(_TIMESPEC.size)
+
+
+def stamp(ancillary, default: float) -> float:
+    """The kernel's arrival time of a datagram (wall clock, s) from recvmsg's ancillary data, else `default`."""
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(data) >= _TIMESPEC.size:
+            sec, nsec = _TIMESPEC.unpack_from(data)
+            return sec + nsec * 1e-9
+    return default
 
 
 _SIOCGIFFLAGS, _SIOCGIFADDR = 0x8913, 0x8915

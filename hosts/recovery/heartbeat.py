@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import json
 import os
-import select
 import threading
 import time
 from typing import Callable
@@ -236,45 +235,43 @@ class Heartbeat:
             self._beat()
 
     def _receive(self, now: float) -> None:
+        """Take the beats waiting in the sockets, each dated by the kernel's arrival stamp: the thread reads them
+        once a period instead of waking for each (at 64 ranks those wakes were a fifth of the ranks' own)."""
+        offset = time.time() - now                 # the stamps are wall clock; silence is kept on the monotonic one
         for path, sock in list(self._socks.items()):
+            if sock.fileno() < 0:                  # closed under us (its port gone): beat on the others
+                del self._socks[path]
+                continue
             while True:
                 try:
-                    data = sock.recv(256)
+                    data, anc, _, _ = sock.recvmsg(256, beats.STAMP_SPACE)
                 except (BlockingIOError, OSError):
                     break
                 beat = beats.decode(data)
                 if beat is None:
                     continue
+                at = min(now, beats.stamp(anc, now + offset) - offset)
                 count, progress, flags, name = beat
                 with self._lock:
                     link, peer = self._links.get((name, path)), self._peers.get(name)
                     if link is None or peer is None:
                         continue
                     if link["heard"]:
-                        self.max_silence = max(self.max_silence, now - link["since"])
-                    link["since"], link["heard"] = now, True
+                        self.max_silence = max(self.max_silence, at - link["since"])
+                    link["since"], link["heard"] = max(at, link["since"]), True
                     peer["left"] = peer["left"] or bool(flags & beats.LEFT)
                     peer["declared"] = peer["declared"] or bool(flags & beats.DECLARED)
-                    self.watchdog.heard(name, progress, bool(flags & beats.WAITING), now)
+                    self.watchdog.heard(name, progress, bool(flags & beats.WAITING), at)
 
     # -- the thread -----------------------------------------------------------------------------
     def _run(self) -> None:
         last = next_beat = time.monotonic()
         while not self._stop.is_set():
-            socks = list(self._socks.values())
-            wait = max(0.0, next_beat - time.monotonic())
-            if socks:
-                try:
-                    select.select(socks, [], [], wait)
-                except (OSError, ValueError):   # a socket closed under us (its port gone): beat on the others
-                    self._socks = {p: s for p, s in self._socks.items() if s.fileno() >= 0}
-                    continue
-            else:
-                self._stop.wait(wait)
+            self._stop.wait(max(0.0, next_beat - time.monotonic()))
             now = time.monotonic()
-            self._receive(now)
             if now < next_beat:
                 continue
+            self._receive(now)
             gap, last = now - last, now
             next_beat = now + self.period
             self.max_loop_gap = max(self.max_loop_gap, gap)

@@ -2,9 +2,13 @@
 64-GPU job sends 4 beats per rank per period instead of 14, every rank is still watched, and a cut is still
 resolved against the rank whose link died (membership.decide)."""
 import itertools
+import random
+import socket
+import time
 
 import pytest
 
+from hosts.recovery import beats
 from hosts.recovery.beats import paths_to, watched
 from hosts.recovery.membership import decide
 
@@ -124,3 +128,22 @@ def test_one_cut_between_groups_a_late_beat_left_apart_removes_one_rank_not_a_gr
     ann["s3g0"]["hears"].remove("s4g0")
     ann["s4g0"]["hears"].remove("s3g0")
     assert decide(names, ann, "shrink")["failed"] == ["s1g0"]
+
+
+def test_a_beat_is_dated_by_its_arrival_not_by_when_the_thread_reads_it():
+    """The heartbeat thread reads its sockets once a period: a beat that waited there keeps the kernel's time."""
+    ip = f"127.{random.randrange(1, 255)}.{random.randrange(0, 255)}.{random.randrange(1, 255)}"   # runs apart
+    rx = beats.open_sockets({"ip": ip})["nic"]
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as tx:
+            sent = time.time()
+            tx.sendto(beats.encode(1, 0, 0, "s0g0"), (ip, beats.PORT))
+            time.sleep(0.3)
+            data, anc, _, _ = rx.recvmsg(256, beats.STAMP_SPACE)
+            read = time.time()
+        at = beats.stamp(anc, read)
+        assert beats.decode(data) == (1, 0, 0, "s0g0")
+        assert sent - 0.01 <= at < sent + 0.1 and read - at > 0.2
+        assert beats.stamp([], 5.0) == 5.0            # no stamp: the caller's time
+    finally:
+        rx.close()
