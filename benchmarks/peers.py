@@ -17,8 +17,12 @@ import shutil
 import sys
 import tempfile
 
+from hosts.rdma.headers import BTH_LEN, ICRC_LEN
+from hosts.rdma.mtu import roce_mtu
 from testbed import runner
 from testbed.fabric.links import NIC_MTU
+
+ETH, IP, UDP, TCP_TS = 14, 20, 8, 32        # bytes a shaper counts per frame; TCP's header with timestamps
 
 MPI_TUNED = {"btl_tcp_eager_limit": "4194304", "btl_tcp_rndv_eager_limit": "4194304",
              "btl_tcp_max_send_size": "4194304", "coll_tuned_use_dynamic_rules": "1",
@@ -66,6 +70,14 @@ def available() -> tuple[list[str], list[str]]:
     return peers, notes
 
 
+def payload_caps(nic_mtu: int) -> dict[str, float]:
+    """The most of the line rate a transport's payload can take on full frames (the shaper counts every byte
+    from the Ethernet header on): a busbw / line rate above this rode the shapers' token buckets."""
+    mtu = roce_mtu(nic_mtu)
+    return {"RoCEv2 SEND": mtu / (mtu + ETH + IP + UDP + BTH_LEN + ICRC_LEN),
+            "TCP": (nic_mtu - IP - TCP_TS) / (nic_mtu + ETH)}
+
+
 def run(sizes: str, iters: int, nic_mbps: float, nic_mtu: int, peers: list[str], out: str) -> tuple[dict, dict]:
     """One fabric, ours and every peer in turn: (name -> bytes -> busbw MB/s, the run's results)."""
     r = runner.run(scenario(sizes, iters, nic_mbps, nic_mtu, peers), out, echo=lambda *x: None)
@@ -97,6 +109,8 @@ def main() -> int:
     for size in sorted({s for c in cols.values() for s in c}):
         cells = [f"{c[size]:>9.3f} ({c[size] / line:4.2f})" if size in c else "-" for c in cols.values()]
         print(f"  {size:>10} " + " ".join(f"{cell:>22}" for cell in cells))
+    print("# the most of the line rate a payload can take on full frames: " +
+          ", ".join(f"{k} {v:.3f}" for k, v in payload_caps(a.nic_mtu).items()) + " (above: the shapers' bursts)")
     print("# CPU idle % during each: " + ", ".join(f"{n} {by[n]['cpu_idle_mean_pct']}" for n in cols if n in by))
     print(f"# checks: {'all passed' if r['ok'] else [c for c in r['checks'] if not c['ok']]}; results in {out}")
     return 0 if r["ok"] else 1
