@@ -18,7 +18,7 @@ from hosts.recovery.beats import PORT as BEAT_PORT
 from testbed import PREFIX
 
 ROUTING_MODES = ("single", "ecmp", "spray", "rr", "split:K")
-PACE = 0.97             # ranks send at this share of their links' shaped rates
+PACE = 1.0              # ranks send at their links' shaped rates, as a NIC at line rate
 TAG_VARIABLE = "TESTBED_FABRIC_TAG"
 TAG_CHARS = string.ascii_lowercase + string.digits
 IFNAMSIZ = 15           # the kernel's limit on a device name
@@ -222,8 +222,8 @@ def transport_options(routing: str) -> dict:
 
 def rank_transport(fabric, routing: str) -> dict:
     """What every rank's RoCE transport is told: the routing mode's options, a retransmission timeout that
-    outlasts full queues, the RoCE MTU of each port, and pacing just below the shaped rates, so that queues do
-    not build up."""
+    outlasts full queues, the RoCE MTU of each port, and pacing at the shaped rates (a NIC sends at line rate; the
+    link's tbf is the wire, and what a port sends besides, ACKs and beats, waits in its queue)."""
     return {**transport_options(routing), "rc_timeout": 0.05 + 2 * worst_queueing_delay(fabric),
             "roce_mtu": roce_mtus(fabric),
             "rate_limit_bps": {"nic": PACE * fabric.params.nic_mbps * 1e6,

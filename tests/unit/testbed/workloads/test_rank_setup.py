@@ -21,6 +21,9 @@ def test_the_transport_is_the_links_one_typed(kind, routing):
     typed = rank_setup.transport(fabric, routing)
     plain = rank_transport(fabric, routing)
     assert {k: v.to_dict() if hasattr(v, "to_dict") else v for k, v in typed.items()} == plain
+    # ranks pace at line rate: the shaped link, not the sender, holds the rate
+    assert plain["rate_limit_bps"] == {"nic": pytest.approx(fabric.params.nic_mbps * 1e6),
+                                       "hb": pytest.approx(fabric.params.hb_mbps * 1e6)}
 
 
 @pytest.mark.parametrize("kind", KINDS)
