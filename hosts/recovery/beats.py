@@ -23,6 +23,9 @@ MAGIC = b"TBHB"
 WAITING, LEFT, DECLARED = 1, 2, 4          # flags: waiting on its peers, left the job, GPU declared failed
 _HEAD = struct.Struct("<4sQQB")
 PATH_NAMES = {"nic": "NIC", "hb": "HB domain"}
+SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)     # Linux's; Python's socket module may not name it
+_TIMESPEC = struct.Struct("@ll")                            # struct timespec
+STAMP_SPACE = socket.CMSG_SPACE(_TIMESPEC.size)            # recvmsg's room for an arrival stamp
 
 
 def paths_to(me: dict, peer: dict) -> list[tuple[str, str]]:
@@ -85,11 +88,6 @@ def open_sockets(me: dict) -> dict[str, socket.socket]:
             sock.setblocking(False)
             out[path] = sock
     return out
-
-
-SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)     # Linux's; Python's socket module may not name it
-_TIMESPEC = struct.Struct("@ll")                            # struct timespec
-STAMP_SPACE = socket.CMSG_SPACE(_TIMESPEC.size)
 
 
 def stamp(ancillary, default: float) -> float:

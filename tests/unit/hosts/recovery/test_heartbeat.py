@@ -20,7 +20,7 @@ from hosts.collectives import CollectiveError, Communicator, FileStore, Peer, al
 from hosts.rdma import open_device
 from hosts.rdma.transport import MemoryFabric
 from hosts.recovery.beats import paths_to
-from hosts.recovery.heartbeat import Heartbeat, report_exit
+from hosts.recovery.heartbeat import NEWS, Heartbeat, report_exit
 from tests.paths import ROOT
 
 # 0.5 s heartbeat timeouts: beside three other pytest workers on 2 cores, live peers were found silent (two CI
@@ -473,3 +473,24 @@ def test_unchanged_news_is_not_read_file_by_file_and_news_written_within_a_clock
         assert "s2g0" in hb.failed() and hb.why("s2g0") == "missed its heartbeats (seen by s1g0)"
     finally:
         hb.stop()
+
+
+def test_a_rank_that_stops_leaves_what_it_found_in_its_news(tmp_path, members):
+    """A watcher whose collective failed stops at once; a rank that learns of the failure only through its news
+    (no path to the failed peer) may not have read it yet, so stopping must not take the verdict back."""
+    a, b, c = members(0, 0), members(1, 0), members(0, 1)      # c has no path to b
+    watcher, victim, late = (beat(tmp_path, m, [n for n in (a, b, c) if n is not m]) for m in (a, b, c))
+    gate, read = threading.Event(), late._read_news
+    late._read_news = lambda: (gate.wait(10), read())[1]      # c reads no news until the watcher has stopped
+    try:
+        victim.stop(left=False)                               # silent, as a crash
+        assert wait_for(lambda: "s1g0" in watcher.failed(), limit=5)
+        watcher.stop()
+        with open(tmp_path / NEWS.format(name="s0g0")) as f:
+            assert "missed its heartbeats" in json.load(f)["s1g0"]["why"]
+        gate.set()
+        assert wait_for(lambda: "s1g0" in late.failed(), limit=5)
+        assert "seen by s0g0" in late.why("s1g0")
+    finally:
+        gate.set()
+        late.stop()
