@@ -17,12 +17,12 @@ import shutil
 import sys
 import tempfile
 
-from hosts.rdma.headers import BTH_LEN, ICRC_LEN
 from hosts.rdma.mtu import roce_mtu
+from hosts.rdma.qp import PACKET_OVERHEAD
 from testbed import runner
 from testbed.fabric.links import NIC_MTU
 
-ETH, IP, UDP, TCP_TS = 14, 20, 8, 32        # bytes a shaper counts per frame; TCP's header with timestamps
+ETH, IP, TCP_TS = 14, 20, 32        # bytes a shaper counts per frame; TCP's header with timestamps
 
 MPI_TUNED = {"btl_tcp_eager_limit": "4194304", "btl_tcp_rndv_eager_limit": "4194304",
              "btl_tcp_max_send_size": "4194304", "coll_tuned_use_dynamic_rules": "1",
@@ -74,7 +74,7 @@ def payload_caps(nic_mtu: int) -> dict[str, float]:
     """The most of the line rate a transport's payload can take on full frames (the shaper counts every byte
     from the Ethernet header on): a busbw / line rate above this rode the shapers' token buckets."""
     mtu = roce_mtu(nic_mtu)
-    return {"RoCEv2 SEND": mtu / (mtu + ETH + IP + UDP + BTH_LEN + ICRC_LEN),
+    return {"RoCEv2 SEND": mtu / (mtu + PACKET_OVERHEAD),     # Ethernet, IPv4, UDP, BTH, ICRC
             "TCP": (nic_mtu - IP - TCP_TS) / (nic_mtu + ETH)}
 
 
