@@ -19,6 +19,8 @@ import subprocess
 import sys
 import time
 
+from pyroute2 import IPRoute
+
 from testbed import PREFIX
 from testbed.fabric import ovs
 from testbed.fabric.links import roce_mtus
@@ -49,18 +51,21 @@ def add_idle_ports(n: int) -> None:
     if not n:
         return
     ovs.vsctl("add-br", IDLE_BRIDGE, "--", "set", "bridge", IDLE_BRIDGE, "datapath_type=netdev")
-    for i in range(n):
-        a, b = idle_port(i)
-        subprocess.run(["ip", "link", "add", a, "type", "veth", "peer", "name", b], check=True)
-        for dev in (a, b):
-            subprocess.run(["ip", "link", "set", dev, "up"], check=True)
+    with IPRoute() as ipr:
+        for i in range(n):
+            a, b = idle_port(i)
+            ipr.link("add", ifname=a, kind="veth", peer=b)
+            for dev in (a, b):
+                ipr.link("set", index=ipr.link_lookup(ifname=dev)[0], state="up")
     ovs.vsctl(*[arg for i in range(n) for arg in ("--", "add-port", IDLE_BRIDGE, idle_port(i)[0])], timeout=60)
 
 
 def remove_idle_ports(n: int) -> None:
     ovs.delete_bridges([IDLE_BRIDGE])
-    for i in range(n):
-        subprocess.run(["ip", "link", "del", idle_port(i)[0]], capture_output=True)
+    with IPRoute() as ipr:
+        for i in range(n):
+            for index in ipr.link_lookup(ifname=idle_port(i)[0]):
+                ipr.link("del", index=index)         # its peer goes with it
 
 
 def datapath_ports() -> int:
