@@ -38,6 +38,7 @@ import sys
 import threading
 import time
 
+from hosts.rdma.qp import PACKET_OVERHEAD
 from testbed.fabric.links import roce_mtus
 from testbed.fabric.network import Network
 from testbed.fabric.topo import build
@@ -46,7 +47,11 @@ from testbed.workloads import collective
 
 VSWITCHD_PID = "/var/run/openvswitch/ovs-vswitchd.pid"
 MIN_CHUNK = 64 * 1024
-ROCE_RC_HEADERS = 14 + 20 + 8 + 12 + 4          # Ethernet, IPv4, UDP, BTH, ICRC around a full RC payload
+
+
+def roce_udp_payload(fabric) -> int:
+    """The UDP payload of a full RoCE frame on the fabric's NIC links: its RoCE MTU, BTH and ICRC."""
+    return roce_mtus(fabric)["nic"] + PACKET_OVERHEAD - 14 - 20 - 8
 
 
 def cpu_seconds(pid_file: str) -> float:
@@ -182,7 +187,7 @@ def one_run(servers: int, per: int, mtu: int, rate: float, args, uplinks: str = 
 def ovs_forwarding(mtu: int, seconds: float) -> dict:
     """Packets per second one OVS switch forwards between two hosts on unshaped links (the machine's limit)."""
     fabric = build("rail-optimized", 2, 1, spines=1, nic_mbps=10_000, hb_mbps=10_000, nic_mtu=mtu)
-    payload = roce_mtus(fabric)["nic"] + ROCE_RC_HEADERS - 14 - 20 - 8      # UDP payload of a full RoCE frame
+    payload = roce_udp_payload(fabric)
     with Network(fabric) as net:
         a, b = net.host("s0g0"), net.host("s1g0")
         server = b.popen(["iperf3", "-s", "-1", "-B", b.IP()], stdout=subprocess.DEVNULL,

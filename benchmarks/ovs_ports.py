@@ -23,12 +23,11 @@ from pyroute2 import IPRoute
 
 from testbed import PREFIX
 from testbed.fabric import ovs
-from testbed.fabric.links import roce_mtus
 from testbed.fabric.network import Network
 from testbed.fabric.topo import build
 
 sys.path.insert(0, os.path.dirname(__file__))
-from capacity import ROCE_RC_HEADERS, VSWITCHD_PID, cpu_seconds, switch_packets  # noqa: E402
+from capacity import VSWITCHD_PID, cpu_seconds, roce_udp_payload, switch_packets  # noqa: E402
 
 IDLE_BRIDGE = f"{PREFIX}idle"
 SENDER = """
@@ -106,7 +105,7 @@ def main() -> int:
         p.error("--idle counts must be 0-500, --pps, --seconds and --repeats positive")
     ovs.require_running()
     fabric = build("rail-optimized", 2, 1, spines=1, nic_mbps=1000, hb_mbps=1000, nic_mtu=9000)
-    size = roce_mtus(fabric)["nic"] + ROCE_RC_HEADERS - 14 - 20 - 8      # UDP payload of a full RoCE frame
+    size = roce_udp_payload(fabric)
     results: dict[int, list[dict]] = {c: [] for c in counts}
     with Network(fabric) as net:
         for r in range(args.repeats):
