@@ -147,17 +147,26 @@ def sized(rate_mbps: float, ranks: int, seconds: float) -> int:
     return max(ranks * MIN_CHUNK, int(nbytes // unit) * unit)
 
 
+def ranks_per_process(setting: str, ranks: int) -> int:
+    """--ranks-per-process: a number, or `cores` (the ranks spread over as many processes as the machine has)."""
+    if setting == "cores":
+        return -(-ranks // (os.cpu_count() or 1))
+    return int(setting)
+
+
 def one_run(servers: int, per: int, mtu: int, rate: float, args, uplinks: str = "shaped") -> dict:
     fabric = build("rail-optimized", servers, per, spines=2, nic_mbps=rate, nic_mtu=mtu,
                    ideal_uplinks=uplinks == "ideal", **({"hb_mtu": args.hb_mtu} if args.hb_mtu else {}))
     n = servers * per
     size = sized(rate, n, args.seconds)
+    per_process = ranks_per_process(args.ranks_per_process, n)
     with Network(fabric) as net:
         before, ovs0, busy0 = switch_packets(net), cpu_seconds(VSWITCHD_PID), busy_seconds()
         delivered0 = delivered_packets(net)
         with CpuSampler() as cpu, KernelBudget() as budget:
             res = collective.run(net, {"type": "collective", "op": "allreduce", "algo": "ring", "ring": "rank",
                                        "sizes": [size], "iterations": 2, "warmup": 1, "timeout_s": 120,
+                                       "ranks_per_process": per_process,
                                        **({"heartbeat": False} if args.no_heartbeat else {})})
         packets, delivered = switch_packets(net) - before, delivered_packets(net) - delivered0
         busy1 = busy_seconds()
@@ -169,7 +178,7 @@ def one_run(servers: int, per: int, mtu: int, rate: float, args, uplinks: str = 
              "hops_per_packet": round(packets / max(delivered, 1), 2)}
     if not res["rows"]:
         return {"grid": f"{servers}x{per}", "uplinks": uplinks, "gpus": n, "mtu": mtu, "rate": rate, "bytes": size,
-                "ok": False, "us_per_packet": {},
+                "ranks_per_process": per_process, "ok": False, "us_per_packet": {},
                 "failed": "; ".join(c["detail"] for c in res["checks"] if not c["ok"])[:200], **guard}
     row = res["rows"][0]
     op_s = row["seconds"] * 3                  # warm-up + 2 iterations: the counters saw all three
@@ -179,7 +188,7 @@ def one_run(servers: int, per: int, mtu: int, rate: float, args, uplinks: str = 
     # the ranks' transport engines woke this often per packet delivered (the run's, start-up included)
     wakes = row.get("transport", {}).get("engine_wakeups")
     return {"grid": f"{servers}x{per}", "uplinks": uplinks, "gpus": n, "mtu": mtu, "roce_mtu": roce_mtus(fabric)["nic"], "rate": rate,
-            "bytes": size, "ratio": row["bus_ratio"], "pps": round(packets / op_s), **guard,
+            "bytes": size, "ranks_per_process": per_process, "ratio": row["bus_ratio"], "pps": round(packets / op_s), **guard,
             "wakeups_per_packet": round(wakes / max(delivered, 1), 2) if wakes else None,
             "ok": row["bus_ratio"] >= args.floor and not guard["cpu_bound"]}
 
@@ -234,8 +243,17 @@ def options(argv=None) -> argparse.Namespace:
     ap.add_argument("--uplinks", default="shaped", help="shaped, ideal (fabric.ideal_uplinks) or shaped,ideal")
     ap.add_argument("--hb-mtu", type=int, help="the HB links' MTU (fabric.hb_mtu; default: the fabric's)")
     ap.add_argument("--no-heartbeat", action="store_true", help="the ring without heartbeats (what they cost)")
+    ap.add_argument("--ranks-per-process", default="1", type=per_process_setting,
+                    help="ranks sharing a process (the workload's ranks_per_process), or `cores`: one process per "
+                         "core (default 1)")
     ap.add_argument("--json")
     return ap.parse_args(argv)
+
+
+def per_process_setting(text: str) -> str:
+    if text == "cores" or (text.isdigit() and int(text) >= 1):
+        return text
+    raise argparse.ArgumentTypeError(f"{text!r}: a whole number of ranks from 1, or cores")
 
 
 def main() -> None:

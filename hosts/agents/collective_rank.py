@@ -137,8 +137,9 @@ def declared_failed(hb) -> None:
 class CollectiveRank:
     """One rank's run of the benchmark across epochs: its measured steps, and re-forming the job after a failure."""
 
-    def __init__(self, spec: CollectiveRankSpec):
+    def __init__(self, spec: CollectiveRankSpec, signals: bool = True, cpu_share: int = 1):
         self.spec = spec
+        self.cpu_share = cpu_share     # ranks in this process (rank_host.py): each reports its share of its CPU
         self.policy, self.timeout = spec.recovery, spec.timeout_s
         self.job = Membership(FileStore(spec.store, timeout=self.timeout))   # the job's rendezvous, across epochs
         join = spec.join or spec.rejoin
@@ -146,9 +147,10 @@ class CollectiveRank:
         self.me = self.entry["name"]
         self.hb = start_heartbeat(spec, self.entry)
         self.stalled = False
-        signal.signal(signal.SIGUSR1, lambda *_: declared_failed(self.hb))
-        signal.signal(signal.SIGUSR2, lambda *_: setattr(self, "stalled", True))
-        signal.signal(signal.SIGCONT, lambda *_: setattr(self, "stalled", False))
+        if signals:       # a rank of its own process; ranks sharing one (rank_host.py) take no GPU faults
+            signal.signal(signal.SIGUSR1, lambda *_: declared_failed(self.hb))
+            signal.signal(signal.SIGUSR2, lambda *_: setattr(self, "stalled", True))
+            signal.signal(signal.SIGCONT, lambda *_: setattr(self, "stalled", False))
         self.dtype = np.dtype(spec.dtype)
         self.warmup = spec.warmup
         measured = 0 if spec.until is not None else spec.iterations      # until: steps until the leader stops
@@ -257,7 +259,8 @@ class CollectiveRank:
             if self.warmup <= self.step < self.warmup + len(self.times):
                 self.times[self.step - self.warmup] = time.monotonic() - t0
                 self.windows[self.step - self.warmup] = [wall0, time.time()]
-                self.cpu[self.step - self.warmup] = [round(b - a, 6) for a, b in zip(cpu0, cpu_seconds())]
+                self.cpu[self.step - self.warmup] = [round((b - a) / self.cpu_share, 6)
+                                                     for a, b in zip(cpu0, cpu_seconds())]
                 if comm.phase_log:
                     self.phases[self.step - self.warmup] = comm.phase_log
             if want is not None:
@@ -342,13 +345,18 @@ class CollectiveRank:
             self.hb.stop(left="error" not in self.result)
 
 
-def main() -> None:
-    rank = CollectiveRank(CollectiveRankSpec.load(sys.argv[1]))
+def run(spec: CollectiveRankSpec, signals: bool = True, cpu_share: int = 1) -> dict:
+    """One rank's whole run; its result."""
+    rank = CollectiveRank(spec, signals, cpu_share)
     if rank.start():
         while rank.run_epoch():
             pass
         rank.stop_heartbeat()
-    print(json.dumps(rank.result), flush=True)
+    return rank.result
+
+
+def main() -> None:
+    print(json.dumps(run(CollectiveRankSpec.load(sys.argv[1]))), flush=True)
 
 
 if __name__ == "__main__":

@@ -18,6 +18,16 @@ def _setns(fd):
         raise OSError(e, f"setns: {os.strerror(e)}")
 
 
+def enter_netns(path: str) -> None:
+    """Move the calling thread into the network namespace at `path` (/proc/PID/ns/net, /run/netns/NAME) for
+    good: the sockets it opens from now on, and the threads it starts, are that namespace's."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        _setns(fd)
+    finally:
+        os.close(fd)
+
+
 @contextlib.contextmanager
 def netns(name: str):
     """Run the body with the calling thread in network namespace `name` (from `ip netns add`)."""

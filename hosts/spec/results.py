@@ -36,6 +36,8 @@ COLLECTIVE_RANK = obj({
     anyOf=[{"required": ["count", "times", "phases", "correct", "counters", "world", "epoch", "steps"]},
            {"required": ["error"]}, {"required": ["left"]}])
 
+RANK_HOST = obj({"ranks": {"type": "array", "items": COLLECTIVE_RANK, "minItems": 1}}, ("ranks",))
+
 TRAINING_RANK = {"anyOf": [
     obj({"rank": INT, "stage": INT, "iterations": {"type": "array", "items": OBJ},
          "correct": obj({k: {"type": ["boolean", "null"]} for k in ("tp", "pp", "dp")}, ("tp", "pp", "dp")),
@@ -82,7 +84,8 @@ WAN_TRANSFER = obj({
 TFDATA_SERVICE = obj({"role": {"enum": ["dispatcher", "worker"]}, "pid": INT, "port": INT}, ("role", "pid", "port"))
 
 # program (its `python -m` module) -> the schema of the line it prints last
-RESULTS = {"hosts.agents.collective_rank": COLLECTIVE_RANK, "hosts.agents.training_rank": TRAINING_RANK,
+RESULTS = {"hosts.agents.collective_rank": COLLECTIVE_RANK, "hosts.agents.rank_host": RANK_HOST,
+           "hosts.agents.training_rank": TRAINING_RANK,
            "hosts.agents.diloco_rank": DILOCO_RANK, "hosts.agents.flows": FLOWS, "hosts.agents.probe": PROBE,
            "hosts.agents.tfdata_trainer": TFDATA_TRAINER, "hosts.agents.tfdata_service": TFDATA_SERVICE,
            "hosts.agents.wan_transfer": WAN_TRANSFER}

@@ -16,7 +16,8 @@ from hosts.collectives.algorithms import ALGOS
 from hosts.spec.rank import CollectiveRankSpec
 from testbed.fabric import hb_counters, pfc
 from testbed.model import bounds
-from testbed.runtime import exits, multicast_ready, pace, progress, recovery
+from testbed.faults import gpus
+from testbed.runtime import exits, multicast_ready, pace, progress, rank_hosts, recovery
 from testbed.runtime.launch import run_on_hosts
 from testbed.scenario.schema import NAME, SIZE, ScenarioError
 from testbed.workloads import collective_phases, collective_rows, rank_setup, state_parity
@@ -97,6 +98,12 @@ SCHEMA = {
         "multicast_scope": {"enum": ["fabric", "rail"], "default": "fabric",
                             "description": "algo multicast: replicate across the fabric, or in each rail and then "
                                            "the HB domain (always rail on rail-only)."},
+        "ranks_per_process": {"type": "integer", "minimum": 1, "maximum": 1024, "default": 1,
+                              "description": "Ranks that share one process, a thread each in its own GPU host's "
+                                             "network namespace: fewer processes for the machine to wake, for "
+                                             "fabrics at the edge of its capacity (docs/capacity.md). Namespace "
+                                             "hosts on one machine, and no GPU faults (they signal a rank's "
+                                             "process)."},
         "expect": {"type": "object", "additionalProperties": False, "default": {},
                    "description": "Checks on the figures.",
                    "properties": {"min_bus_ratio": {"type": "number", "minimum": 0,
@@ -130,11 +137,30 @@ def validate(fabric, spec: dict, scenario: dict | None = None) -> None:
     if policy in ("spare", "migrate") and (scenario or {}).get("machines"):
         # a spare's fibre is moved between switch ports, which a VXLAN tunnel to another machine cannot follow
         raise ScenarioError(f"recovery {policy} does not work across machines yet; use shrink (or no machines:)")
+    if spec.get("ranks_per_process", 1) > 1:
+        refuse_shared_processes(scenario or {})
     if spec.get("state") and (spec["op"] != "allreduce" or spec.get("dtype", "float32") != "float32"):
         raise ScenarioError("state needs op allreduce with dtype float32 (its sums are exact)")
     if beat and beat.get("period_s", 0.15) >= beat.get("timeout_s", 1.0):
         raise ScenarioError(f"heartbeat period_s {beat.get('period_s', 0.15)} must be shorter than its "
                             f"timeout_s {beat.get('timeout_s', 1.0)}")
+
+
+# what signals a rank's process (testbed/faults/signals.py), and so cannot strike one rank of several in a process
+PROCESS_FAULTS = {k.name for k in gpus.KINDS} | {"gpu-restart"}
+
+
+def refuse_shared_processes(scenario: dict) -> None:
+    """ranks_per_process above 1 runs ranks as threads of a shared process on this machine's namespace hosts:
+    what needs a process per rank refuses it, naming itself."""
+    if scenario.get("hosts", "netns") != "netns":
+        raise ScenarioError("ranks_per_process needs namespace hosts (hosts: netns): a container runs its own ranks")
+    if scenario.get("machines"):
+        raise ScenarioError("ranks_per_process does not work across machines yet; leave it at 1 (or no machines:)")
+    kinds = sorted({f.get("kind") for f in scenario.get("faults", [])} & PROCESS_FAULTS)
+    if kinds:
+        raise ScenarioError(f"ranks_per_process: the faults {', '.join(kinds)} strike a GPU's own rank process; "
+                            f"leave ranks_per_process at 1 with them")
 
 
 def warnings(fabric, spec: dict) -> list[str]:
@@ -197,7 +223,11 @@ def _run(net, spec: dict, hosts: list) -> dict:
         store = os.path.join(net.run_dir, "store", label)
         os.makedirs(store)
         base = _base_spec(net, spec, peers, store, size)
-        commands = rank_commands(store, base, hosts)
+        commands, on_exit = rank_commands(store, base, hosts), exits.reporter(store)
+        per_process = spec.get("ranks_per_process", 1)
+        if per_process > 1:          # several ranks a process (rank_hosts.py); split back into one result per rank
+            commands, members = rank_hosts.commands(net, commands, per_process)
+            on_exit = rank_hosts.on_exit(on_exit, members)
         # Worst case: every iteration at 1/4 of the bound, plus start-up and the collective's own timeout.
         budget = (spec.get("iterations", 3) + spec.get("warmup", 1)) * \
             4 * bounds.time_model(spec["op"], model_algo(fabric, spec), size, cluster(fabric)) + spec.get("timeout_s", 60) + 30
@@ -206,7 +236,10 @@ def _run(net, spec: dict, hosts: list) -> dict:
         before, hb_before, pfc_before = net.counters(), hb_counters.read(fabric), net.pfc_totals()
         trees = multicast_ready.TreesReady(net, store).start() if base.multicast_trees_confirmed else None
         try:
-            out, failed = run_on_hosts(net, commands, timeout=budget, partial=True, on_exit=exits.reporter(store))
+            out, failed = run_on_hosts(net, commands, timeout=budget, partial=True, on_exit=on_exit)
+            if per_process > 1:
+                out, failed = rank_hosts.split(out, failed, members)
+                rank_hosts.keep(net, out)
         finally:
             if trees is not None:
                 trees.stop()

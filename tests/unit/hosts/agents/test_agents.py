@@ -11,7 +11,7 @@ import hosts
 import hosts.agents
 
 AGENTS = ["collective_rank", "training_rank", "probe", "flows", "tfdata_service", "tfdata_trainer", "fuzz",
-          "beat_watch", "diloco_rank", "wan_transfer", "roce_flows"]
+          "beat_watch", "diloco_rank", "wan_transfer", "roce_flows", "rank_host"]
 
 
 def _has_main_guard(path: str) -> bool:
