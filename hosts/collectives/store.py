@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 
 
@@ -31,7 +32,8 @@ class FileStore:
         return os.path.join(self.path, key.replace("/", "__"))
 
     def set(self, key: str, value) -> None:
-        tmp = self._file(key) + f".tmp{os.getpid()}"
+        # a writer's own temporary file: ranks that share a process (rank_host.py) are its threads
+        tmp = self._file(key) + f".tmp{os.getpid()}-{threading.get_ident()}"
         with open(tmp, "w") as f:
             json.dump(value, f)
         os.replace(tmp, self._file(key))

@@ -98,7 +98,7 @@ SCHEMA = {
         "multicast_scope": {"enum": ["fabric", "rail"], "default": "fabric",
                             "description": "algo multicast: replicate across the fabric, or in each rail and then "
                                            "the HB domain (always rail on rail-only)."},
-        "ranks_per_process": {"type": "integer", "minimum": 1, "maximum": 1024, "default": 1,
+        "ranks_per_process": {"type": "integer", "minimum": 1, "maximum": 64, "default": 1,
                               "description": "Ranks that share one process, a thread each in its own GPU host's "
                                              "network namespace: fewer processes for the machine to wake, for "
                                              "fabrics at the edge of its capacity (docs/capacity.md). Namespace "
