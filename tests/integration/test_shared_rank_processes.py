@@ -63,3 +63,16 @@ def test_a_rank_process_killed_fails_each_of_its_ranks_naming_it(monkeypatch):
     detail = result["checks"][0]["detail"]
     assert "s1g0: in the rank process of s1g0, s1g1: hosts.agents.rank_host was killed" in detail, detail
     assert took < 60
+
+
+@pytest.mark.slow
+def test_sixty_four_gpus_keep_their_ring_allreduce_exact():
+    """The largest grid of docs/capacity.md, 8x8, its 64 ranks in two processes (one per core here): every rank's
+    result equals numpy's. Exactness, not speed: the machine may not keep 64 GPUs link-bound."""
+    fabric = build("rail-optimized", 8, 8, spines=2, nic_mbps=10)
+    with Network(fabric) as net:
+        result = collective.run(net, {"op": "allreduce", "algo": "ring", "ring": "rank", "sizes": ["1MiB"],
+                                      "iterations": 1, "ranks_per_process": 32})
+    assert result["ok"], result["checks"]
+    row = result["rows"][0]
+    assert row["correct"] and row["ranks"] == 64 and row["bytes"] == 1 << 20
