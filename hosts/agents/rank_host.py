@@ -6,8 +6,9 @@ namespace, run by the testbed's launcher when a job asks for `ranks_per_process`
 NETNS: the rank's network namespace (/proc/PID/ns/net of a process of its host); SPEC: its CollectiveRankSpec,
 as for hosts/agents/collective_rank.py. Each rank's thread enters its namespace before it opens anything, and
 what it starts (its devices' engines, its heartbeats) inherits it: every socket a rank opens is its host's, as
-in a process of its own. The ranks share the process's interpreter and its wake-ups instead of a process each:
-docs/capacity.md measures what that saves.
+in a process of its own. The ranks share the process's interpreter: a large job starts on less CPU, but its
+threads take turns at the interpreter's lock, so its timings are not those of a process per rank
+(docs/capacity.md).
 
 GPU faults signal a rank's process (testbed/faults/signals.py), so ranks that share one take none: the testbed
 refuses the combination. Each rank reports its share of the process's CPU per measured step (the process's over

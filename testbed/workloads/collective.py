@@ -100,10 +100,10 @@ SCHEMA = {
                                            "the HB domain (always rail on rail-only)."},
         "ranks_per_process": {"type": "integer", "minimum": 1, "maximum": 64, "default": 1,
                               "description": "Ranks that share one process, a thread each in its own GPU host's "
-                                             "network namespace: fewer processes for the machine to wake, for "
-                                             "fabrics at the edge of its capacity (docs/capacity.md). Namespace "
-                                             "hosts on one machine, and no GPU faults (they signal a rank's "
-                                             "process)."},
+                                             "network namespace: a large job starts on less CPU, but its ranks "
+                                             "take turns at the process's interpreter lock, so its timings are "
+                                             "not a process per rank's (docs/collectives.md). Namespace hosts on "
+                                             "one machine, and no GPU faults (they signal a rank's process)."},
         "expect": {"type": "object", "additionalProperties": False, "default": {},
                    "description": "Checks on the figures.",
                    "properties": {"min_bus_ratio": {"type": "number", "minimum": 0,
