@@ -376,7 +376,9 @@ def diloco_rejoin() -> dict:
     from testbed.scenario import load
     doc = load(os.path.join(ROOT, "scenarios", "diloco_sites.yaml"),
                ["workloads.0.variants=[diloco]", "workloads.0.steps=24", "workloads.0.rejoin=true",
-                "workloads.0.timeout_s=40", "fabric.wan.0.queue_kb=64", "fabric.queue_kb=32"])
+                "workloads.0.timeout_s=40", "fabric.wan.0.queue_kb=64",
+                # the HB links' 32 KiB packets need a queue of more than 32 KB (as its integration test gives them)
+                "fabric.queue_kb={nic: 32, uplink: 32, hb: 64}"])
     doc["faults"] = [{"at": 1.0, "kind": "link-down", "target": "site:us", "duration": REJOIN_OUTAGE_S}]
     out = _run(doc)
     w = out["workloads"][0]
@@ -744,7 +746,7 @@ FIGURES = [
     Figure("diloco_rejoin", "a site lost past the retries during DiLoCo, and back (2 sites of 4 GPUs)",
            "[DiLoCo](docs/diloco.md#a-site-lost-and-back)",
            "scenarios/diloco_sites.yaml (two Clos 2x2 sites, WAN link 5 Mbit/s, 10 ms): DiLoCo alone, 24 inner steps, "
-           "rejoin: true, queues of 32 KB (64 KB on the WAN link); site us's WAN links down from second 1 for "
+           "rejoin: true, queues of 32 KB (64 KB on the HB and WAN links); site us's WAN links down from second 1 for "
            f"{REJOIN_OUTAGE_S:g} s; fails unless us left and rejoined once and every replica equals the numpy "
            "reference of that membership history",
            diloco_rejoin, diloco_rejoin_text),
