@@ -147,11 +147,9 @@ def sized(rate_mbps: float, ranks: int, seconds: float) -> int:
     return max(ranks * MIN_CHUNK, int(nbytes // unit) * unit)
 
 
-def ranks_per_process(setting: str, ranks: int) -> int:
+def ranks_per_process(setting: int | str, ranks: int) -> int:
     """--ranks-per-process: a number, or `cores` (the ranks spread over as many processes as the machine has)."""
-    if setting == "cores":
-        return -(-ranks // (os.cpu_count() or 1))
-    return int(setting)
+    return -(-ranks // (os.cpu_count() or 1)) if setting == "cores" else setting
 
 
 def one_run(servers: int, per: int, mtu: int, rate: float, args, uplinks: str = "shaped") -> dict:
@@ -243,16 +241,16 @@ def options(argv=None) -> argparse.Namespace:
     ap.add_argument("--uplinks", default="shaped", help="shaped, ideal (fabric.ideal_uplinks) or shaped,ideal")
     ap.add_argument("--hb-mtu", type=int, help="the HB links' MTU (fabric.hb_mtu; default: the fabric's)")
     ap.add_argument("--no-heartbeat", action="store_true", help="the ring without heartbeats (what they cost)")
-    ap.add_argument("--ranks-per-process", default="1", type=per_process_setting,
+    ap.add_argument("--ranks-per-process", default=1, type=per_process_setting,
                     help="ranks sharing a process (the workload's ranks_per_process), or `cores`: one process per "
                          "core (default 1)")
     ap.add_argument("--json")
     return ap.parse_args(argv)
 
 
-def per_process_setting(text: str) -> str:
+def per_process_setting(text: str) -> int | str:
     if text == "cores" or (text.isdigit() and int(text) >= 1):
-        return text
+        return text if text == "cores" else int(text)
     raise argparse.ArgumentTypeError(f"{text!r}: a whole number of ranks from 1, or cores")
 
 

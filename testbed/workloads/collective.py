@@ -16,7 +16,7 @@ from hosts.collectives.algorithms import ALGOS
 from hosts.spec.rank import CollectiveRankSpec
 from testbed.fabric import hb_counters, pfc
 from testbed.model import bounds
-from testbed.faults import gpus
+from testbed.faults import gpus, returns
 from testbed.runtime import exits, multicast_ready, pace, progress, rank_hosts, recovery
 from testbed.runtime.launch import run_on_hosts
 from testbed.scenario.schema import NAME, SIZE, ScenarioError
@@ -146,8 +146,9 @@ def validate(fabric, spec: dict, scenario: dict | None = None) -> None:
                             f"timeout_s {beat.get('timeout_s', 1.0)}")
 
 
-# what signals a rank's process (testbed/faults/signals.py), and so cannot strike one rank of several in a process
-PROCESS_FAULTS = {k.name for k in gpus.KINDS} | {"gpu-restart"}
+# what signals a rank's process (testbed/faults/signals.py), or starts a crashed GPU's again, and so cannot strike
+# one rank of several in a process
+PROCESS_FAULTS = {k.name for k in gpus.KINDS} | {k.name for k in returns.KINDS if not k.mend}
 
 
 def refuse_shared_processes(scenario: dict) -> None:
