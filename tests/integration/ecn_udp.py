@@ -1,6 +1,7 @@
 """UDP flows with a chosen IP TOS, for the ECN fabric test (run inside an emulated host).
 
-    ecn_udp.py send DEST PORT TOS MBPS SECONDS      paced datagrams of SIZE bytes, TOS's ECN bits as given
+    ecn_udp.py send DEST PORT TOS MBPS SECONDS      paced datagrams of SIZE bytes, TOS's ECN bits as given; prints
+                                                    JSON: how many it sent and how late it fell behind its pace
     ecn_udp.py receive PORT SECONDS                 prints JSON: per TOS value, how many datagrams came
 """
 import json
@@ -15,13 +16,16 @@ def send(dest: str, port: int, tos: int, mbps: float, seconds: float) -> None:
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, tos)
     gap, payload, start = SIZE * 8 / (mbps * 1e6), bytes(SIZE), time.monotonic()
-    k = 0
+    k, late = 0, 0.0
     while time.monotonic() - start < seconds:
         due = start + k * gap
-        if due > time.monotonic():
-            time.sleep(due - time.monotonic())
+        now = time.monotonic()
+        if due > now:
+            time.sleep(due - now)
+        late = max(late, now - due)
         s.sendto(payload, (dest, port))
         k += 1
+    print(json.dumps({"sent": k, "late_s": round(late, 3)}), flush=True)
 
 
 def receive(port: int, seconds: float) -> None:

@@ -63,21 +63,24 @@ def test_an_incast_marks_ect_packets_above_kmin_only_never_not_ect_and_not_on_id
                              stdout=subprocess.PIPE, text=True)
         time.sleep(1.0)
         senders = [net.host(h).popen([sys.executable, HELPER, "send", ip, str(PORT), str(tos), str(0.9 * NIC_MBPS),
-                                      str(SECONDS)]) for h, tos in (("s0g0", ECT0), ("s0g1", NOT_ECT))]
+                                      str(SECONDS)], stdout=subprocess.PIPE, text=True)
+                   for h, tos in (("s0g0", ECT0), ("s0g1", NOT_ECT))]
         pairs = []                                   # (real tbf backlog, virtual queue) while the queue builds
         for _ in range(10 if not delay_us else 0):        # with a delay, the tbf is the delay line's
             time.sleep(0.1)
             pairs.append((tbf_backlog(bottleneck), ecn.counters(bottleneck)["virtual_queue_bytes"]))
-        for s in senders:
-            s.wait(timeout=60)
+        sent = [json.loads(s.communicate(timeout=60)[0]) for s in senders]
         counts = {int(k): v for k, v in json.loads(receiver.communicate(timeout=60)[0]).items()}
         capture.terminate()
         capture.wait(timeout=10)
         marks = net.ecn_counters()
     hot, cold = marks[bottleneck], marks[idle]
-    offered = 2 * 0.9 * NIC_MBPS * 1e6 / 8 / 1400 * SECONDS
-    assert 0.8 * offered <= hot["packets"] <= 1.1 * offered, (hot, offered)       # once each, not twice
-    assert hot["ect_packets"] > 1000 and hot["marked_packets"] > 0, hot
+    # Once each, not twice: at most what the senders sent (and a few frames of the fabric's own), at least what the
+    # receiver got. Not measured against the offered load: a sender starved on a busy machine sends late, in a
+    # burst its own NIC's queue drops, and the port never sees those.
+    received, ect_received = sum(counts.values()), counts.get(ECT0, 0) + counts.get(CE, 0)
+    assert received <= hot["packets"] <= sum(x["sent"] for x in sent) + 20, (hot, counts, sent)
+    assert ect_received <= hot["ect_packets"] <= sent[0]["sent"] and hot["marked_packets"] > 0, (hot, counts, sent)
     assert cold["marked_packets"] == 0 and cold["ect_packets"] == 0, cold
     assert 0 < hot["marked_packets"] < hot["ect_packets"], hot
     # the receiver: ECT(0) datagrams, some CE; the Not-ECT flow's never CE
