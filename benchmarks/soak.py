@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import argparse
 import glob
+import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -155,12 +157,30 @@ def soak(runs: int, budget: float | None = None, hosts: str = "netns") -> dict:
             statuses[p.returncode] = statuses.get(p.returncode, 0) + 1
             found = left(cgroups, strays)
             problems += [f"run {i}: {x}" for x in found]
+            why = failure(os.path.join(tmp, f"run-{i}"), p) if p.returncode else ""
             print(f"run {i + 1}: {FAULTS[i % len(FAULTS)]['kind']:10s} exit {p.returncode} "
-                  f"{time.monotonic() - t:5.1f} s, leftovers: {'; '.join(found) or 'none'}"
-                  + (f" ({p.stderr.strip().splitlines()[-1]})" if p.returncode and p.stderr.strip() else ""), flush=True)
+                  f"{time.monotonic() - t:5.1f} s, leftovers: {'; '.join(found) or 'none'}" + why, flush=True)
             if i + 1 == WARMUP_RUNS and runs > WARMUP_RUNS:
                 warm = daemons()
     return {"statuses": statuses, "problems": problems, "before": before, "warm": warm, "after": daemons()}
+
+
+def failure(run_dir: str, p: subprocess.CompletedProcess) -> str:
+    """Why a run failed (its failed checks, else its last line of stderr), its folder kept for a look after the
+    soak's own is gone."""
+    why = ""
+    try:
+        with open(os.path.join(run_dir, "results.json")) as f:
+            why = "; ".join(f"{c['name']}: {c.get('detail', '')}" for c in json.load(f)["checks"] if not c["ok"])
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    why = why or (p.stderr.strip().splitlines() or ["no output"])[-1]
+    kept = ""
+    if os.path.isdir(run_dir):
+        kept = tempfile.mkdtemp(prefix=f"{PREFIX}soak-failed-")
+        shutil.copytree(run_dir, kept, dirs_exist_ok=True, symlinks=True)
+        kept = f", kept in {kept}"
+    return f" ({why[:400]}{kept})"
 
 
 def main() -> int:

@@ -112,7 +112,9 @@ class Heartbeat:
         with self._lock:
             for name in names:
                 if name not in self._peers or name in self._failed:
-                    self._peers[name] = {"left": False, "declared": False, "readmitted": wall}
+                    # first watched: news of its current life counts, even from before now (_admitted_at)
+                    self._peers[name] = {"left": False, "declared": False, "readmitted": wall,
+                                         "first": name not in self._peers}
                 self._failed.pop(name, None)
             for name in set(self._peers) - set(names):
                 del self._peers[name]
@@ -326,6 +328,19 @@ class Heartbeat:
     def _beating_path(self, name: str) -> str:
         return os.path.join(self.directory, BEATING.format(name=name))
 
+    def _admitted_at(self, name: str, peer: dict) -> float:
+        """Since when news of the peer counts (wall time). Re-admitted by this watcher: since then. First
+        watched: since its current life began, its mark (it beat), if that is earlier: a peer that died while this
+        rank was still starting was found failed before this rank watched it, and that verdict holds (else the
+        survivors wait for it at their agreement to the deadline); a verdict of a previous life (a rank started
+        again marks anew) predates the mark. Without a mark, since the first watch (its restart may be under way)."""
+        if not peer.get("first"):
+            return peer["readmitted"]
+        try:
+            return min(peer["readmitted"], os.stat(self._beating_path(name)).st_mtime)
+        except OSError:
+            return peer["readmitted"]
+
     def _publish_news(self) -> None:
         # first-hand verdicts, and the launcher's word this watcher took: a watcher with no path to that rank
         # (another rail of another server) would otherwise never learn of one that died before its beats reached
@@ -372,7 +387,7 @@ class Heartbeat:
                 if reporter == LAUNCHER:
                     if os.path.exists(self._beating_path(name)) and not self._never_heard(name):
                         continue         # it beat: its silence will tell (the launcher covers the time before)
-                elif f["at"] < peer["readmitted"]:
+                elif f["at"] < self._admitted_at(name, peer):
                     continue             # older than its re-admission (the launcher's word is of the process now)
                 newly |= self._fail(name, f["silence"], f"{f['why']} (seen by {reporter})", f["by"], f["at"],
                                     first_hand=False)

@@ -233,6 +233,38 @@ def test_a_watcher_with_no_path_learns_the_launchers_word_from_one_that_has_a_pa
         w.stop()
 
 
+def test_a_rank_that_watches_only_after_a_peer_died_still_learns_it_and_not_a_previous_lifes_verdict(
+        tmp_path, members):
+    """s1g1 beat once and died while s0g0 was still starting: s0g1 (a path to it) took the launcher's word before
+    s0g0 watched anyone. s0g0 (no path to it) still learns it from s0g1's news: the verdict is of s1g1's current
+    life, begun at its mark (before, s0g0 dropped news older than its own first watch, and the survivors waited
+    for s1g1 at their agreement to the deadline). A verdict older than the mark, of a life before it, is not
+    taken."""
+    a, with_path, dead, restarted = members(0, 0), members(0, 1), members(1, 1), members(1, 0)
+    assert paths_to(with_path, dead) and not paths_to(a, dead)
+    stale = time.time()
+    time.sleep(0.05)
+    for name in ("s1g1", "s1g0"):               # both beat in their current lives: marked after `stale`
+        open(tmp_path / f"beating-{name}", "w").close()
+    time.sleep(0.05)
+    report_exit(str(tmp_path), "s1g1", time.time(), "was killed: no output")
+    w = beat(tmp_path, with_path, [a, dead, restarted], join_grace=30.0)
+    assert wait_for(lambda: "s1g1" in w.failed(), limit=5.0) and w.detected_by("s1g1") == "exit"
+    # a reporter's news of s1g0 from before its mark (its previous life)
+    with open(tmp_path / NEWS.format(name="s9g9"), "w") as f:
+        json.dump({"s1g0": {"silence": 1.0, "at": stale, "why": "missed its heartbeats", "by": "heartbeats"}}, f)
+    time.sleep(0.3)                              # s0g0 starts watching well after both verdicts were written
+    me = beat(tmp_path, a, [with_path, dead, restarted, members(9, 9)], join_grace=30.0)
+    try:
+        assert wait_for(lambda: "s1g1" in me.failed(), limit=5.0), me.failed()
+        assert me.detected_by("s1g1") == "exit" and "seen by s0g1" in me.why("s1g1")
+        time.sleep(0.5)
+        assert "s1g0" not in me.failed(), me.why("s1g0")
+    finally:
+        me.stop()
+        w.stop()
+
+
 def test_a_timeout_of_two_periods_still_fails_a_silent_peer(tmp_path, members):
     """A loop a period apart is on time, not starved, however short the timeout."""
     a, ghost = members(0, 0), members(1, 0)
