@@ -3,7 +3,8 @@
 Each process prints one JSON document on stdout, checked against its program's result schema
 (agent_results.py); a process that fails, prints nothing usable or a result its schema rejects,
 outlives the timeout or stays stopped after the others ended becomes an error naming its host (the process
-is killed by PID).
+is killed by PID; one that outlived the timeout first prints its threads' stacks to its stderr, kept in the
+host's log, if it catches SIGQUIT as hosts.agents programs do).
 """
 from __future__ import annotations
 
@@ -108,6 +109,25 @@ def run_on_hosts(net, commands: dict[str, list[str]], timeout: float, partial: b
                 proc.wait()
 
 
+STACKS_S = 0.5      # for a host program to print its threads' stacks before it is killed
+
+
+def dump_stacks(proc: subprocess.Popen) -> bool:
+    """Ask a host program for its threads' stacks on its stderr (SIGQUIT, which hosts.agents programs catch);
+    False, and nothing sent, if it does not catch SIGQUIT (it would die of it, maybe leaving a core file)."""
+    inner = getattr(proc, "inner_pid", None)
+    pid = (inner() if inner else None) or proc.pid
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            caught = next(int(line.split()[1], 16) for line in f if line.startswith("SigCgt:"))
+        if not caught >> (signal.SIGQUIT - 1) & 1:
+            return False
+        proc.send_signal(signal.SIGQUIT)
+        return True
+    except (OSError, StopIteration, ValueError):
+        return False
+
+
 def _wait(procs: dict[str, subprocess.Popen], deadline: float, on_exit=None) -> tuple[dict, dict]:
     """({host: (stdout, stderr)}, {host: why it was killed}): every process's output, each read by a thread
     of its own; those that outlive the deadline, or stay stopped once all the others have ended, are killed."""
@@ -138,8 +158,12 @@ def _wait(procs: dict[str, subprocess.Popen], deadline: float, on_exit=None) -> 
             changed.wait(0.2)
             changed.clear()
             continue
+        asked = [h for h in pending if why_cut.startswith("still") and dump_stacks(procs[h])]
         for host in pending:
-            cut_short[host] = why_cut
+            cut_short[host] = why_cut + (" (its threads' stacks are in its stderr)" if host in asked else "")
+        if asked:
+            time.sleep(STACKS_S)
+        for host in pending:
             procs[host].kill()
         break
     for reader in readers:
