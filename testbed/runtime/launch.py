@@ -150,7 +150,8 @@ def _wait(procs: dict[str, subprocess.Popen], deadline: float, on_exit=None) -> 
             pending = [h for h in procs if h not in ended]
         if not pending:
             break
-        if time.monotonic() >= deadline:
+        late = time.monotonic() >= deadline          # running on: where it waits is worth its stacks
+        if late:
             why_cut = f"still running after {timeout:.0f} s"
         elif len(pending) < len(procs) and all(stopped(procs[h].pid) for h in pending):
             why_cut = "stopped (a hung GPU) when every other process had ended"
@@ -158,7 +159,7 @@ def _wait(procs: dict[str, subprocess.Popen], deadline: float, on_exit=None) -> 
             changed.wait(0.2)
             changed.clear()
             continue
-        asked = [h for h in pending if why_cut.startswith("still") and dump_stacks(procs[h])]
+        asked = [h for h in pending if late and dump_stacks(procs[h])]
         for host in pending:
             cut_short[host] = why_cut + (" (its threads' stacks are in its stderr)" if host in asked else "")
         if asked:
