@@ -112,13 +112,18 @@ def run_on_hosts(net, commands: dict[str, list[str]], timeout: float, partial: b
 STACKS_S = 0.5      # for a host program to print its threads' stacks before it is killed
 
 
+def process_id(proc: subprocess.Popen) -> int:
+    """The PID of the program itself (in a Docker host, the child nsenter started): for its signals, budget and
+    CPU time."""
+    inner = getattr(proc, "inner_pid", None)
+    return (inner() if inner else None) or proc.pid
+
+
 def dump_stacks(proc: subprocess.Popen) -> bool:
     """Ask a host program for its threads' stacks on its stderr (SIGQUIT, which hosts.agents programs catch);
     False, and nothing sent, if it does not catch SIGQUIT (it would die of it, maybe leaving a core file)."""
-    inner = getattr(proc, "inner_pid", None)
-    pid = (inner() if inner else None) or proc.pid
     try:
-        with open(f"/proc/{pid}/status") as f:
+        with open(f"/proc/{process_id(proc)}/status") as f:
             caught = next(int(line.split()[1], 16) for line in f if line.startswith("SigCgt:"))
         if not caught >> (signal.SIGQUIT - 1) & 1:
             return False

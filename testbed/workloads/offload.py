@@ -26,6 +26,7 @@ from hosts.tfdata import budget
 from testbed import PROJECT_ROOT
 from testbed.monitor.fidelity import CpuSampler
 from testbed.runtime import agent_results, hostlogs
+from testbed.runtime.launch import process_id
 from testbed.scenario.schema import NAME, RATE, ScenarioError
 from testbed.workloads import offload_compare as compare
 from testbed.workloads.offload_compare import RESULT_SCHEMA  # noqa: F401 (its record)
@@ -208,12 +209,6 @@ class Servers:
             log.close()
         for h in self.hosts:
             budget.remove(f"{os.getpid()}-worker-{h}", within=within(self.net, h))
-
-
-def process_id(proc) -> int:
-    """The PID of the program itself (in a Docker host, the child nsenter started), for its budget and CPU time."""
-    inner = getattr(proc, "inner_pid", None)
-    return (inner() if inner else None) or proc.pid
 
 
 def within(net, host: str) -> str | None:
